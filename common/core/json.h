@@ -1,0 +1,36 @@
+/*
+ * json.h - cJSON helpers: bounded parsing and typed getters that never
+ * crash on a missing key or a value of the wrong type.
+ */
+#ifndef MESH_JSON_H
+#define MESH_JSON_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "err.h"
+
+/* Parse exactly len bytes of buf (no NUL needed). Fails with -MESH_E_TOOBIG
+ * above max bytes and -MESH_E_PARSE on malformed JSON or trailing garbage.
+ * Returns an owned tree (cJSON_Delete / mesh_autocjson) or NULL. */
+cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err *err);
+
+/* Follow a dotted path of object keys ("metadata.labels"). Borrowed or NULL. */
+const cJSON *mesh_json_path(const cJSON *o, const char *dotted);
+
+/* The string at key of object o, or NULL when absent or not a string. Borrowed. */
+const char *mesh_json_str(const cJSON *o, const char *key);
+
+/* The integer at key: must be a JSON number with no fraction, or (when
+ * allow_string) a decimal string, within [min, max]. -MESH_E_NOTFOUND when
+ * absent, -MESH_E_INVAL / -MESH_E_RANGE otherwise. */
+int mesh_json_int(const cJSON *o, const char *key, long long min, long long max, bool allow_string,
+                  long long *out_value, struct mesh_err *err);
+
+/* Parse a whole decimal integer string (optional leading '-', no spaces,
+ * no '+', no leading zeros unless "0") within [min, max]. */
+int mesh_parse_ll(const char *s, size_t len, long long min, long long max, long long *out_value,
+                  struct mesh_err *err);
+
+#endif

@@ -1,0 +1,43 @@
+#!/bin/sh
+# Install the Debian packages tpumesh builds and tests with (DESIGN.md §3),
+# only those that are missing. Idempotent; needs root (or sudo) on Debian
+# bookworm when something is missing.
+set -eu
+
+PKGS="gcc make pkg-config clang libclang-rt-14-dev llvm openssl curl ca-certificates
+libcurl4-openssl-dev libcjson-dev libyaml-dev libgrpc-dev libprotobuf-c-dev
+protobuf-c-compiler protobuf-compiler libwebsockets-dev libcmocka-dev
+python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml
+valgrind cppcheck clang-format clang-tidy pmccabe iproute2 procps psmisc
+nodejs npm debootstrap"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+# kubectl is a real client our simulator is checked against. The base image
+# ships Google's kubectl package; elsewhere Debian's kubernetes-client has it.
+if ! command -v kubectl >/dev/null 2>&1; then
+    missing="$missing kubernetes-client"
+fi
+
+if [ -n "$missing" ]; then
+    echo "deps: installing:$missing"
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        SUDO=sudo
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# npm packages for manifest validation (tests/validate), installed locally.
+if [ -f tests/validate/package.json ] && [ ! -d tests/validate/node_modules ]; then
+    echo "deps: npm install in tests/validate"
+    (cd tests/validate && npm install --no-audit --no-fund --silent >/dev/null)
+fi
+exit 0

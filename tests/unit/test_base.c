@@ -1,0 +1,147 @@
+/*
+ * test_base.c - err, buf, json and logfmt (the foundation modules).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/cleanup.h"
+#include "core/err.h"
+#include "core/json.h"
+#include "core/logfmt.h"
+
+static void test_err_set_prefix(void **state)
+{
+    (void)state;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    assert_int_equal(mesh_err_set(&err, MESH_E_PARSE, 0, "bad %s", "thing"), -MESH_E_PARSE);
+    assert_string_equal(err.msg, "bad thing");
+    assert_int_equal(mesh_err_prefix(&err, "load %d", 7), -MESH_E_PARSE);
+    assert_string_equal(err.msg, "load 7: bad thing");
+    assert_int_equal(mesh_err_set(&err, MESH_E_IO, 2, "open 'x'"), -MESH_E_IO);
+    assert_string_equal(err.msg, "open 'x': No such file or directory");
+    assert_int_equal(mesh_err_set(NULL, MESH_E_IO, 0, "x"), -MESH_E_IO);
+    assert_string_equal(mesh_strerror(-MESH_E_TOOBIG), "too big");
+    assert_string_equal(mesh_strerror(999), "unknown error");
+}
+
+static void test_buf_limits(void **state)
+{
+    (void)state;
+    struct mesh_buf b;
+    mesh_buf_init(&b, 8);
+    assert_int_equal(mesh_buf_puts(&b, "abcd", NULL), 0);
+    assert_int_equal(mesh_buf_printf(&b, NULL, "%d", 1234), 0);
+    assert_string_equal(mesh_buf_str(&b), "abcd1234");
+    assert_int_equal(mesh_buf_puts(&b, "x", NULL), -MESH_E_TOOBIG);
+    assert_string_equal(mesh_buf_str(&b), "abcd1234");
+    mesh_buf_consume(&b, 3);
+    assert_string_equal(mesh_buf_str(&b), "d1234");
+    size_t n = 0;
+    char *s = mesh_buf_steal(&b, &n);
+    assert_int_equal(n, 5);
+    assert_string_equal(s, "d1234");
+    mesh_free(s);
+    assert_string_equal(mesh_buf_str(&b), "");
+    mesh_buf_cleanup(&b);
+}
+
+static void test_parse_ll(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        long long min, max;
+        int rc;
+        long long want;
+    } rows[] = {
+        {"0", 0, 10, 0, 0},         {"10", 0, 10, 0, 10},     {"11", 0, 10, -MESH_E_RANGE, 0},
+        {"-1", 0, 10, -MESH_E_RANGE, 0}, {"-5", -10, 10, 0, -5}, {"007", 0, 10, -MESH_E_INVAL, 0},
+        {"", 0, 10, -MESH_E_INVAL, 0}, {"1a", 0, 10, -MESH_E_INVAL, 0}, {" 1", 0, 10, -MESH_E_INVAL, 0},
+        {"+1", 0, 10, -MESH_E_INVAL, 0}, {"99999999999999999999", 0, 10, -MESH_E_RANGE, 0},
+        {"-", -10, 10, -MESH_E_INVAL, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        long long v = -77;
+        int rc = mesh_parse_ll(rows[i].in, strlen(rows[i].in), rows[i].min, rows[i].max, &v, NULL);
+        assert_int_equal(rc, rows[i].rc);
+        if (rc == 0) {
+            assert_int_equal(v, rows[i].want);
+        } else {
+            assert_int_equal(v, -77);
+        }
+    }
+}
+
+static void test_json_getters(void **state)
+{
+    (void)state;
+    struct mesh_err err;
+    const char *doc = "{\"a\":{\"b\":\"x\",\"n\":3,\"f\":1.5,\"s\":\"42\"}} ";
+    mesh_autocjson cJSON *j = mesh_json_parse(doc, strlen(doc), 1024, &err);
+    assert_non_null(j);
+    assert_string_equal(mesh_json_str(mesh_json_path(j, "a"), "b"), "x");
+    assert_null(mesh_json_str(mesh_json_path(j, "a"), "n"));
+    assert_null(mesh_json_path(j, "a.b.c"));
+    long long v = 0;
+    assert_int_equal(mesh_json_int(mesh_json_path(j, "a"), "n", 0, 5, false, &v, &err), 0);
+    assert_int_equal(v, 3);
+    assert_int_equal(mesh_json_int(mesh_json_path(j, "a"), "f", 0, 5, false, &v, &err),
+                     -MESH_E_INVAL);
+    assert_int_equal(mesh_json_int(mesh_json_path(j, "a"), "s", 0, 50, true, &v, &err), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(mesh_json_int(mesh_json_path(j, "a"), "zz", 0, 50, true, &v, &err),
+                     -MESH_E_NOTFOUND);
+    assert_null(mesh_json_parse("{} x", 4, 1024, &err));
+    assert_int_equal(err.code, MESH_E_PARSE);
+    assert_null(mesh_json_parse("{\"a\":1}", 7, 3, &err));
+    assert_int_equal(err.code, MESH_E_TOOBIG);
+    /* No NUL terminator is needed: parse a prefix of a longer buffer. */
+    cJSON *k = mesh_json_parse("[1]garbage", 3, 1024, &err);
+    assert_non_null(k);
+    cJSON_Delete(k);
+}
+
+static void test_logfmt_lines(void **state)
+{
+    (void)state;
+    struct mesh_buf b;
+    mesh_buf_init(&b, 4096);
+    /* 2026-01-02T03:04:05.678Z */
+    int64_t t = 1767323045678LL;
+    struct mesh_log_field f[] = {{"rv", "123"}, {"why", "a b"}};
+    assert_int_equal(
+        mesh_logfmt_line(&b, MESH_LOG_TEXT, t, MESH_LOG_INFO, "k8s", "watch restarted", f, 1), 0);
+    assert_string_equal(mesh_buf_str(&b), "2026-01-02T03:04:05.678Z INFO  k8s  watch restarted rv=123\n");
+    mesh_buf_reset(&b);
+    assert_int_equal(
+        mesh_logfmt_line(&b, MESH_LOG_TEXT, t, MESH_LOG_WARN, "pub", "two\nlines", f, 2), 0);
+    assert_string_equal(mesh_buf_str(&b),
+                        "2026-01-02T03:04:05.678Z WARN  pub  two\\nlines rv=123 why=\"a b\"\n");
+    mesh_buf_reset(&b);
+    assert_int_equal(
+        mesh_logfmt_line(&b, MESH_LOG_JSON, t, MESH_LOG_ERROR, "init", "say \"hi\"", f, 1), 0);
+    assert_string_equal(mesh_buf_str(&b),
+                        "{\"time\":\"2026-01-02T03:04:05.678Z\",\"level\":\"error\",\"mod\":\"init\","
+                        "\"msg\":\"say \\\"hi\\\"\",\"rv\":\"123\"}\n");
+    mesh_buf_cleanup(&b);
+    enum mesh_log_level l;
+    assert_int_equal(mesh_logfmt_parse_level("WARNING", &l), 0);
+    assert_int_equal(l, MESH_LOG_WARN);
+    assert_int_equal(mesh_logfmt_parse_level("loud", &l), -MESH_E_INVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_err_set_prefix), cmocka_unit_test(test_buf_limits),
+        cmocka_unit_test(test_parse_ll),       cmocka_unit_test(test_json_getters),
+        cmocka_unit_test(test_logfmt_lines),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

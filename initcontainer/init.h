@@ -1,0 +1,95 @@
+/*
+ * init.h - tpumesh-init's context and its three steps (DESIGN.md §1, §6):
+ *   main.c        flags/env/annotations -> struct mesh_init_opts, runs the steps,
+ *                 maps errors to exit codes, logs one clear last line
+ *   resolve.c     mesh_init_resolve: which TPU, which slice, which workers
+ *   initialize.c  mesh_init_initialize: TPU Node ConfigureDistributedTPU over gRPC,
+ *                 or TPU VM device/lock preflight
+ *   publish.c     mesh_init_publish: the first version of every file of DESIGN.md §4
+ *
+ * Exit codes (DESIGN.md §6) come from the error code a step returns:
+ *   MESH_E_CONFIG/INVAL/PARSE/RANGE -> 2, MESH_E_NOTFOUND -> 3,
+ *   MESH_E_NOTREADY/TIMEOUT/BUSY -> 4, MESH_E_AUTH/API -> 5, MESH_E_PUBLISH/IO -> 6.
+ */
+#ifndef MESH_INIT_H
+#define MESH_INIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model.h"
+
+#define MESH_INIT_MAX_WORKERS 4096
+#define MESH_INIT_MAX_ENDPOINTS 1024
+
+/* Options after merging flags > pod annotations > environment (main.c).
+ * Strings are owned by the context (freed by mesh_init_cleanup); NULL = not set. */
+struct mesh_init_opts {
+    char *tpu;               /* --tpu / tpumesh.dev/tpu (NULL: fall back to env per spec §10.1) */
+    char *zone;
+    char *project;
+    char *accelerator_type;
+    char *topology;
+    char *annotations_file;  /* default /etc/podinfo/annotations */
+    char *dev_dir;           /* default /dev */
+    char *out_dir;           /* default /var/run/tpumesh */
+    char *metadata_host;
+    char *tpu_api_endpoint;
+    char *job_name;          /* tpumesh.dev/job-name; NULL = DTensor's default */
+    int port;                /* DTensor port, default 10000 */
+    enum mesh_addr_mode address_mode;
+    int expected_workers;    /* 0 = unknown */
+    int timeout_s;           /* default 600 */
+    bool skip_init;
+    char *tf_version;        /* tf-version.cloud-tpus.google.com annotation, or NULL */
+};
+
+/* How the TPU was found (spec §1, §10). */
+enum mesh_tpu_kind {
+    MESH_TPU_NONE = 0,
+    MESH_TPU_VM_LOCAL,   /* TPU VM: tpu='local' or GKE TPU_* env (the trainer loads libtpu) */
+    MESH_TPU_NODE_GRPC,  /* legacy TPU Node: grpc:// endpoints (KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS) */
+    MESH_TPU_NODE_API,   /* TPU name(s) resolved through the Cloud TPU API to grpc endpoints */
+};
+
+struct mesh_endpoint {
+    char ip[MESH_IP_MAX];
+    int port;            /* default 8470 */
+};
+
+struct mesh_init {
+    struct mesh_init_opts opts;
+
+    /* Filled by mesh_init_resolve. */
+    enum mesh_tpu_kind kind;
+    char *tpu_source;    /* human-readable: "flag --tpu", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", ... */
+    bool have_slice;
+    struct mesh_slice slice;
+    struct mesh_worker *workers; /* owned, index order; may be fewer than expected */
+    size_t nworkers;
+    int self_index;      /* this pod's worker index, -1 if unknown */
+    bool complete;       /* the whole worker list is known */
+    struct mesh_endpoint *endpoints; /* TPU Node gRPC endpoints, owned, task order */
+    size_t nendpoints;
+
+    /* Filled by mesh_init_initialize (TPU Node path): the TopologyProto bytes
+     * the TPU returned, owned. */
+    uint8_t *topology_pb;
+    size_t topology_pb_len;
+};
+
+void mesh_init_init(struct mesh_init *ctx);
+void mesh_init_cleanup(struct mesh_init *ctx);
+
+/* Each step returns 0 or a negative -MESH_E_* and fills err with a message
+ * that names the problem and what to do about it. */
+int mesh_init_resolve(struct mesh_init *ctx, struct mesh_err *err);
+int mesh_init_initialize(struct mesh_init *ctx, struct mesh_err *err);
+int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err);
+
+/* The exit code for an error code (table above). */
+int mesh_init_exit_code(int code);
+
+#endif

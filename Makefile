@@ -55,6 +55,9 @@ TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 .PHONY: all deps test test-unit test-fuzz test-integration asan valgrind fuzz lint \
         format format-check demo bench clean help check-core-pure gen-py
 
+# Keep intermediate objects (pattern chains would delete them and force rebuilds).
+.SECONDARY:
+
 all: $(BINS) check-core-pure
 
 help:

@@ -27,36 +27,36 @@
 /* Options after merging flags > pod annotations > environment (main.c).
  * Strings are owned by the context (freed by mesh_init_cleanup); NULL = not set. */
 struct mesh_init_opts {
-    char *tpu;               /* --tpu / tpumesh.dev/tpu (NULL: fall back to env per spec §10.1) */
+    char *tpu; /* --tpu / tpumesh.dev/tpu (NULL: fall back to env per spec §10.1) */
     char *zone;
     char *project;
     char *accelerator_type;
     char *topology;
-    char *annotations_file;  /* default /etc/podinfo/annotations */
-    char *dev_dir;           /* default /dev */
-    char *out_dir;           /* default /var/run/tpumesh */
+    char *annotations_file; /* default /etc/podinfo/annotations */
+    char *dev_dir;          /* default /dev */
+    char *out_dir;          /* default /var/run/tpumesh */
     char *metadata_host;
     char *tpu_api_endpoint;
-    char *job_name;          /* tpumesh.dev/job-name; NULL = DTensor's default */
-    int port;                /* DTensor port, default 10000 */
+    char *job_name; /* tpumesh.dev/job-name; NULL = DTensor's default */
+    int port;       /* DTensor port, default 10000 */
     enum mesh_addr_mode address_mode;
-    int expected_workers;    /* 0 = unknown */
-    int timeout_s;           /* default 600 */
+    int expected_workers; /* 0 = unknown */
+    int timeout_s;        /* default 600 */
     bool skip_init;
-    char *tf_version;        /* tf-version.cloud-tpus.google.com annotation, or NULL */
+    char *tf_version; /* tf-version.cloud-tpus.google.com annotation, or NULL */
 };
 
 /* How the TPU was found (spec §1, §10). */
 enum mesh_tpu_kind {
     MESH_TPU_NONE = 0,
-    MESH_TPU_VM_LOCAL,   /* TPU VM: tpu='local' or GKE TPU_* env (the trainer loads libtpu) */
-    MESH_TPU_NODE_GRPC,  /* legacy TPU Node: grpc:// endpoints (KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS) */
-    MESH_TPU_NODE_API,   /* TPU name(s) resolved through the Cloud TPU API to grpc endpoints */
+    MESH_TPU_VM_LOCAL,  /* TPU VM: tpu='local' or GKE TPU_* env (the trainer loads libtpu) */
+    MESH_TPU_NODE_GRPC, /* legacy TPU Node: grpc:// endpoints (KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS) */
+    MESH_TPU_NODE_API,  /* TPU name(s) resolved through the Cloud TPU API to grpc endpoints */
 };
 
 struct mesh_endpoint {
     char ip[MESH_IP_MAX];
-    int port;            /* default 8470 */
+    int port; /* default 8470 */
 };
 
 struct mesh_init {
@@ -64,13 +64,13 @@ struct mesh_init {
 
     /* Filled by mesh_init_resolve. */
     enum mesh_tpu_kind kind;
-    char *tpu_source;    /* human-readable: "flag --tpu", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", ... */
+    char *tpu_source; /* human-readable: "flag --tpu", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", ... */
     bool have_slice;
     struct mesh_slice slice;
     struct mesh_worker *workers; /* owned, index order; may be fewer than expected */
     size_t nworkers;
-    int self_index;      /* this pod's worker index, -1 if unknown */
-    bool complete;       /* the whole worker list is known */
+    int self_index;                  /* this pod's worker index, -1 if unknown */
+    bool complete;                   /* the whole worker list is known */
     struct mesh_endpoint *endpoints; /* TPU Node gRPC endpoints, owned, task order */
     size_t nendpoints;
 

@@ -16,10 +16,10 @@
 #include "err.h"
 
 struct mesh_buf {
-    char *data;   /* owned; NULL until the first append */
-    size_t len;   /* bytes in use */
-    size_t cap;   /* bytes allocated */
-    size_t max;   /* hard limit on len */
+    char *data; /* owned; NULL until the first append */
+    size_t len; /* bytes in use */
+    size_t cap; /* bytes allocated */
+    size_t max; /* hard limit on len */
 };
 
 /* Initialise an empty buffer that may hold at most max bytes. */

@@ -16,21 +16,21 @@
  * returned negated (-MESH_E_PARSE). */
 enum mesh_code {
     MESH_OK = 0,
-    MESH_MORE = 1,      /* a streaming parser needs more input */
-    MESH_E_INVAL = 2,   /* bad argument or bad input value */
-    MESH_E_PARSE = 3,   /* malformed input */
-    MESH_E_RANGE = 4,   /* value out of range */
-    MESH_E_TOOBIG = 5,  /* input larger than a configured limit */
-    MESH_E_IO = 6,      /* file or socket I/O failed (sys_errno set) */
-    MESH_E_CONFIG = 7,  /* configuration error (exit 2 in tpumesh-init) */
-    MESH_E_NOTFOUND = 8,/* the thing does not exist (404, no devices) */
-    MESH_E_NOTREADY = 9,/* exists but not ready / unhealthy */
-    MESH_E_TIMEOUT = 10,/* a deadline passed */
-    MESH_E_AUTH = 11,   /* 401/403 */
-    MESH_E_API = 12,    /* remote API failed (5xx, unreachable, bad reply) */
-    MESH_E_GONE = 13,   /* 410: resourceVersion expired */
-    MESH_E_PUBLISH = 14,/* cannot publish on the shared volume */
-    MESH_E_BUSY = 15,   /* resource held by somebody else (TPU lock) */
+    MESH_MORE = 1,          /* a streaming parser needs more input */
+    MESH_E_INVAL = 2,       /* bad argument or bad input value */
+    MESH_E_PARSE = 3,       /* malformed input */
+    MESH_E_RANGE = 4,       /* value out of range */
+    MESH_E_TOOBIG = 5,      /* input larger than a configured limit */
+    MESH_E_IO = 6,          /* file or socket I/O failed (sys_errno set) */
+    MESH_E_CONFIG = 7,      /* configuration error (exit 2 in tpumesh-init) */
+    MESH_E_NOTFOUND = 8,    /* the thing does not exist (404, no devices) */
+    MESH_E_NOTREADY = 9,    /* exists but not ready / unhealthy */
+    MESH_E_TIMEOUT = 10,    /* a deadline passed */
+    MESH_E_AUTH = 11,       /* 401/403 */
+    MESH_E_API = 12,        /* remote API failed (5xx, unreachable, bad reply) */
+    MESH_E_GONE = 13,       /* 410: resourceVersion expired */
+    MESH_E_PUBLISH = 14,    /* cannot publish on the shared volume */
+    MESH_E_BUSY = 15,       /* resource held by somebody else (TPU lock) */
     MESH_E_INCOMPLETE = 16, /* topology not complete yet */
     MESH_E__COUNT
 };

@@ -18,7 +18,7 @@ int mesh_logfmt_parse_level(const char *s, enum mesh_log_level *out_level)
         const char *name;
         enum mesh_log_level level;
     } names[] = {
-        {"debug", MESH_LOG_DEBUG}, {"info", MESH_LOG_INFO},   {"warn", MESH_LOG_WARN},
+        {"debug", MESH_LOG_DEBUG},  {"info", MESH_LOG_INFO},   {"warn", MESH_LOG_WARN},
         {"warning", MESH_LOG_WARN}, {"error", MESH_LOG_ERROR},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {

@@ -43,16 +43,16 @@ struct mesh_slice {
     enum mesh_tpu_gen gen;
     char accelerator_type[MESH_ACCEL_TYPE_MAX]; /* canonical, e.g. "v4-32" */
     char topology[MESH_TOPOLOGY_MAX];           /* canonical, e.g. "2x2x4" or "4x4" */
-    int ndims;                   /* 2 or 3: how the topology is written */
-    int dims[3];                 /* chips per axis (z = 1 for 2-D) */
-    int chips;                   /* product of dims */
-    int hosts;                   /* TPU VMs = Kubernetes pods of one slice */
+    int ndims;                                  /* 2 or 3: how the topology is written */
+    int dims[3];                                /* chips per axis (z = 1 for 2-D) */
+    int chips;                                  /* product of dims */
+    int hosts;                                  /* TPU VMs = Kubernetes pods of one slice */
     int chips_per_host;
-    int cores_per_chip;          /* TensorCores per chip (2 for v2/v3/v4/v5p/tpu7x) */
-    int devices_per_host;        /* TensorFlow TPU devices per host */
-    int host_bounds[3];          /* TPU_HOST_BOUNDS "x,y,z" */
-    int chips_per_host_bounds[3];/* TPU_CHIPS_PER_HOST_BOUNDS "x,y,z" */
-    int mesh_shape[4];           /* TopologyProto mesh_shape [x, y, z, devices per chip] */
+    int cores_per_chip;           /* TensorCores per chip (2 for v2/v3/v4/v5p/tpu7x) */
+    int devices_per_host;         /* TensorFlow TPU devices per host */
+    int host_bounds[3];           /* TPU_HOST_BOUNDS "x,y,z" */
+    int chips_per_host_bounds[3]; /* TPU_CHIPS_PER_HOST_BOUNDS "x,y,z" */
+    int mesh_shape[4];            /* TopologyProto mesh_shape [x, y, z, devices per chip] */
 };
 
 /* Address modes of DESIGN.md §5. */
@@ -70,13 +70,13 @@ enum mesh_addr_mode {
 /* One worker (one pod / one TPU VM host) in index order. Empty strings mean
  * "not known". */
 struct mesh_worker {
-    int index;                 /* task index = DTENSOR_CLIENT_ID = TPU_WORKER_ID */
-    char pod[MESH_POD_MAX];    /* pod name; "" on the env-only TPU VM path */
-    char host[MESH_HOST_MAX];  /* DNS name: <spec.hostname>.<spec.subdomain>, or a
-                                  TPU_WORKER_HOSTNAMES entry */
-    char ip[MESH_IP_MAX];      /* status.podIP (IPv4 or IPv6 text), or "" */
-    bool ready;                /* the pod's Ready condition (reported, never required) */
-    bool terminating;          /* deletionTimestamp set */
+    int index;                /* task index = DTENSOR_CLIENT_ID = TPU_WORKER_ID */
+    char pod[MESH_POD_MAX];   /* pod name; "" on the env-only TPU VM path */
+    char host[MESH_HOST_MAX]; /* DNS name: <spec.hostname>.<spec.subdomain>, or a
+                                 TPU_WORKER_HOSTNAMES entry */
+    char ip[MESH_IP_MAX];     /* status.podIP (IPv4 or IPv6 text), or "" */
+    bool ready;               /* the pod's Ready condition (reported, never required) */
+    bool terminating;         /* deletionTimestamp set */
 };
 
 #endif

@@ -60,10 +60,17 @@ static void test_parse_ll(void **state)
         int rc;
         long long want;
     } rows[] = {
-        {"0", 0, 10, 0, 0},         {"10", 0, 10, 0, 10},     {"11", 0, 10, -MESH_E_RANGE, 0},
-        {"-1", 0, 10, -MESH_E_RANGE, 0}, {"-5", -10, 10, 0, -5}, {"007", 0, 10, -MESH_E_INVAL, 0},
-        {"", 0, 10, -MESH_E_INVAL, 0}, {"1a", 0, 10, -MESH_E_INVAL, 0}, {" 1", 0, 10, -MESH_E_INVAL, 0},
-        {"+1", 0, 10, -MESH_E_INVAL, 0}, {"99999999999999999999", 0, 10, -MESH_E_RANGE, 0},
+        {"0", 0, 10, 0, 0},
+        {"10", 0, 10, 0, 10},
+        {"11", 0, 10, -MESH_E_RANGE, 0},
+        {"-1", 0, 10, -MESH_E_RANGE, 0},
+        {"-5", -10, 10, 0, -5},
+        {"007", 0, 10, -MESH_E_INVAL, 0},
+        {"", 0, 10, -MESH_E_INVAL, 0},
+        {"1a", 0, 10, -MESH_E_INVAL, 0},
+        {" 1", 0, 10, -MESH_E_INVAL, 0},
+        {"+1", 0, 10, -MESH_E_INVAL, 0},
+        {"99999999999999999999", 0, 10, -MESH_E_RANGE, 0},
         {"-", -10, 10, -MESH_E_INVAL, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -117,7 +124,8 @@ static void test_logfmt_lines(void **state)
     struct mesh_log_field f[] = {{"rv", "123"}, {"why", "a b"}};
     assert_int_equal(
         mesh_logfmt_line(&b, MESH_LOG_TEXT, t, MESH_LOG_INFO, "k8s", "watch restarted", f, 1), 0);
-    assert_string_equal(mesh_buf_str(&b), "2026-01-02T03:04:05.678Z INFO  k8s  watch restarted rv=123\n");
+    assert_string_equal(mesh_buf_str(&b),
+                        "2026-01-02T03:04:05.678Z INFO  k8s  watch restarted rv=123\n");
     mesh_buf_reset(&b);
     assert_int_equal(
         mesh_logfmt_line(&b, MESH_LOG_TEXT, t, MESH_LOG_WARN, "pub", "two\nlines", f, 2), 0);
@@ -126,9 +134,10 @@ static void test_logfmt_lines(void **state)
     mesh_buf_reset(&b);
     assert_int_equal(
         mesh_logfmt_line(&b, MESH_LOG_JSON, t, MESH_LOG_ERROR, "init", "say \"hi\"", f, 1), 0);
-    assert_string_equal(mesh_buf_str(&b),
-                        "{\"time\":\"2026-01-02T03:04:05.678Z\",\"level\":\"error\",\"mod\":\"init\","
-                        "\"msg\":\"say \\\"hi\\\"\",\"rv\":\"123\"}\n");
+    assert_string_equal(
+        mesh_buf_str(&b),
+        "{\"time\":\"2026-01-02T03:04:05.678Z\",\"level\":\"error\",\"mod\":\"init\","
+        "\"msg\":\"say \\\"hi\\\"\",\"rv\":\"123\"}\n");
     mesh_buf_cleanup(&b);
     enum mesh_log_level l;
     assert_int_equal(mesh_logfmt_parse_level("WARNING", &l), 0);

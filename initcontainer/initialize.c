@@ -1,11 +1,271 @@
 /*
- * initialize.c - the initialize step of tpumesh-init (see init.h). Being written; until
- * then the step reports that it is unavailable.
+ * initialize.c - the initialize step of tpumesh-init (init.h).
+ *
+ * Two very different things hide behind "TPU system initialization"
+ * (../shared/spec/tpu-and-tensorflow.md §1):
+ *
+ *  - TPU Node (legacy, ctx->kind MESH_TPU_NODE_GRPC/_API): the TPU hosts run
+ *    a TensorFlow server; initialization state lives there and survives us.
+ *    We do what `sess.run(tf.compat.v1.tpu.initialize_system())` does over
+ *    TensorFlow's master gRPC protocol and keep the TopologyProto it returns.
+ *
+ *  - TPU VM (MESH_TPU_VM_LOCAL): the TPU is attached to this host and the
+ *    trainer loads libtpu in-process; an initialized TPU does not survive the
+ *    process that initialized it (spec §1.3, §10.15). So we only run a
+ *    preflight: the device nodes are there, as many as the host's chips, and
+ *    nobody holds the libtpu lock. We never open a device and never take the
+ *    lock: the trainer must get both.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/cleanup.h"
+#include "core/mem.h"
+#include "io/log.h"
 #include "init.h"
+
+#define MOD "init"
+
+/* Upper bound on directory entries we look at in --dev-dir and the lock
+ * directory: a real /dev has a few hundred. */
+#define MAX_DIR_ENTRIES 65536
+
+static void closedir_p(DIR **d)
+{
+    if (*d != NULL) {
+        closedir(*d);
+    }
+}
+#define autoclosedir __attribute__((cleanup(closedir_p)))
+
+/* True when s is "<prefix><one or more digits>" (accel0, 12). */
+static bool is_prefix_number(const char *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(s, prefix, n) != 0 || s[n] == '\0') {
+        return false;
+    }
+    for (const char *p = s + n; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Count entries of dir whose name is prefix + digits. A missing directory
+ * counts 0; any other failure to read it is an I/O error. */
+static int count_numbered(const char *dir, const char *prefix, int *out_n, struct mesh_err *err)
+{
+    DIR *d autoclosedir = opendir(dir);
+    if (d == NULL) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+            *out_n = 0;
+            return 0;
+        }
+        return mesh_err_set(err, MESH_E_IO, errno, "cannot list device directory '%s'", dir);
+    }
+    int n = 0;
+    int seen = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && seen++ < MAX_DIR_ENTRIES) {
+        if (is_prefix_number(de->d_name, prefix)) {
+            n++;
+        }
+    }
+    *out_n = n;
+    return 0;
+}
+
+/* Count the TPU device nodes under dev_dir the way libtpu finds them
+ * (spec §4.2: /dev/accel<N>, else /dev/vfio/<N> on newer generations).
+ * We only list names: opening a device could race the trainer for it. */
+static int count_tpu_devices(const char *dev_dir, int *out_n, const char **out_kind,
+                             struct mesh_err *err)
+{
+    int accel = 0;
+    int vfio = 0;
+    int rc = count_numbered(dev_dir, "accel", &accel, err);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_autofree char *vfio_dir = mesh_asprintf("%s/vfio", dev_dir);
+    rc = count_numbered(vfio_dir, "", &vfio, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (accel > 0) {
+        *out_n = accel;
+        *out_kind = "accel";
+    } else {
+        *out_n = vfio;
+        *out_kind = "vfio";
+    }
+    return 0;
+}
+
+/* Is the POSIX record lock that libtpu takes with lockf(F_TLOCK) on path
+ * held by a process? We test with F_GETLK, which reports a conflicting lock
+ * without taking one, and we never create the file. A file that is absent or
+ * that we may not read is "not held as far as we can tell". */
+static int check_lock_file(const char *path, struct mesh_err *err)
+{
+    int fd mesh_autoclose = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno != ENOENT && errno != ENOTDIR) {
+            mesh_warn(MOD, "cannot check the libtpu lock file '%s': %s", path, strerror(errno));
+        }
+        return 0;
+    }
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 0;
+    if (fcntl(fd, F_GETLK, &fl) != 0) {
+        mesh_warn(MOD, "cannot test the libtpu lock file '%s': %s", path, strerror(errno));
+        return 0;
+    }
+    if (fl.l_type == F_UNLCK) {
+        mesh_debug(MOD, "libtpu lock file '%s' exists but is not held", path);
+        return 0;
+    }
+    /* Wording after TensorFlow's own "The TPU is already in use by process
+     * with pid ..." (spec §1.3). l_pid is 0 or -1 when the holder lives in
+     * another PID namespace or holds an OFD lock. */
+    if (fl.l_pid > 0) {
+        return mesh_err_set(err, MESH_E_BUSY, 0,
+                            "The TPU is already in use by process with pid %ld (it holds the "
+                            "libtpu lock '%s'); stop that process: only one program per host "
+                            "may use the TPU",
+                            (long)fl.l_pid, path);
+    }
+    return mesh_err_set(err, MESH_E_BUSY, 0,
+                        "The TPU is already in use by another process (it holds the libtpu lock "
+                        "'%s', pid not visible from this container); stop that process: only one "
+                        "program per host may use the TPU",
+                        path);
+}
+
+/* The lock files libtpu uses (spec §4.2): /tmp/libtpu_lockfile, the per-user
+ * /tmp/libtpu_lock_<uid>/libtpu_lockfile of newer XLA (any uid: the trainer
+ * need not run as our user) and $HOME/.libtpu_lockfile. TPUMESH_LOCK_DIR
+ * replaces /tmp (tests, or a host /tmp mounted elsewhere). */
+static int check_tpu_locks(struct mesh_err *err)
+{
+    const char *base = getenv("TPUMESH_LOCK_DIR");
+    if (base == NULL || base[0] == '\0') {
+        base = "/tmp";
+    }
+    mesh_autofree char *main_lock = mesh_asprintf("%s/libtpu_lockfile", base);
+    int rc = check_lock_file(main_lock, err);
+    if (rc < 0) {
+        return rc;
+    }
+
+    DIR *d autoclosedir = opendir(base);
+    if (d != NULL) {
+        struct dirent *de;
+        int seen = 0;
+        while ((de = readdir(d)) != NULL && seen++ < MAX_DIR_ENTRIES) {
+            if (strncmp(de->d_name, "libtpu_lock_", strlen("libtpu_lock_")) != 0) {
+                continue;
+            }
+            mesh_autofree char *p = mesh_asprintf("%s/%s/libtpu_lockfile", base, de->d_name);
+            rc = check_lock_file(p, err);
+            if (rc < 0) {
+                return rc;
+            }
+        }
+    }
+
+    const char *home = getenv("HOME");
+    if (home != NULL && home[0] == '/') {
+        mesh_autofree char *p = mesh_asprintf("%s/.libtpu_lockfile", home);
+        rc = check_lock_file(p, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
+{
+    const char *dev_dir = ctx->opts.dev_dir != NULL ? ctx->opts.dev_dir : "/dev";
+    int ndev = 0;
+    const char *kind = "accel";
+    int rc = count_tpu_devices(dev_dir, &ndev, &kind, err);
+    if (rc < 0) {
+        return rc;
+    }
+    int want = ctx->have_slice ? ctx->slice.chips_per_host : 0;
+
+    /* TensorFlow reports a missing TPU as NotFound "TPUs not found in the
+     * cluster. Failed in initialization: ..." (spec §5.1 step 5). */
+    if (ndev == 0) {
+        return mesh_err_set(err, MESH_E_NOTFOUND, 0,
+                            "TPUs not found in the cluster. Failed in initialization: no TPU "
+                            "device under '%s' (neither accel<N> nor vfio/<N>); request "
+                            "google.com/tpu for this container or point --dev-dir at the "
+                            "host's devices",
+                            dev_dir);
+    }
+    if (want > 0 && ndev < want) {
+        return mesh_err_set(err, MESH_E_NOTFOUND, 0,
+                            "TPUs not found in the cluster. Failed in initialization: %d TPU "
+                            "device(s) under '%s' but %s has %d chips per host; request "
+                            "google.com/tpu: %d for this container",
+                            ndev, dev_dir, ctx->slice.accelerator_type, want, want);
+    }
+    if (want > 0 && ndev > want) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%d TPU devices under '%s' but %s has %d chips per host; check "
+                            "--accelerator-type/--topology (v5e/v6e count chips, v4/v5p cores)",
+                            ndev, dev_dir, ctx->slice.accelerator_type, want);
+    }
+
+    rc = check_tpu_locks(err);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_info(MOD, "TPU VM preflight ok: %d %s device(s) under %s, libtpu lock free", ndev, kind,
+              dev_dir);
+    return 0;
+}
+
+static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
+{
+    (void)ctx;
+    return mesh_err_set(err, MESH_E_CONFIG, 0,
+                        "TPU Node initialization over gRPC is not available in this build; "
+                        "pass --skip-init to publish without initializing the TPU");
+}
 
 int mesh_init_initialize(struct mesh_init *ctx, struct mesh_err *err)
 {
-    (void)ctx;
-    return mesh_err_set(err, MESH_E_CONFIG, 0, "the initialize step is not available in this build");
+    if (ctx->opts.skip_init) {
+        mesh_info(MOD, "TPU system initialization skipped (--skip-init)");
+        return 0;
+    }
+    switch (ctx->kind) {
+    case MESH_TPU_VM_LOCAL:
+        return preflight_tpu_vm(ctx, err);
+    case MESH_TPU_NODE_GRPC:
+    case MESH_TPU_NODE_API:
+        return initialize_tpu_node(ctx, err);
+    case MESH_TPU_NONE:
+    default:
+        break;
+    }
+    return mesh_err_set(err, MESH_E_CONFIG, 0,
+                        "no TPU was resolved before initialization; set --tpu (a TPU name, "
+                        "grpc://host:port or local)");
 }

@@ -1,0 +1,503 @@
+/*
+ * tpuenv.c - parsers for TPU values that arrive as text (see tpuenv.h):
+ * worker host lists, bounds, gRPC endpoint lists, the `tpu-env` metadata
+ * document and `worker-network-endpoints`. Pure: no I/O.
+ */
+#include "tpuenv.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+#include "json.h"
+#include "mem.h"
+
+/* Longest piece of offending input quoted in an error message. */
+#define SHOW_MAX 64
+
+static bool is_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+bool mesh_tpuenv_is_ip(const char *s, size_t len)
+{
+    char tmp[MESH_IP_MAX];
+    unsigned char bin[16];
+    if (s == NULL || len == 0 || len >= sizeof(tmp) || memchr(s, '\0', len) != NULL) {
+        return false;
+    }
+    memcpy(tmp, s, len);
+    tmp[len] = '\0';
+    return inet_pton(AF_INET, tmp, bin) == 1 || inet_pton(AF_INET6, tmp, bin) == 1;
+}
+
+/* RFC 1123 host name: dot-separated labels of [A-Za-z0-9-], 1-63 chars, not
+ * starting or ending with '-'; whole name <= 253 chars. A name made only of
+ * digits and dots (e.g. "10.0.0") is not a name: it is a broken IP. */
+static bool is_rfc1123_name(const char *s, size_t len)
+{
+    if (len == 0 || len > 253) {
+        return false;
+    }
+    size_t label = 0;
+    bool all_digits = true;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '.') {
+            if (label == 0 || s[i - 1] == '-') {
+                return false;
+            }
+            label = 0;
+            continue;
+        }
+        if (!is_alnum(c) && c != '-') {
+            return false;
+        }
+        if (c == '-' && label == 0) {
+            return false;
+        }
+        if (!(c >= '0' && c <= '9')) {
+            all_digits = false;
+        }
+        if (++label > 63) {
+            return false;
+        }
+    }
+    if (label == 0 || s[len - 1] == '-') {
+        return false;
+    }
+    return !all_digits;
+}
+
+bool mesh_tpuenv_is_valid_host(const char *s, size_t len)
+{
+    if (s == NULL) {
+        return false;
+    }
+    return mesh_tpuenv_is_ip(s, len) || is_rfc1123_name(s, len);
+}
+
+bool mesh_tpuenv_is_grpc(const char *s, size_t len)
+{
+    return s != NULL && len >= 7 && memcmp(s, "grpc://", 7) == 0;
+}
+
+/* Iterate over comma-separated items of s[0..len): *pos is the cursor.
+ * Returns false when there is nothing left; an empty input yields one empty
+ * item (so "" is reported as an empty entry, like Python's "".split(",")). */
+static bool next_item(const char *s, size_t len, size_t *pos, bool *done, const char **out_item,
+                      size_t *out_len)
+{
+    if (*done) {
+        return false;
+    }
+    const char *start = s + *pos;
+    const char *comma = memchr(start, ',', len - *pos);
+    if (comma == NULL) {
+        *out_item = start;
+        *out_len = len - *pos;
+        *done = true;
+        return true;
+    }
+    *out_item = start;
+    *out_len = (size_t)(comma - start);
+    *pos += *out_len + 1;
+    return true;
+}
+
+static int show_len(size_t len)
+{
+    return (int)(len > SHOW_MAX ? SHOW_MAX : len);
+}
+
+int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
+                                struct mesh_worker **out_workers, size_t *out_n,
+                                struct mesh_err *err)
+{
+    if (s == NULL || len > MESH_TPUENV_MAX_INPUT) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "worker host list is larger than %d bytes",
+                            MESH_TPUENV_MAX_INPUT);
+    }
+    size_t pos = 0, n = 0, cap = 0;
+    bool done = false;
+    const char *item;
+    size_t ilen;
+    struct mesh_worker *w = NULL;
+    while (next_item(s, len, &pos, &done, &item, &ilen)) {
+        if (n >= max) {
+            mesh_free(w);
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
+        }
+        if (!mesh_tpuenv_is_valid_host(item, ilen)) {
+            mesh_free(w);
+            if (ilen == 0) {
+                return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                    "entry %zu is empty (remove the stray comma)", n);
+            }
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "entry %zu '%.*s' is not a valid RFC 1123 host name or IP address",
+                                n, show_len(ilen), item);
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            w = mesh_reallocarray(w, cap, sizeof(*w));
+        }
+        memset(&w[n], 0, sizeof(w[n]));
+        w[n].index = (int)n;
+        memcpy(w[n].host, item, ilen);
+        w[n].host[ilen] = '\0';
+        if (mesh_tpuenv_is_ip(item, ilen)) {
+            memcpy(w[n].ip, item, ilen);
+            w[n].ip[ilen] = '\0';
+        }
+        n++;
+    }
+    *out_workers = w;
+    *out_n = n;
+    return 0;
+}
+
+int mesh_tpuenv_parse_bounds(const char *name, const char *s, size_t len, int out_bounds[3],
+                             struct mesh_err *err)
+{
+    int b[3];
+    size_t pos = 0, i = 0;
+    bool done = false;
+    const char *item;
+    size_t ilen;
+    if (s == NULL) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "%s is missing", name);
+    }
+    while (next_item(s, len, &pos, &done, &item, &ilen)) {
+        long long v;
+        if (i >= 3 || mesh_parse_ll(item, ilen, 1, 4096, &v, NULL) != 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "%s '%.*s' is not three positive integers \"x,y,z\" (e.g. 2,2,1)",
+                                name, show_len(len), s);
+        }
+        b[i++] = (int)v;
+    }
+    if (i != 3) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%s '%.*s' is not three positive integers \"x,y,z\" (e.g. 2,2,1)", name,
+                            show_len(len), s);
+    }
+    memcpy(out_bounds, b, sizeof(b));
+    return 0;
+}
+
+/* One endpoint item after TensorFlow's rules (see tpuenv.h). */
+static int parse_endpoint(const char *item, size_t ilen, size_t idx,
+                          struct mesh_tpuenv_endpoint *ep, struct mesh_err *err)
+{
+    const char *p = item;
+    size_t plen = ilen;
+    if (mesh_tpuenv_is_grpc(p, plen)) {
+        p += 7;
+        plen -= 7;
+    }
+    const char *colon = memchr(p, ':', plen);
+    size_t hlen = colon ? (size_t)(colon - p) : plen;
+    long long port = MESH_TPUENV_DEFAULT_PORT;
+    if (colon != NULL) {
+        const char *ps = colon + 1;
+        size_t pslen = plen - hlen - 1;
+        if (memchr(ps, ':', pslen) != NULL) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "endpoint %zu '%.*s' has more than one ':' (use grpc://IPv4:PORT; "
+                                "IPv6 cannot be written in this format)",
+                                idx, show_len(ilen), item);
+        }
+        if (mesh_parse_ll(ps, pslen, 1, 65535, &port, NULL) != 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "endpoint %zu '%.*s' has an invalid port (want 1-65535)", idx,
+                                show_len(ilen), item);
+        }
+    }
+    if (hlen == 0 || hlen >= MESH_IP_MAX || !mesh_tpuenv_is_valid_host(p, hlen)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "endpoint %zu '%.*s' is not grpc://HOST[:PORT] with an IPv4 address or "
+                            "host name (spaces are not trimmed)",
+                            idx, show_len(ilen), item);
+    }
+    memcpy(ep->ip, p, hlen);
+    ep->ip[hlen] = '\0';
+    ep->port = (int)port;
+    return 0;
+}
+
+int mesh_tpuenv_parse_endpoints(const char *s, size_t len, size_t max,
+                                struct mesh_tpuenv_endpoint **out_eps, size_t *out_n,
+                                struct mesh_err *err)
+{
+    if (s == NULL || len > MESH_TPUENV_MAX_INPUT) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "endpoint list is larger than %d bytes",
+                            MESH_TPUENV_MAX_INPUT);
+    }
+    size_t pos = 0, n = 0, cap = 0;
+    bool done = false;
+    const char *item;
+    size_t ilen;
+    struct mesh_tpuenv_endpoint *eps = NULL;
+    while (next_item(s, len, &pos, &done, &item, &ilen)) {
+        if (n >= max) {
+            mesh_free(eps);
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu endpoints listed", max);
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            eps = mesh_reallocarray(eps, cap, sizeof(*eps));
+        }
+        int rc = parse_endpoint(item, ilen, n, &eps[n], err);
+        if (rc < 0) {
+            mesh_free(eps);
+            return rc;
+        }
+        n++;
+    }
+    *out_eps = eps;
+    *out_n = n;
+    return 0;
+}
+
+/* ---- tpu-env ------------------------------------------------------------ */
+
+void mesh_tpuenv_cleanup(struct mesh_tpuenv *env)
+{
+    if (env == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < env->n; i++) {
+        mesh_free(env->items[i].key);
+        mesh_free(env->items[i].value);
+    }
+    mesh_free(env->items);
+    env->items = NULL;
+    env->n = 0;
+}
+
+const char *mesh_tpuenv_get(const struct mesh_tpuenv *env, const char *key)
+{
+    if (env == NULL || key == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < env->n; i++) {
+        if (strcmp(env->items[i].key, key) == 0) {
+            return env->items[i].value;
+        }
+    }
+    return NULL;
+}
+
+/* Decode a YAML-ish scalar v[0..vlen) (already stripped of leading spaces)
+ * into an owned string. */
+static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, struct mesh_err *err)
+{
+    char *o = mesh_malloc(vlen + 1);
+    size_t n = 0;
+    if (vlen > 0 && v[0] == '\'') {
+        size_t i = 1;
+        for (; i < vlen; i++) {
+            if (v[i] == '\'') {
+                if (i + 1 < vlen && v[i + 1] == '\'') {
+                    o[n++] = '\'';
+                    i++;
+                    continue;
+                }
+                break;
+            }
+            o[n++] = v[i];
+        }
+        if (i >= vlen) {
+            mesh_free(o);
+            return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated ' quote",
+                                lineno);
+        }
+        for (i++; i < vlen; i++) {
+            if (v[i] != ' ' && v[i] != '\t' && v[i] != '\r') {
+                mesh_free(o);
+                return mesh_err_set(err, MESH_E_PARSE, 0,
+                                    "tpu-env line %zu: text after the closing quote", lineno);
+            }
+        }
+    } else if (vlen > 0 && v[0] == '"') {
+        size_t i = 1;
+        for (; i < vlen && v[i] != '"'; i++) {
+            if (v[i] == '\\') {
+                if (++i >= vlen) {
+                    break;
+                }
+                switch (v[i]) {
+                case 'n':
+                    o[n++] = '\n';
+                    break;
+                case 't':
+                    o[n++] = '\t';
+                    break;
+                case '\\':
+                case '"':
+                case '/':
+                    o[n++] = v[i];
+                    break;
+                default:
+                    mesh_free(o);
+                    return mesh_err_set(err, MESH_E_PARSE, 0,
+                                        "tpu-env line %zu: unsupported escape '\\%c'", lineno,
+                                        v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?');
+                }
+                continue;
+            }
+            o[n++] = v[i];
+        }
+        if (i >= vlen) {
+            mesh_free(o);
+            return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated \" quote",
+                                lineno);
+        }
+        for (i++; i < vlen; i++) {
+            if (v[i] != ' ' && v[i] != '\t' && v[i] != '\r') {
+                mesh_free(o);
+                return mesh_err_set(err, MESH_E_PARSE, 0,
+                                    "tpu-env line %zu: text after the closing quote", lineno);
+            }
+        }
+    } else {
+        while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t' || v[vlen - 1] == '\r')) {
+            vlen--;
+        }
+        memcpy(o, v, vlen);
+        n = vlen;
+    }
+    o[n] = '\0';
+    *out = o;
+    return 0;
+}
+
+static int parse_tpuenv_line(const char *line, size_t llen, size_t lineno, struct mesh_tpuenv *env,
+                             size_t *cap, struct mesh_err *err)
+{
+    size_t i = 0;
+    while (i < llen && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) {
+        i++;
+    }
+    if (i == llen || line[i] == '#') {
+        return 0;
+    }
+    size_t kstart = i;
+    while (i < llen && (is_alnum(line[i]) || line[i] == '_')) {
+        i++;
+    }
+    size_t klen = i - kstart;
+    if (klen == 0 || i >= llen || line[i] != ':') {
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "tpu-env line %zu is not KEY: 'value' (keys are [A-Za-z0-9_])", lineno);
+    }
+    i++;
+    if (i < llen && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: need a space after ':'",
+                            lineno);
+    }
+    while (i < llen && (line[i] == ' ' || line[i] == '\t')) {
+        i++;
+    }
+    for (size_t k = 0; k < env->n; k++) {
+        if (strlen(env->items[k].key) == klen &&
+            memcmp(env->items[k].key, line + kstart, klen) == 0) {
+            return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: duplicate key '%.*s'",
+                                lineno, (int)klen, line + kstart);
+        }
+    }
+    if (env->n >= MESH_TPUENV_MAX_KEYS) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "tpu-env has more than %d keys",
+                            MESH_TPUENV_MAX_KEYS);
+    }
+    char *value = NULL;
+    int rc = decode_value(line + i, llen - i, lineno, &value, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (env->n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        env->items = mesh_reallocarray(env->items, *cap, sizeof(*env->items));
+    }
+    env->items[env->n].key = mesh_strndup(line + kstart, klen);
+    env->items[env->n].value = value;
+    env->n++;
+    return 0;
+}
+
+int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out, struct mesh_err *err)
+{
+    struct mesh_tpuenv env = {0};
+    size_t cap = 0, pos = 0, lineno = 1;
+    if (len > MESH_TPUENV_MAX_INPUT) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "tpu-env is larger than %d bytes",
+                            MESH_TPUENV_MAX_INPUT);
+    }
+    if (len > 0 && memchr(buf, '\0', len) != NULL) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env contains a NUL byte");
+    }
+    while (pos < len) {
+        const char *line = buf + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t llen = nl ? (size_t)(nl - line) : len - pos;
+        int rc = parse_tpuenv_line(line, llen, lineno, &env, &cap, err);
+        if (rc < 0) {
+            mesh_tpuenv_cleanup(&env);
+            return rc;
+        }
+        pos += llen + (nl ? 1 : 0);
+        lineno++;
+    }
+    *out = env;
+    return 0;
+}
+
+int mesh_tpuenv_parse_worker_endpoints(const char *s, size_t len, size_t max,
+                                       struct mesh_worker **out_workers, size_t *out_n,
+                                       struct mesh_err *err)
+{
+    if (s == NULL || len > MESH_TPUENV_MAX_INPUT) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0,
+                            "worker-network-endpoints is larger than %d bytes",
+                            MESH_TPUENV_MAX_INPUT);
+    }
+    size_t pos = 0, n = 0, cap = 0;
+    bool done = false;
+    const char *item;
+    size_t ilen;
+    struct mesh_worker *w = NULL;
+    while (next_item(s, len, &pos, &done, &item, &ilen)) {
+        /* hostname:uid:ip - take field [2] (spec §4.4). */
+        const char *c1 = memchr(item, ':', ilen);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
+        const char *ip = c2 ? c2 + 1 : NULL;
+        size_t iplen = ip ? ilen - (size_t)(ip - item) : 0;
+        if (n >= max) {
+            mesh_free(w);
+            return mesh_err_set(err, MESH_E_TOOBIG, 0,
+                                "worker-network-endpoints lists more than %zu workers", max);
+        }
+        if (ip == NULL || !mesh_tpuenv_is_ip(ip, iplen)) {
+            mesh_free(w);
+            return mesh_err_set(err, MESH_E_PARSE, 0,
+                                "worker-network-endpoints entry %zu '%.*s' is not "
+                                "hostname:uid:IP",
+                                n, show_len(ilen), item);
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            w = mesh_reallocarray(w, cap, sizeof(*w));
+        }
+        memset(&w[n], 0, sizeof(w[n]));
+        w[n].index = (int)n;
+        memcpy(w[n].ip, ip, iplen);
+        w[n].ip[iplen] = '\0';
+        memcpy(w[n].host, ip, iplen);
+        w[n].host[iplen] = '\0';
+        n++;
+    }
+    *out_workers = w;
+    *out_n = n;
+    return 0;
+}

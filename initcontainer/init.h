@@ -44,6 +44,9 @@ struct mesh_init_opts {
     int timeout_s;        /* default 600 */
     bool skip_init;
     char *tf_version; /* tf-version.cloud-tpus.google.com annotation, or NULL */
+    /* Where opts.tpu came from, for the log: a static string such as "flag --tpu",
+     * "env TPUMESH_TPU" or "annotation tpumesh.dev/tpu"; NULL = "flag --tpu". */
+    const char *tpu_origin;
 };
 
 /* How the TPU was found (spec §1, §10). */

@@ -1,0 +1,151 @@
+/*
+ * k8s_informer.h - a reflector + local store for one kind of object (Pods),
+ * in the manner of client-go's informer (spec kubernetes-api.md §2.9, §6):
+ *
+ *   LIST (paginated, limit/continue; an expired continue token restarts
+ *   the list) -> diff against the store -> callbacks -> "synced"
+ *   WATCH from the list's resourceVersion, allowWatchBookmarks=true,
+ *   timeoutSeconds uniform in [watch_timeout_min_s, watch_timeout_max_s)
+ *     normal end            -> re-watch from the last RV (no relist)
+ *     BOOKMARK              -> advances the RV
+ *     ERROR 410 / HTTP 410  -> relist
+ *     malformed / cut event / oversized event -> logged, relist
+ *     stall (no byte for stall_timeout_s) -> reconnect (relist if it
+ *                              happens twice in a row without an event)
+ *     RV going backwards (apiserver restarted with lost history) -> relist
+ *     429                   -> wait Retry-After (capped), then re-watch
+ *     other failures        -> backoff 0.8 s doubling to 30 s, jitter
+ *                              x[1,2), reset after 2 min healthy
+ *     401                   -> the client re-reads its token and retries once
+ *
+ * The store keeps, per object, its key "namespace/name", its
+ * resourceVersion and a caller-owned record made by opts.extract from the
+ * object's JSON (e.g. a compact pod record): the JSON itself is never
+ * kept, so memory per object is ~100 bytes plus the record.
+ *
+ * A relist diffs the complete new list against the store and emits
+ * exactly the missing changes: on_delete for keys that disappeared,
+ * on_add for new keys, on_update for keys whose resourceVersion changed
+ * (and, if opts.equal is set, whose records differ). Then on_synced.
+ *
+ * Threads and event loops. mesh_k8s_informer_run() blocks and calls the
+ * callbacks on its own thread, with the store lock held. Other threads may:
+ *   - call mesh_k8s_informer_stop() (returns at once; run returns within
+ *     ~100 ms),
+ *   - read the store between mesh_k8s_informer_lock()/_unlock()
+ *     (mesh_k8s_informer_lookup, _foreach, _count),
+ *   - poll mesh_k8s_informer_notify_fd(): it becomes readable after every
+ *     batch of changes and after every sync (read 8 bytes to clear it),
+ *     so an event loop (epoll, libwebsockets foreign fd) can react without
+ *     callbacks: on readable, lock, walk the store, unlock.
+ * Callbacks must not call stop+free or run; they may call lookup/foreach
+ * (the lock is recursive). Keep callbacks short: the watch waits.
+ */
+#ifndef MESH_K8S_INFORMER_H
+#define MESH_K8S_INFORMER_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/err.h"
+#include "k8s_client.h"
+
+/* Make a caller-owned record from one object (borrowed, valid for the
+ * call only). Return NULL to leave the object out of the store (it is then
+ * treated as absent: a previously stored record gets on_delete). */
+typedef void *(*mesh_k8s_extract_fn)(void *ctx, const cJSON *obj);
+/* Free a record made by extract. */
+typedef void (*mesh_k8s_record_free_fn)(void *ctx, void *rec);
+/* Optional: true when two records are the same for the caller (suppresses
+ * on_update for changes the caller does not store). */
+typedef bool (*mesh_k8s_record_equal_fn)(void *ctx, const void *a, const void *b);
+
+/* Callbacks (each may be NULL). key and records are borrowed for the call:
+ * old records are freed right after on_update/on_delete return. */
+struct mesh_k8s_informer_callbacks {
+    void (*on_add)(void *ctx, const char *key, const void *rec);
+    void (*on_update)(void *ctx, const char *key, const void *old_rec, const void *new_rec);
+    void (*on_delete)(void *ctx, const char *key, const void *old_rec);
+    /* After every complete LIST has been applied; count = objects stored. */
+    void (*on_synced)(void *ctx, size_t count);
+};
+
+struct mesh_k8s_informer_opts {
+    struct mesh_k8s_query query;         /* strings copied by _new */
+    long page_limit;                     /* LIST limit, 0 = 500 (client-go pager) */
+    int watch_timeout_min_s;             /* 0 = 300 (client-go) */
+    int watch_timeout_max_s;             /* 0 = 2 x min */
+    int stall_timeout_s;                 /* 0 = 90 (bookmarks come every ~60 s, spec §2.5) */
+    size_t max_event_bytes;              /* 0 = MESH_K8S_EVENT_MAX_DEFAULT */
+    size_t max_list_bytes;               /* one page, 0 = MESH_K8S_LIST_MAX_DEFAULT */
+    int backoff_initial_ms;              /* 0 = 800 */
+    int backoff_max_ms;                  /* 0 = 30000 */
+    int backoff_reset_ms;                /* 0 = 120000 */
+    int retry_after_cap_s;               /* 0 = 30 */
+    mesh_k8s_extract_fn extract;         /* required */
+    mesh_k8s_record_free_fn record_free; /* required */
+    mesh_k8s_record_equal_fn equal;      /* optional */
+    struct mesh_k8s_informer_callbacks cb;
+    void *ctx; /* passed to extract, record_free, equal and callbacks */
+};
+
+/* Counters for /metrics and tests (monotonic). */
+struct mesh_k8s_informer_stats {
+    uint64_t lists;           /* complete LISTs applied */
+    uint64_t pages;           /* LIST pages fetched */
+    uint64_t watches;         /* WATCH requests started */
+    uint64_t events;          /* ADDED/MODIFIED/DELETED applied */
+    uint64_t bookmarks;       /* BOOKMARKs seen */
+    uint64_t relists;         /* lists caused by 410, malformed input, RV going back, ... */
+    uint64_t failures;        /* failed requests (backoff taken) */
+    char rv[MESH_K8S_RV_MAX]; /* last resourceVersion seen */
+};
+
+struct mesh_k8s_informer;
+
+/* Create an informer on a borrowed client (which must outlive it and is
+ * used only by run's thread). -MESH_E_INVAL for missing extract /
+ * record_free or bad numbers. Owned (mesh_k8s_informer_free) or NULL. */
+struct mesh_k8s_informer *mesh_k8s_informer_new(struct mesh_k8s_client *client,
+                                                const struct mesh_k8s_informer_opts *opts,
+                                                struct mesh_err *err);
+/* Free the informer and every stored record (record_free). Call after run
+ * returned (or if it never ran). NULL does nothing. */
+void mesh_k8s_informer_free(struct mesh_k8s_informer *inf);
+
+/* List, watch and keep the store current until mesh_k8s_informer_stop.
+ * Failures are logged (module "k8s") and retried as described above; run
+ * returns 0 after stop. Returns a negative code only for misuse (run
+ * called twice). */
+int mesh_k8s_informer_run(struct mesh_k8s_informer *inf, struct mesh_err *err);
+/* Ask run to return (thread-safe; cancels the in-flight request). */
+void mesh_k8s_informer_stop(struct mesh_k8s_informer *inf);
+
+/* eventfd (O_CLOEXEC|O_NONBLOCK), readable after changes; owned by the
+ * informer (do not close). */
+int mesh_k8s_informer_notify_fd(const struct mesh_k8s_informer *inf);
+
+/* Store access from any thread: hold the (recursive) lock around lookup,
+ * foreach and count, and use records only while holding it. */
+void mesh_k8s_informer_lock(struct mesh_k8s_informer *inf);
+void mesh_k8s_informer_unlock(struct mesh_k8s_informer *inf);
+/* Record stored under "namespace/name", borrowed, or NULL. Lock held. */
+const void *mesh_k8s_informer_lookup(const struct mesh_k8s_informer *inf, const char *key);
+/* Call fn for every stored object (unspecified order) with its key, its
+ * resourceVersion and its record (all borrowed). A non-zero return stops
+ * the walk and is returned. Lock held. */
+int mesh_k8s_informer_foreach(const struct mesh_k8s_informer *inf,
+                              int (*fn)(void *ctx, const char *key, const char *rv,
+                                        const void *rec),
+                              void *ctx);
+/* Objects stored. Lock held. */
+size_t mesh_k8s_informer_count(const struct mesh_k8s_informer *inf);
+
+/* True once the first LIST has been applied (thread-safe, lock-free). */
+bool mesh_k8s_informer_has_synced(const struct mesh_k8s_informer *inf);
+/* Copy of the counters (thread-safe). */
+void mesh_k8s_informer_stats(struct mesh_k8s_informer *inf, struct mesh_k8s_informer_stats *out);
+
+#endif

@@ -1,0 +1,314 @@
+/*
+ * k8s_pod.c - extract the few Pod fields the sidecar uses into a fixed-size
+ * record, validating every value that may later reach a published file
+ * (DESIGN.md §4: nothing is ever written raw). Pure: no I/O, no logging.
+ */
+#include "k8s_pod.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "json.h"
+
+/* Mark the record invalid with the reason "<what> '<val>' <tail>"; the first
+ * reason found is kept. what and tail are ours, val comes from the pod. */
+static void set_invalid(struct mesh_k8s_pod *p, const char *what, const char *val, const char *tail)
+{
+    if (p->invalid) {
+        return;
+    }
+    p->invalid = true;
+    /* Hostile values are cut short and their control bytes replaced: the
+     * reason is logged, so it must stay one short line. */
+    char shown[40];
+    size_t n = 0;
+    for (const char *s = val ? val : ""; *s != '\0' && n + 1 < sizeof(shown); s++) {
+        unsigned char c = (unsigned char)*s;
+        shown[n++] = (c < 0x20 || c == 0x7f || c == '\'') ? '?' : (char)c;
+    }
+    shown[n] = '\0';
+    snprintf(p->reason, sizeof(p->reason), "%s '%s' %s", what, shown, tail);
+}
+
+static bool is_lower_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+bool mesh_k8s_is_dns_label(const char *s, size_t len)
+{
+    if (len == 0 || len > 63 || !is_lower_alnum(s[0]) || !is_lower_alnum(s[len - 1])) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!is_lower_alnum(s[i]) && s[i] != '-') {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool mesh_k8s_is_dns_subdomain(const char *s, size_t len)
+{
+    if (len == 0 || len > 253) {
+        return false;
+    }
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i == len || s[i] == '.') {
+            if (!mesh_k8s_is_dns_label(s + start, i - start)) {
+                return false;
+            }
+            start = i + 1;
+        }
+    }
+    return true;
+}
+
+/* Label values (k8s: <= 63, [A-Za-z0-9._-], alnum at both ends, or empty).
+ * We only keep non-empty ones. */
+static bool is_label_value(const char *s)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > 63) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && ((i == 0 || i == len - 1) || (c != '-' && c != '_' && c != '.'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Copy a string that has already been validated to fit. */
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src);
+}
+
+/* Read a non-negative integer from a label/annotation string value into
+ * *out (left at -1 when the key is absent). */
+static void read_index(struct mesh_k8s_pod *p, const cJSON *map, const char *key, int *out)
+{
+    const cJSON *v = cJSON_IsObject(map) ? cJSON_GetObjectItemCaseSensitive(map, key) : NULL;
+    if (v == NULL) {
+        return;
+    }
+    if (!cJSON_IsString(v)) {
+        set_invalid(p, key, "(not a string)", "must be a string");
+        return;
+    }
+    long long n = 0;
+    if (mesh_parse_ll(v->valuestring, strlen(v->valuestring), 0, MESH_K8S_INDEX_MAX, &n, NULL) <
+        0) {
+        set_invalid(p, key, v->valuestring, "is not an integer in 0..1048575");
+        return;
+    }
+    *out = (int)n;
+}
+
+/* A label value we keep for selectors and ordering: must be a valid label
+ * value; anything else makes the pod invalid. */
+static void read_label(struct mesh_k8s_pod *p, const cJSON *labels, const char *key, char *dst,
+                       size_t cap)
+{
+    const char *v = mesh_json_str(labels, key);
+    if (v == NULL) {
+        return;
+    }
+    if (!is_label_value(v)) {
+        set_invalid(p, key, v, "is not a valid label value");
+        return;
+    }
+    copy_str(dst, cap, v);
+}
+
+static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
+{
+    const char *ns = mesh_json_str(md, "namespace");
+    if (ns != NULL) {
+        if (mesh_k8s_is_dns_label(ns, strlen(ns))) {
+            copy_str(p->ns, sizeof(p->ns), ns);
+        } else {
+            set_invalid(p, "metadata.namespace", ns, "is not an RFC 1123 label");
+        }
+    }
+    const char *uid = mesh_json_str(md, "uid");
+    if (uid != NULL && strlen(uid) < sizeof(p->uid)) {
+        copy_str(p->uid, sizeof(p->uid), uid);
+    }
+    const cJSON *del = cJSON_GetObjectItemCaseSensitive(md, "deletionTimestamp");
+    p->terminating = del != NULL && !cJSON_IsNull(del);
+
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+    const cJSON *annos = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+
+    /* Indexed Jobs: the annotation always, the label since 1.28
+     * (spec/kubernetes-api.md §3.6). Both present must agree. */
+    int from_anno = -1, from_label = -1;
+    read_index(p, annos, MESH_K8S_KEY_COMPLETION_INDEX, &from_anno);
+    read_index(p, labels, MESH_K8S_KEY_COMPLETION_INDEX, &from_label);
+    if (from_anno >= 0 && from_label >= 0 && from_anno != from_label) {
+        char both[32];
+        snprintf(both, sizeof(both), "%d/%d", from_anno, from_label);
+        set_invalid(p, MESH_K8S_KEY_COMPLETION_INDEX, both, "annotation/label disagree");
+    }
+    p->completion_index = from_anno >= 0 ? from_anno : from_label;
+    read_index(p, labels, MESH_K8S_KEY_POD_INDEX, &p->pod_index);
+    read_index(p, labels, MESH_K8S_KEY_JOB_INDEX, &p->job_index);
+    read_index(p, labels, MESH_K8S_KEY_JOB_GLOBAL_INDEX, &p->job_global_index);
+
+    read_label(p, labels, MESH_K8S_KEY_JOB_NAME, p->job_name, sizeof(p->job_name));
+    if (p->job_name[0] == '\0') {
+        read_label(p, labels, MESH_K8S_KEY_JOB_NAME_LEGACY, p->job_name, sizeof(p->job_name));
+    }
+    read_label(p, labels, MESH_K8S_KEY_JOBSET_NAME, p->jobset_name, sizeof(p->jobset_name));
+    read_label(p, labels, MESH_K8S_KEY_REPLICATED_JOB, p->replicated_job,
+               sizeof(p->replicated_job));
+
+    const char *exp = mesh_json_str(annos, MESH_K8S_KEY_EXPECTED);
+    if (exp != NULL) {
+        long long n = 0;
+        if (mesh_parse_ll(exp, strlen(exp), 1, MESH_K8S_INDEX_MAX + 1, &n, NULL) < 0) {
+            set_invalid(p, MESH_K8S_KEY_EXPECTED, exp, "is not an integer in 1..1048576");
+        } else {
+            p->expected_workers = (int)n;
+        }
+    }
+
+    /* The controlling owner (at most one has controller: true). Only kinds and
+     * names that fit are kept; they serve selector derivation. */
+    const cJSON *owners = cJSON_GetObjectItemCaseSensitive(md, "ownerReferences");
+    if (!cJSON_IsArray(owners)) {
+        owners = NULL;
+    }
+    const cJSON *o = NULL;
+    cJSON_ArrayForEach(o, owners)
+    {
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "controller"))) {
+            continue;
+        }
+        const char *kind = mesh_json_str(o, "kind");
+        const char *name = mesh_json_str(o, "name");
+        if (kind != NULL && name != NULL && strlen(kind) < sizeof(p->owner_kind) &&
+            is_label_value(name)) {
+            copy_str(p->owner_kind, sizeof(p->owner_kind), kind);
+            copy_str(p->owner_name, sizeof(p->owner_name), name);
+        }
+        break;
+    }
+}
+
+static void read_spec(struct mesh_k8s_pod *p, const cJSON *spec)
+{
+    const char *fields[2] = {"spec.hostname", "spec.subdomain"};
+    char *dst[2] = {p->hostname, p->subdomain};
+    for (int i = 0; i < 2; i++) {
+        const char *v = mesh_json_str(spec, fields[i]);
+        if (v == NULL || v[0] == '\0') {
+            continue;
+        }
+        if (!mesh_k8s_is_dns_label(v, strlen(v))) {
+            set_invalid(p, fields[i], v, "is not an RFC 1123 DNS label");
+            continue;
+        }
+        copy_str(dst[i], MESH_K8S_LABEL_MAX, v);
+    }
+}
+
+/* Store an IP in canonical text form (inet_pton + inet_ntop), which also
+ * rejects anything that is not an address. */
+static void set_ip(struct mesh_k8s_pod *p, const char *ip)
+{
+    unsigned char bin[16];
+    int af = strchr(ip, ':') != NULL ? AF_INET6 : AF_INET;
+    if (strlen(ip) >= MESH_IP_MAX || inet_pton(af, ip, bin) != 1 ||
+        inet_ntop(af, bin, p->ip, sizeof(p->ip)) == NULL) {
+        p->ip[0] = '\0';
+        set_invalid(p, "status.podIP", ip, "is not an IP address");
+        return;
+    }
+    p->ip_v6 = af == AF_INET6;
+}
+
+static void read_status(struct mesh_k8s_pod *p, const cJSON *status)
+{
+    const char *ip = mesh_json_str(status, "podIP");
+    if (ip == NULL || ip[0] == '\0') {
+        /* podIPs[0] == podIP when both exist (spec §3.3); use it when podIP is absent. */
+        const cJSON *ips = cJSON_GetObjectItemCaseSensitive(status, "podIPs");
+        ip = cJSON_IsArray(ips) ? mesh_json_str(cJSON_GetArrayItem(ips, 0), "ip") : NULL;
+    }
+    if (ip != NULL && ip[0] != '\0') {
+        set_ip(p, ip);
+    }
+    const char *phase = mesh_json_str(status, "phase");
+    p->finished =
+        phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+    if (!cJSON_IsArray(conds)) {
+        conds = NULL;
+    }
+    const cJSON *c = NULL;
+    cJSON_ArrayForEach(c, conds)
+    {
+        const char *type = mesh_json_str(c, "type");
+        if (type != NULL && strcmp(type, "Ready") == 0) {
+            const char *st = mesh_json_str(c, "status");
+            p->ready = st != NULL && strcmp(st, "True") == 0;
+            break;
+        }
+    }
+}
+
+int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    out->completion_index = -1;
+    out->pod_index = -1;
+    out->job_index = -1;
+    out->job_global_index = -1;
+    out->expected_workers = -1;
+
+    const cJSON *md =
+        cJSON_IsObject(pod) ? cJSON_GetObjectItemCaseSensitive(pod, "metadata") : NULL;
+    const char *name = mesh_json_str(md, "name");
+    if (name == NULL) {
+        out->invalid = true;
+        copy_str(out->reason, sizeof(out->reason), "object has no metadata.name");
+        return mesh_err_set(err, MESH_E_INVAL, 0, "Pod object has no string metadata.name");
+    }
+    /* Pod names are RFC 1123 subdomains (<= 253). Anything else is hostile
+     * or corrupt: keep a truncated copy for the log and leave the pod out. */
+    copy_str(out->name, sizeof(out->name), name);
+    if (!mesh_k8s_is_dns_subdomain(name, strlen(name))) {
+        set_invalid(out, "metadata.name", name, "is not an RFC 1123 subdomain");
+    }
+    read_metadata(out, md);
+    read_spec(out, cJSON_GetObjectItemCaseSensitive(pod, "spec"));
+    read_status(out, cJSON_GetObjectItemCaseSensitive(pod, "status"));
+    return 0;
+}
+
+int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, struct mesh_err *err)
+{
+    mesh_autocjson cJSON *j = mesh_json_parse(buf, len, MESH_K8S_POD_JSON_MAX, err);
+    if (j == NULL) {
+        memset(out, 0, sizeof(*out));
+        out->invalid = true;
+        return mesh_err_prefix(err, "pod JSON");
+    }
+    return mesh_k8s_pod_extract(j, out, err);
+}
+
+bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod *b)
+{
+    /* Records are memset before filling and strings written with snprintf,
+     * so padding and the bytes after each terminator are zero: memcmp is exact. */
+    return memcmp(a, b, sizeof(*a)) == 0;
+}

@@ -1,0 +1,102 @@
+/*
+ * k8s_pod.h - Pod JSON -> a small fixed-size record holding only what the
+ * sidecar needs to order workers and address them (STYLE.md R8: pure).
+ *
+ * Field paths read (spec/kubernetes-api.md §3.1-§3.3, §3.5-§3.7;
+ * spec/gke-and-peers.md §2.4, §3.5):
+ *   metadata.name, .namespace, .uid, .deletionTimestamp (non-null = leaving)
+ *   metadata.labels / metadata.annotations:
+ *     batch.kubernetes.io/job-completion-index   (annotation, or label since 1.28)
+ *     apps.kubernetes.io/pod-index               (StatefulSet label)
+ *     batch.kubernetes.io/job-name               (Indexed Job; legacy "job-name" too)
+ *     jobset.sigs.k8s.io/jobset-name, replicatedjob-name, job-index, job-global-index
+ *     tpumesh.dev/expected-workers               (annotation)
+ *   metadata.ownerReferences[] (the one with controller: true)
+ *   spec.hostname, spec.subdomain
+ *   status.podIP (else status.podIPs[0].ip), status.phase,
+ *   status.conditions[type=Ready].status
+ *
+ * A record is a plain value: copy it, compare it with mesh_k8s_pod_equal.
+ * A pod with a value we cannot use safely (a name that is not RFC 1123, an
+ * index that is not a non-negative integer, an IP that does not parse) is
+ * still returned, with `invalid` set and a reason, so the caller can leave it
+ * out and log it; nothing here crashes on hostile input.
+ */
+#ifndef MESH_K8S_POD_H
+#define MESH_K8S_POD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "err.h"
+#include "model.h"
+
+#define MESH_K8S_NS_MAX 64               /* RFC 1123 label (63) + NUL */
+#define MESH_K8S_LABEL_MAX 64            /* label values and DNS labels: <= 63 + NUL */
+#define MESH_K8S_UID_MAX 40              /* UUID text (36) + NUL */
+#define MESH_K8S_REASON_MAX 128          /* why a pod is invalid */
+#define MESH_K8S_KIND_MAX 24             /* owner kind ("StatefulSet") */
+#define MESH_K8S_INDEX_MAX 1048575       /* largest index accepted (far above any slice) */
+#define MESH_K8S_POD_JSON_MAX (4u << 20) /* bytes of one Pod object, mesh_k8s_pod_parse */
+
+/* Label and annotation keys (exact strings). */
+#define MESH_K8S_KEY_COMPLETION_INDEX "batch.kubernetes.io/job-completion-index"
+#define MESH_K8S_KEY_POD_INDEX "apps.kubernetes.io/pod-index"
+#define MESH_K8S_KEY_JOB_NAME "batch.kubernetes.io/job-name"
+#define MESH_K8S_KEY_JOB_NAME_LEGACY "job-name"
+#define MESH_K8S_KEY_JOBSET_NAME "jobset.sigs.k8s.io/jobset-name"
+#define MESH_K8S_KEY_REPLICATED_JOB "jobset.sigs.k8s.io/replicatedjob-name"
+#define MESH_K8S_KEY_JOB_INDEX "jobset.sigs.k8s.io/job-index"
+#define MESH_K8S_KEY_JOB_GLOBAL_INDEX "jobset.sigs.k8s.io/job-global-index"
+#define MESH_K8S_KEY_EXPECTED "tpumesh.dev/expected-workers"
+
+/* One pod. Strings are NUL-terminated, "" = absent. Integers are -1 when
+ * absent. When `invalid` is true the other fields hold what could be read
+ * (name possibly truncated) and must not be published. */
+struct mesh_k8s_pod {
+    char ns[MESH_K8S_NS_MAX];
+    char name[MESH_POD_MAX];
+    char uid[MESH_K8S_UID_MAX];
+    char hostname[MESH_K8S_LABEL_MAX];  /* spec.hostname (DNS label) */
+    char subdomain[MESH_K8S_LABEL_MAX]; /* spec.subdomain (DNS label) */
+    char ip[MESH_IP_MAX];               /* status.podIP, canonical text, or "" */
+    char job_name[MESH_K8S_LABEL_MAX];  /* batch.kubernetes.io/job-name */
+    char jobset_name[MESH_K8S_LABEL_MAX];
+    char replicated_job[MESH_K8S_LABEL_MAX];
+    char owner_kind[MESH_K8S_KIND_MAX]; /* controller ownerReference kind, or "" */
+    char owner_name[MESH_K8S_LABEL_MAX];
+    int completion_index; /* job-completion-index (annotation wins; must agree with label) */
+    int pod_index;        /* apps.kubernetes.io/pod-index */
+    int job_index;        /* jobset job-index (slice within the replicated job) */
+    int job_global_index; /* jobset job-global-index (slice within the JobSet) */
+    int expected_workers; /* tpumesh.dev/expected-workers, or -1 */
+    bool ip_v6;           /* ip is an IPv6 address (render as [ip]:port) */
+    bool ready;           /* condition Ready == "True" */
+    bool terminating;     /* metadata.deletionTimestamp set */
+    bool finished;        /* status.phase Succeeded or Failed: no process behind the IP */
+    bool invalid;
+    char reason[MESH_K8S_REASON_MAX]; /* why invalid, e.g. "spec.hostname 'a b' is not ..." */
+};
+
+/* Fill *out from a parsed Pod object (borrowed). Returns 0 on success,
+ * including pods marked invalid. Fails with -MESH_E_INVAL only when pod is not
+ * a JSON object or has no string metadata.name (nothing to key or log it by);
+ * *out is then left zeroed with invalid set. */
+int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh_err *err);
+
+/* Parse len bytes of JSON (no NUL needed, at most MESH_K8S_POD_JSON_MAX) and
+ * extract as above. -MESH_E_PARSE / -MESH_E_TOOBIG / -MESH_E_INVAL. */
+int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, struct mesh_err *err);
+
+/* True when a and b (borrowed) are field-for-field identical: an update whose
+ * record is equal to the stored one cannot change any output. */
+bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod *b);
+
+/* Is s (len bytes) an RFC 1123 DNS label (1-63 of [a-z0-9-], alnum at both
+ * ends)? Is it an RFC 1123 subdomain (labels joined by '.', <= 253)? */
+bool mesh_k8s_is_dns_label(const char *s, size_t len);
+bool mesh_k8s_is_dns_subdomain(const char *s, size_t len);
+
+#endif

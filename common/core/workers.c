@@ -1,0 +1,462 @@
+/*
+ * workers.c - order pods into workers, decide completeness, explain what is
+ * missing (DESIGN.md §5; the rules are listed in workers.h). Pure.
+ */
+#include "workers.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "mem.h"
+
+int mesh_workers_name_cmp(const char *a, const char *b)
+{
+    while (*a != '\0' && *b != '\0') {
+        bool da = *a >= '0' && *a <= '9', db = *b >= '0' && *b <= '9';
+        if (da && db) {
+            /* Compare the digit runs as numbers: skip leading zeros, then a
+             * longer run is larger, then the first differing digit decides. */
+            while (*a == '0') {
+                a++;
+            }
+            while (*b == '0') {
+                b++;
+            }
+            size_t la = 0, lb = 0;
+            while (a[la] >= '0' && a[la] <= '9') {
+                la++;
+            }
+            while (b[lb] >= '0' && b[lb] <= '9') {
+                lb++;
+            }
+            if (la != lb) {
+                return la < lb ? -1 : 1;
+            }
+            int c = memcmp(a, b, la);
+            if (c != 0) {
+                return c;
+            }
+            a += la;
+            b += lb;
+            continue;
+        }
+        if (*a != *b) {
+            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        }
+        a++;
+        b++;
+    }
+    return (unsigned char)*a - (unsigned char)*b;
+}
+
+static int pod_ptr_cmp(const void *x, const void *y)
+{
+    const struct mesh_k8s_pod *a = *(const struct mesh_k8s_pod *const *)x;
+    const struct mesh_k8s_pod *b = *(const struct mesh_k8s_pod *const *)y;
+    int c = mesh_workers_name_cmp(a->name, b->name);
+    return c != 0 ? c : strcmp(a->name, b->name);
+}
+
+static bool is_leaving(const struct mesh_k8s_pod *p)
+{
+    return p->terminating || p->finished;
+}
+
+static void add_problem(struct mesh_workers *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void add_problem(struct mesh_workers *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = mesh_vasprintf(fmt, ap);
+    va_end(ap);
+    w->problems = mesh_reallocarray(w->problems, w->nproblems + 1, sizeof(*w->problems));
+    w->problems[w->nproblems++] = s;
+}
+
+/* Per-slot state while assigning indices. */
+struct slot {
+    const struct mesh_k8s_pod *live;    /* first live claimant (name order) */
+    const struct mesh_k8s_pod *leaving; /* first terminating/finished claimant */
+    int nlive;                          /* live claimants */
+};
+
+/* The worker index a pod claims from its labels, or -1 (none). */
+static int local_index(const struct mesh_k8s_pod *p)
+{
+    return p->completion_index >= 0 ? p->completion_index : p->pod_index;
+}
+
+static int slice_of(const struct mesh_k8s_pod *p)
+{
+    if (p->job_global_index >= 0) {
+        return p->job_global_index;
+    }
+    return p->job_index >= 0 ? p->job_index : 0;
+}
+
+/* Indices from labels. valid[] is name-sorted; returns the number of slots
+ * needed when opts->expected is 0 (max(live pods, max index + 1)). */
+static long indexed_span(const struct mesh_k8s_pod **valid, size_t n, int per_slice,
+                         struct mesh_workers *w, long *out_idx)
+{
+    long span = 0, live = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct mesh_k8s_pod *p = valid[i];
+        int li = local_index(p);
+        out_idx[i] = -1;
+        if (li < 0) {
+            add_problem(w, "pod %s left out: no %s or %s label while other pods have one", p->name,
+                        MESH_K8S_KEY_COMPLETION_INDEX, MESH_K8S_KEY_POD_INDEX);
+            continue;
+        }
+        int s = slice_of(p);
+        bool sliced = p->job_global_index >= 0 || p->job_index >= 0;
+        if (sliced && li >= per_slice) {
+            add_problem(w, "pod %s left out: worker index %d is not below %d hosts per slice",
+                        p->name, li, per_slice);
+            continue;
+        }
+        out_idx[i] = (long)s * per_slice + li;
+        if (!is_leaving(p)) {
+            live++;
+            if (out_idx[i] + 1 > span) {
+                span = out_idx[i] + 1;
+            }
+        }
+    }
+    return span > live ? span : live;
+}
+
+/* Append "3,5-9,12" for the indices i with mark[i] set, bounded: the reason
+ * line ends in "..." rather than growing without limit. */
+static void append_list(struct mesh_buf *b, const char *label, const bool *mark, size_t n)
+{
+    bool any = false;
+    for (size_t i = 0; i < n && !any; i++) {
+        any = mark[i];
+    }
+    if (!any) {
+        return;
+    }
+    if (b->len > 0) {
+        (void)mesh_buf_puts(b, "; ", NULL);
+    }
+    (void)mesh_buf_printf(b, NULL, "%s ", label);
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!mark[i]) {
+            continue;
+        }
+        size_t j = i;
+        while (j + 1 < n && mark[j + 1]) {
+            j++;
+        }
+        int rc = j > i ? mesh_buf_printf(b, NULL, "%s%zu-%zu", first ? "" : ",", i, j)
+                       : mesh_buf_printf(b, NULL, "%s%zu", first ? "" : ",", i);
+        if (rc < 0) {
+            return;
+        }
+        first = false;
+        i = j;
+    }
+}
+
+static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8s_pod *p)
+{
+    dst->index = index;
+    snprintf(dst->pod, sizeof(dst->pod), "%s", p->name);
+    if (p->hostname[0] != '\0' && p->subdomain[0] != '\0') {
+        snprintf(dst->host, sizeof(dst->host), "%s.%s", p->hostname, p->subdomain);
+    }
+    snprintf(dst->ip, sizeof(dst->ip), "%s", p->ip);
+    dst->ready = p->ready;
+    dst->terminating = is_leaving(p);
+}
+
+/* Completeness and the reason line, from the filled slots. */
+static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked,
+                  const char *blocked_why)
+{
+    size_t n = w->nworkers;
+    bool *m[5];
+    for (int k = 0; k < 5; k++) {
+        m[k] = mesh_calloc(n > 0 ? n : 1, sizeof(bool));
+    }
+    bool ok = n > 0 && !blocked;
+    for (size_t i = 0; i < n; i++) {
+        const struct mesh_worker *wk = &w->workers[i];
+        if (slots[i].nlive > 1) {
+            m[0][i] = true; /* duplicate */
+            ok = false;
+            continue;
+        }
+        if (wk->pod[0] == '\0') {
+            m[1][i] = true; /* missing */
+            ok = false;
+            continue;
+        }
+        if (wk->terminating) {
+            m[2][i] = true;
+            ok = false;
+        } else {
+            w->present++;
+        }
+        bool addr = wk->ip[0] != '\0' && (w->mode != MESH_ADDR_DNS || wk->host[0] != '\0');
+        if (!addr) {
+            m[3][i] = true;
+            ok = false;
+        } else if (!wk->terminating) {
+            w->addressed++;
+        }
+        if (wk->ready) {
+            w->ready++;
+        } else {
+            m[4][i] = true;
+        }
+    }
+    w->complete = ok;
+    if (!ok) {
+        struct mesh_buf b;
+        mesh_buf_init(&b, sizeof(w->reason) - 4);
+        if (n == 0) {
+            (void)mesh_buf_puts(&b, "no pods selected", NULL);
+        }
+        append_list(&b, "missing", m[1], n);
+        append_list(&b, "duplicate index", m[0], n);
+        append_list(&b, "terminating", m[2], n);
+        append_list(&b, "no address", m[3], n);
+        if (blocked && blocked_why != NULL) {
+            (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? "; " : "", blocked_why);
+        }
+        append_list(&b, "not ready", m[4], n);
+        bool cut = b.len + 1 >= b.max;
+        snprintf(w->reason, sizeof(w->reason), "%s%s", mesh_buf_str(&b), cut ? "..." : "");
+        mesh_buf_cleanup(&b);
+    }
+    for (int k = 0; k < 5; k++) {
+        mesh_free(m[k]);
+    }
+}
+
+/* Report every index claimed by more than one live pod, naming them all. */
+static void report_duplicates(struct mesh_workers *w, const struct mesh_k8s_pod **valid,
+                              const long *idx, size_t n, const struct slot *slots)
+{
+    for (size_t s = 0; s < w->nworkers; s++) {
+        if (slots[s].nlive < 2) {
+            continue;
+        }
+        struct mesh_buf b;
+        mesh_buf_init(&b, 1024);
+        for (size_t i = 0; i < n; i++) {
+            if (idx[i] == (long)s && !is_leaving(valid[i])) {
+                (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? ", " : "", valid[i]->name);
+            }
+        }
+        add_problem(w, "index %zu claimed by %d pods (%s): topology stays incomplete", s,
+                    slots[s].nlive, mesh_buf_str(&b));
+        mesh_buf_cleanup(&b);
+    }
+}
+
+static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
+                 const struct mesh_workers_opts *opts, struct mesh_err *err)
+{
+    bool indexed = false;
+    int max_li = -1;
+    for (size_t i = 0; i < n; i++) {
+        int li = local_index(valid[i]);
+        indexed = indexed || li >= 0;
+        if (li > max_li) {
+            max_li = li;
+        }
+    }
+    int per_slice = opts->per_slice > 0 ? opts->per_slice : max_li + 1;
+    long *idx = mesh_calloc(n > 0 ? n : 1, sizeof(long));
+    long live = 0;
+    for (size_t i = 0; i < n; i++) {
+        live += !is_leaving(valid[i]);
+    }
+    long want = indexed ? indexed_span(valid, n, per_slice, w, idx) : live;
+    if (opts->expected > 0) {
+        want = opts->expected;
+    }
+    if (want > MESH_WORKERS_MAX) {
+        mesh_free(idx);
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "%ld workers expected, more than the limit of %d; check "
+                            "--expected-workers and %s",
+                            want, MESH_WORKERS_MAX, MESH_K8S_KEY_EXPECTED);
+    }
+    w->nworkers = (size_t)want;
+    w->workers = mesh_calloc(want > 0 ? (size_t)want : 1, sizeof(*w->workers));
+    struct slot *slots = mesh_calloc(want > 0 ? (size_t)want : 1, sizeof(*slots));
+    bool blocked = false;
+    char why[320] = "";
+
+    if (!indexed) {
+        /* Natural order: live pods first, then leaving ones to show what is
+         * known about the remaining slots. */
+        long next = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (size_t i = 0; i < n; i++) {
+                const struct mesh_k8s_pod *p = valid[i];
+                if (is_leaving(p) != (pass == 1)) {
+                    continue;
+                }
+                if (next >= want) {
+                    if (pass == 0) {
+                        add_problem(w, "pod %s ignored: beyond the %ld expected workers", p->name,
+                                    want);
+                    }
+                    continue;
+                }
+                idx[i] = next;
+                if (pass == 0) {
+                    slots[next].live = p;
+                    slots[next].nlive = 1;
+                } else {
+                    slots[next].leaving = p;
+                }
+                next++;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const struct mesh_k8s_pod *p = valid[i];
+            if (idx[i] < 0) {
+                continue;
+            }
+            if (idx[i] >= want) {
+                if (!is_leaving(p)) {
+                    add_problem(w, "pod %s has index %ld, out of range for %ld workers", p->name,
+                                idx[i], want);
+                    if (!blocked) {
+                        snprintf(why, sizeof(why), "index out of range %ld (pod %s)", idx[i],
+                                 p->name);
+                    }
+                    blocked = true;
+                }
+                continue;
+            }
+            struct slot *s = &slots[idx[i]];
+            if (is_leaving(p)) {
+                if (s->leaving == NULL) {
+                    s->leaving = p;
+                }
+            } else {
+                if (s->live == NULL) {
+                    s->live = p;
+                }
+                s->nlive++;
+            }
+        }
+        report_duplicates(w, valid, idx, n, slots);
+    }
+
+    for (long i = 0; i < want; i++) {
+        /* A terminating pod yields its index to a live one. Two live pods on
+         * one index: publish neither (incomplete, not wrong). */
+        const struct mesh_k8s_pod *p = slots[i].live != NULL ? slots[i].live : slots[i].leaving;
+        w->workers[i].index = (int)i;
+        if (p != NULL && slots[i].nlive <= 1) {
+            fill_worker(&w->workers[i], (int)i, p);
+        }
+    }
+    /* dns for the whole job only when every placed pod has hostname and subdomain. */
+    if (opts->mode == MESH_ADDR_AUTO) {
+        bool all_dns = false;
+        for (long i = 0; i < want; i++) {
+            if (w->workers[i].pod[0] == '\0') {
+                continue;
+            }
+            all_dns = w->workers[i].host[0] != '\0';
+            if (!all_dns) {
+                break;
+            }
+        }
+        w->mode = all_dns ? MESH_ADDR_DNS : MESH_ADDR_IP;
+    } else {
+        w->mode = opts->mode;
+    }
+    judge(w, slots, blocked, why);
+    mesh_free(slots);
+    mesh_free(idx);
+    return 0;
+}
+
+int mesh_workers_build(const struct mesh_k8s_pod *const *pods, size_t npods,
+                       const struct mesh_workers_opts *opts, struct mesh_workers *out,
+                       struct mesh_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    out->mode = opts->mode == MESH_ADDR_DNS ? MESH_ADDR_DNS : MESH_ADDR_IP;
+    const struct mesh_k8s_pod **valid = mesh_calloc(npods > 0 ? npods : 1, sizeof(*valid));
+    size_t n = 0;
+    for (size_t i = 0; i < npods; i++) {
+        if (pods[i] != NULL) {
+            valid[n++] = pods[i];
+        }
+    }
+    /* Name order first: the result (and the problem lines) must not depend
+     * on the order a store hands pods over. */
+    qsort(valid, n, sizeof(*valid), pod_ptr_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (valid[i]->invalid) {
+            add_problem(out, "pod %s left out: %s", valid[i]->name, valid[i]->reason);
+            continue;
+        }
+        valid[k++] = valid[i];
+    }
+    int rc = place(out, valid, k, opts, err);
+    mesh_free(valid);
+    if (rc < 0) {
+        snprintf(out->reason, sizeof(out->reason), "%s", "too many workers expected");
+    }
+    return rc;
+}
+
+void mesh_workers_cleanup(struct mesh_workers *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < w->nproblems; i++) {
+        mesh_free(w->problems[i]);
+    }
+    mesh_free(w->problems);
+    mesh_free(w->workers);
+    memset(w, 0, sizeof(*w));
+}
+
+int mesh_workers_index_of(const struct mesh_workers *w, const char *name)
+{
+    for (size_t i = 0; i < w->nworkers; i++) {
+        if (strcmp(w->workers[i].pod, name) == 0 && name[0] != '\0') {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+bool mesh_workers_same(const struct mesh_workers *a, const struct mesh_workers *b)
+{
+    if (a->nworkers != b->nworkers || a->mode != b->mode || a->complete != b->complete) {
+        return false;
+    }
+    for (size_t i = 0; i < a->nworkers; i++) {
+        const struct mesh_worker *x = &a->workers[i], *y = &b->workers[i];
+        if (x->index != y->index || x->ready != y->ready || x->terminating != y->terminating ||
+            strcmp(x->pod, y->pod) != 0 || strcmp(x->host, y->host) != 0 ||
+            strcmp(x->ip, y->ip) != 0) {
+            return false;
+        }
+    }
+    return true;
+}

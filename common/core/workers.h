@@ -1,0 +1,85 @@
+/*
+ * workers.h - pod records -> the ordered worker list of DESIGN.md §5, with
+ * completeness and a one-line reason (STYLE.md R8: pure, no I/O).
+ *
+ * Index sources, in precedence order (DESIGN.md §5; spec/kubernetes-api.md
+ * §3.5-§3.6; spec/gke-and-peers.md §2.4, §3.5):
+ *   1. batch.kubernetes.io/job-completion-index (Indexed Job, JobSet)
+ *   2. apps.kubernetes.io/pod-index (StatefulSet)
+ *   3. none on any pod: natural pod-name order ("w-9" before "w-10")
+ * Multi-slice JobSets are slice-major, worker-minor: a pod's index is
+ *   slice * per_slice + worker, slice = jobset.sigs.k8s.io/job-global-index
+ *   (else job-index), worker = its completion index.
+ *
+ * Rules:
+ *   - an invalid pod record is left out and reported;
+ *   - when some pods carry an index, a pod without one is left out and reported;
+ *   - a terminating or finished pod yields its index to a live pod claiming it;
+ *   - two live pods claiming one index, or a live pod with an index beyond the
+ *     expected count, are reported and keep the topology incomplete (never
+ *     wrong); in natural-order mode pods beyond the expected count are ignored
+ *     and reported, and do not block;
+ *   - complete = every index 0..expected-1 has a live pod with its address
+ *     (an IP; in dns mode also hostname and subdomain) and no conflict above.
+ *     Readiness is reported, never required (DESIGN.md §5 explains why).
+ */
+#ifndef MESH_WORKERS_H
+#define MESH_WORKERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "err.h"
+#include "k8s_pod.h"
+#include "model.h"
+
+#define MESH_WORKERS_MAX 65536      /* most workers one topology may hold */
+#define MESH_WORKERS_REASON_MAX 512 /* bytes of the /readyz reason line */
+
+struct mesh_workers_opts {
+    enum mesh_addr_mode mode; /* requested mode; AUTO resolves per DESIGN.md §5 */
+    int expected;  /* > 0: the worker count (flag, annotation or slice hosts); 0 = all selected */
+    int per_slice; /* hosts per slice for multi-slice JobSets; 0 = max completion index + 1 */
+};
+
+/* The result. workers[i].index == i for every slot; a slot with no pod has
+ * workers[i].pod[0] == '\0'. */
+struct mesh_workers {
+    struct mesh_worker *workers; /* owned, nworkers entries (== expected) */
+    size_t nworkers;
+    enum mesh_addr_mode mode; /* resolved: MESH_ADDR_DNS or MESH_ADDR_IP */
+    bool complete;
+    int present;                          /* slots with a live pod */
+    int addressed;                        /* slots with a live pod that has its address */
+    int ready;                            /* slots whose pod is Ready */
+    char reason[MESH_WORKERS_REASON_MAX]; /* "" when complete, else e.g.
+                                             "missing 3,7; no address 5; not ready 2" */
+    char **problems; /* owned: one line per conflict or left-out pod, naming the
+                        pods; stable text, so a caller can log each once */
+    size_t nproblems;
+};
+
+/* Build *out from npods records (pods[i] borrowed; NULL entries skipped; any
+ * order: the result depends only on the set). out is initialised here and
+ * must be released with mesh_workers_cleanup, also after a failure.
+ * Returns 0 (complete or not), or -MESH_E_RANGE when the expected count
+ * exceeds MESH_WORKERS_MAX. */
+int mesh_workers_build(const struct mesh_k8s_pod *const *pods, size_t npods,
+                       const struct mesh_workers_opts *opts, struct mesh_workers *out,
+                       struct mesh_err *err);
+
+/* Release what mesh_workers_build allocated; w is empty afterwards. */
+void mesh_workers_cleanup(struct mesh_workers *w);
+
+/* Index of the slot holding pod `name` (borrowed), or -1. */
+int mesh_workers_index_of(const struct mesh_workers *w, const char *name);
+
+/* True when a and b would publish the same worker list (same mode, count,
+ * completeness, and per slot the same pod, host, ip, ready, terminating). */
+bool mesh_workers_same(const struct mesh_workers *a, const struct mesh_workers *b);
+
+/* Natural order of pod names: digit runs compare as numbers, so "w-9" sorts
+ * before "w-10". Returns <0, 0, >0 like strcmp. */
+int mesh_workers_name_cmp(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,167 @@
+/*
+ * render.h - the exact bytes of every text file on the shared volume
+ * (DESIGN.md §4-§5): topology.json, dtensor.env, tf_config.json, tpu.env,
+ * jax.env, and TensorFlow's cluster_spec for the legacy TPU Node path.
+ *
+ * Pure: no I/O, no clock, no logging. Everything a worker carries is
+ * validated before it is written (RFC 1123 host names, IP literals, pod
+ * names, integers) and every env value is single-quoted for sh, so sourcing
+ * a published env file can never execute anything.
+ *
+ * Facts: spec/tpu-and-tensorflow.md §6 (DTensor variables and defaults),
+ * §7 (TF_CONFIG), §2.5-§2.6 (cluster_spec), §4.5 and §10.13 (GKE worker
+ * identity, JAX coordinator port 8476); spec/gke-and-peers.md §3.2 (JAX).
+ */
+#ifndef MESH_RENDER_H
+#define MESH_RENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h"
+#include "model.h"
+
+/* Largest worker list a renderer accepts (one entry per TPU VM host). */
+#define MESH_RENDER_MAX_WORKERS 4096
+/* JAX's coordinator port on Cloud TPU (spec §4.5, §9, §10.13). */
+#define MESH_RENDER_JAX_PORT 8476
+/* TensorFlow's TPU Node gRPC port (spec §2.5). */
+#define MESH_RENDER_TPU_NODE_PORT 8470
+/* Largest generation we write: JSON numbers are exact up to 2^53. */
+#define MESH_RENDER_GENERATION_MAX ((uint64_t)9007199254740991ULL)
+
+/* The files of DESIGN.md §4, in the order the publisher writes them
+ * (topology.json last, so a reader that sees a new generation finds the
+ * matching env files already in place). */
+enum mesh_render_file_id {
+    MESH_FILE_DTENSOR_ENV = 0,
+    MESH_FILE_TF_CONFIG,
+    MESH_FILE_TPU_ENV,
+    MESH_FILE_JAX_ENV,
+    MESH_FILE_TOPOLOGY_PB,
+    MESH_FILE_TOPOLOGY_JSON,
+    MESH_FILE__COUNT
+};
+
+/* The on-disk name of a file ("dtensor.env"). Static string; NULL for an
+ * out-of-range id. */
+const char *mesh_render_file_name(enum mesh_render_file_id id);
+
+/* What the renderers need. All pointers borrowed.
+ *   slice      derived slice, or NULL when unknown (tpu.env then carries
+ *              only the worker variables; topology.json has "slice": null)
+ *   workers    nworkers entries in index order; when complete, entry i must
+ *              have index i and there must be exactly `expected` of them
+ *   expected   the job's worker count; 0 = nworkers
+ *   self_index this pod's worker index (DTENSOR_CLIENT_ID = TPU_WORKER_ID =
+ *              JAX process id); -1 = unknown (only allowed while incomplete)
+ *   job_name   DTENSOR_JOB_NAME; NULL or "" = DTensor's default (spec §6:
+ *              "localhost" for exactly one client, else "worker")
+ *   port       DTensor port of every worker, 1..65535
+ *   mode       address mode (DESIGN.md §5); auto = dns for the whole job when
+ *              every worker has a host name, else ip
+ *   generation topology.json "generation", <= MESH_RENDER_GENERATION_MAX
+ *   complete   the worker list is the whole job; env files are rendered only
+ *              then */
+struct mesh_render_input {
+    const struct mesh_slice *slice;
+    const struct mesh_worker *workers;
+    size_t nworkers;
+    int expected;
+    int self_index;
+    const char *job_name;
+    int port;
+    enum mesh_addr_mode mode;
+    uint64_t generation;
+    bool complete;
+};
+
+/* A rendered set. data[i] is owned (mesh_free via mesh_render_out_cleanup)
+ * or NULL when that file was not rendered (kept at its last version on
+ * disk); len[i] is its length in bytes. */
+struct mesh_render_out {
+    char *data[MESH_FILE__COUNT];
+    size_t len[MESH_FILE__COUNT];
+};
+
+/* Zero an output set. */
+void mesh_render_out_init(struct mesh_render_out *out);
+/* Free every rendered file; the set is empty (and reusable) afterwards. */
+void mesh_render_out_cleanup(struct mesh_render_out *out);
+
+/* ---- validation (used by the renderers; exported for resolve and the
+ * sidecar, which reject or leave out bad input before rendering) ---- */
+
+/* RFC 1123 host name: 1..253 characters, dot-separated labels of 1..63
+ * [A-Za-z0-9-] that neither start nor end with '-'; no trailing dot. */
+bool mesh_render_is_hostname(const char *s);
+/* An IPv4 or IPv6 literal accepted by inet_pton (no brackets, no zone);
+ * *out_v6 (may be NULL) tells which. */
+bool mesh_render_is_ip(const char *s, bool *out_v6);
+/* A Kubernetes pod name: RFC 1123 subdomain, lower case, <= 253. */
+bool mesh_render_is_pod_name(const char *s);
+/* A TensorFlow job name: [A-Za-z][A-Za-z0-9_]*, <= 63 characters
+ * (INFERENCE from TF's device-name grammar /job:<name>). */
+bool mesh_render_is_job_name(const char *s);
+
+/* Check one worker: host (a host name or an IP literal, GKE's
+ * TPU_WORKER_HOSTNAMES may carry either, spec §4.5), ip and pod, each when
+ * non-empty. On failure returns -MESH_E_INVAL with a message naming the
+ * worker index, the field and the (escaped, truncated) bad value. */
+int mesh_render_check_worker(const struct mesh_worker *w, struct mesh_err *err);
+
+/* Append s single-quoted for sh ('it'\''s'). Returns 0 or -MESH_E_TOOBIG. */
+int mesh_render_shell_quote(struct mesh_buf *out, const char *s, struct mesh_err *err);
+
+/* The address mode actually used for a worker list: dns or ip (never
+ * auto). */
+enum mesh_addr_mode mesh_render_effective_mode(enum mesh_addr_mode mode,
+                                               const struct mesh_worker *workers, size_t n);
+
+/* Write "<addr>:<port>" for worker w in mode (dns or ip) into out
+ * (IPv6 as "[addr]:port"). -MESH_E_INCOMPLETE when w lacks the address
+ * that mode needs, -MESH_E_TOOBIG when out is too small. */
+int mesh_render_worker_address(const struct mesh_worker *w, enum mesh_addr_mode mode, int port,
+                               char *out, size_t out_size, struct mesh_err *err);
+
+/* ---- renderers: each returns 0 and an owned NUL-terminated string in
+ * *out_data (mesh_free) with its length in *out_len, or a negative
+ * -MESH_E_* (INVAL: a bad worker, job name, port or index, named in the
+ * message; INCOMPLETE: the env files were asked for an incomplete job) ---- */
+
+int mesh_render_topology_json(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                              struct mesh_err *err);
+int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                            struct mesh_err *err);
+int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                          struct mesh_err *err);
+int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                        struct mesh_err *err);
+int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                        struct mesh_err *err);
+
+/* Render the set: topology.json always; dtensor.env, tf_config.json, tpu.env
+ * and jax.env only when in->complete (DESIGN.md §5: an incomplete job keeps
+ * the last complete versions). topology.pb is binary and not rendered here.
+ * out must be initialised; on failure it is left empty. */
+int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
+                    struct mesh_err *err);
+
+/* Legacy TPU Node path (DESIGN.md §6, spec §2.6): TensorFlow's cluster_spec
+ * {"worker": ["ip:port", ...]} for the TPU's gRPC endpoints in task order,
+ * compact JSON plus a newline. hosts[i] is an IP literal or host name
+ * (borrowed), ports[i] 1..65535 (NULL = 8470 for all). */
+int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t n, char **out_data,
+                             size_t *out_len, struct mesh_err *err);
+
+/* Which files would differ between two inputs, ignoring the generation:
+ * returns a bit mask (1u << enum mesh_render_file_id) of the text files whose
+ * bytes differ (a file rendered on one side only counts as different), 0
+ * when nothing changed, or a negative -MESH_E_* when either input does not
+ * render. The sidecar uses it to decide whether to publish at all. */
+int mesh_render_diff(const struct mesh_render_input *a, const struct mesh_render_input *b,
+                     struct mesh_err *err);
+
+#endif

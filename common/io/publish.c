@@ -1,0 +1,308 @@
+/*
+ * publish.c - the atomic publisher of the shared volume (see publish.h).
+ *
+ * Scope: files only. Writes a set in two phases (all temp files written and
+ * fsynced, then all renames, then one directory fsync) so that the errors a
+ * full or read-only volume produces happen before anything is replaced.
+ * Reads back topology.json's generation, tolerating garbage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/cleanup.h"
+#include "../core/json.h"
+#include "../core/mem.h"
+#include "log.h"
+#include "publish.h"
+
+#define GEN_FILE "topology.json"
+
+/* One clear message per errno a volume gives us, naming the directory and
+ * what to do about it. */
+static int pub_error(struct mesh_err *err, const char *dir, const char *name, int e)
+{
+    switch (e) {
+    case ENOENT:
+        return mesh_err_set(err, MESH_E_PUBLISH, e,
+                            "output directory '%.120s' does not exist: create it or mount the "
+                            "shared volume there (--out-dir)",
+                            dir);
+    case ENOTDIR:
+        return mesh_err_set(err, MESH_E_PUBLISH, e,
+                            "'%.120s' is not a directory: point --out-dir at the shared volume",
+                            dir);
+    case EROFS:
+        return mesh_err_set(err, MESH_E_PUBLISH, e,
+                            "cannot write %s: '%.120s' is read-only; mount the shared volume "
+                            "read-write in this container",
+                            name, dir);
+    case ENOSPC:
+    case EDQUOT:
+        return mesh_err_set(err, MESH_E_PUBLISH, e,
+                            "cannot write %s: no space left in '%.120s'; free space or raise the "
+                            "volume's sizeLimit",
+                            name, dir);
+    case EACCES:
+    case EPERM:
+        return mesh_err_set(err, MESH_E_PUBLISH, e,
+                            "cannot write %s in '%.120s': permission denied; run as a user that "
+                            "may write the volume (fsGroup / runAsUser)",
+                            name, dir);
+    default:
+        return mesh_err_set(err, MESH_E_PUBLISH, e, "cannot write %s in '%.120s'", name, dir);
+    }
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Read at most max bytes of path into an owned buffer (NUL-terminated).
+ * Returns 0, -errno, or -EFBIG when the file is larger than max. */
+static int read_small(const char *path, size_t max, char **out_data, size_t *out_len)
+{
+    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        return -errno;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        return -errno;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return -EINVAL;
+    }
+    if ((uint64_t)st.st_size > max) {
+        return -EFBIG;
+    }
+    size_t cap = (size_t)st.st_size + 1;
+    mesh_autofree char *buf = mesh_malloc(cap);
+    size_t len = 0;
+    for (;;) {
+        if (len + 1 >= cap) {
+            /* The file grew under us: one byte more than max is enough to
+             * tell it is too big. */
+            if (cap > max + 1) {
+                return -EFBIG;
+            }
+            cap = cap * 2 > max + 2 ? max + 2 : cap * 2;
+            buf = mesh_realloc(buf, cap);
+        }
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        if (n == 0) {
+            break;
+        }
+        len += (size_t)n;
+    }
+    if (len > max) {
+        return -EFBIG;
+    }
+    buf[len] = '\0';
+    *out_data = MESH_STEAL(buf);
+    *out_len = len;
+    return 0;
+}
+
+bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len)
+{
+    mesh_autofree char *path = mesh_asprintf("%s/%s", dir, name);
+    mesh_autofree char *old = NULL;
+    size_t old_len = 0;
+    if (read_small(path, len, &old, &old_len) < 0) {
+        return false;
+    }
+    return old_len == len && (len == 0 || memcmp(old, data, len) == 0);
+}
+
+static bool name_ok(const char *name)
+{
+    return name != NULL && name[0] != '\0' && name[0] != '.' && strchr(name, '/') == NULL &&
+           strlen(name) < 128;
+}
+
+struct pending {
+    char *tmp;   /* owned temp path, or NULL */
+    char *final; /* owned final path */
+};
+
+static void pending_drop(struct pending *p, size_t n, bool unlink_tmp)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].tmp != NULL && unlink_tmp) {
+            (void)unlink(p[i].tmp);
+        }
+        mesh_free(p[i].tmp);
+        mesh_free(p[i].final);
+    }
+    mesh_free(p);
+}
+
+/* Phase 1 for one file: write it to a temp file next to its final name. */
+static int stage_one(const char *dir, const struct mesh_publish_file *f, struct pending *p,
+                     struct mesh_err *err)
+{
+    char *tmp = mesh_asprintf("%s/.%s.XXXXXX", dir, f->name);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        mesh_free(tmp);
+        return pub_error(err, dir, f->name, e);
+    }
+    p->tmp = tmp;
+    p->final = mesh_asprintf("%s/%s", dir, f->name);
+    int rc = 0;
+    /* mkostemp creates 0600; readers in other containers may run as other
+     * users, so the published files are world-readable. */
+    if (fchmod(fd, 0644) < 0) {
+        rc = -errno;
+    }
+    if (rc == 0) {
+        rc = write_all(fd, f->data, f->len);
+    }
+    if (rc == 0 && fsync(fd) < 0) {
+        rc = -errno;
+    }
+    if (close(fd) < 0 && rc == 0 && errno != EINTR) {
+        rc = -errno;
+    }
+    if (rc < 0) {
+        return pub_error(err, dir, f->name, -rc);
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir, struct mesh_err *err)
+{
+    mesh_autoclose int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        return pub_error(err, dir, "the directory", errno);
+    }
+    if (fsync(dfd) < 0 && errno != EINVAL) {
+        /* EINVAL: the file system does not support fsync on directories. */
+        return pub_error(err, dir, "the directory", errno);
+    }
+    return 0;
+}
+
+int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
+                       size_t *out_written, struct mesh_err *err)
+{
+    if (dir == NULL || dir[0] == '\0') {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "no output directory given (--out-dir)");
+    }
+    struct stat st;
+    if (stat(dir, &st) < 0) {
+        return pub_error(err, dir, "files", errno);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        return pub_error(err, dir, "files", ENOTDIR);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!name_ok(files[i].name)) {
+            return mesh_err_set(err, MESH_E_INVAL, 0, "bad file name '%.64s' to publish",
+                                files[i].name != NULL ? files[i].name : "(null)");
+        }
+        if (files[i].len > MESH_PUBLISH_MAX_FILE) {
+            return mesh_err_set(err, MESH_E_INVAL, 0, "%s is %zu bytes, above the limit of %zu",
+                                files[i].name, files[i].len, MESH_PUBLISH_MAX_FILE);
+        }
+    }
+
+    struct pending *p = mesh_calloc(n > 0 ? n : 1, sizeof(*p));
+    size_t staged = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const struct mesh_publish_file *f = &files[i];
+        if (f->data == NULL || mesh_publish_is_current(dir, f->name, f->data, f->len)) {
+            continue;
+        }
+        rc = stage_one(dir, f, &p[staged], err);
+        staged++;
+    }
+    if (rc < 0) {
+        pending_drop(p, staged, true);
+        return rc;
+    }
+    /* Phase 2: renames. Each one is atomic; they happen in array order. */
+    for (size_t i = 0; i < staged; i++) {
+        if (rename(p[i].tmp, p[i].final) < 0) {
+            rc = pub_error(err, dir, strrchr(p[i].final, '/') + 1, errno);
+            /* The renamed ones have tmp == NULL; the rest are unlinked. */
+            pending_drop(p, staged, true);
+            return rc;
+        }
+        mesh_free(p[i].tmp);
+        p[i].tmp = NULL;
+    }
+    pending_drop(p, staged, false);
+    if (staged > 0) {
+        rc = fsync_dir(dir, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    if (out_written != NULL) {
+        *out_written = staged;
+    }
+    return 0;
+}
+
+int mesh_publish_read_generation(const char *dir, uint64_t *out_generation, bool *out_found,
+                                 struct mesh_err *err)
+{
+    (void)err;
+    *out_generation = 0;
+    if (out_found != NULL) {
+        *out_found = false;
+    }
+    mesh_autofree char *path = mesh_asprintf("%s/%s", dir, GEN_FILE);
+    mesh_autofree char *data = NULL;
+    size_t len = 0;
+    int rc = read_small(path, MESH_PUBLISH_MAX_FILE, &data, &len);
+    if (rc == -ENOENT) {
+        return 0;
+    }
+    if (rc < 0) {
+        mesh_warn("pub", "cannot read the previous %s (%s): starting at generation 1", path,
+                  rc == -EFBIG ? "too large" : strerror(-rc));
+        return 0;
+    }
+    struct mesh_err perr;
+    mesh_err_clear(&perr);
+    mesh_autocjson cJSON *j = mesh_json_parse(data, len, MESH_PUBLISH_MAX_FILE, &perr);
+    long long gen = 0;
+    if (j == NULL ||
+        mesh_json_int(j, "generation", 0, 9007199254740991LL, false, &gen, &perr) < 0) {
+        mesh_warn("pub", "ignoring the previous %s (%s): starting at generation 1", path, perr.msg);
+        return 0;
+    }
+    *out_generation = (uint64_t)gen;
+    if (out_found != NULL) {
+        *out_found = true;
+    }
+    return 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * publish.h - atomic publisher of the files on the shared volume
+ * (DESIGN.md §4).
+ *
+ * Every file is written to a temp file in the same directory (O_CLOEXEC,
+ * mode 0644), fsynced, renamed over its final name, and the directory is
+ * fsynced: a reader sees the old or the new version, never a mix. A file
+ * whose bytes equal what is on disk is not touched (same inode, same
+ * mtime). All temp files of a set are written and fsynced before the first
+ * rename, so a full or read-only volume fails before anything is replaced
+ * and leaves the previous files intact, with no temp files behind.
+ */
+#ifndef MESH_PUBLISH_H
+#define MESH_PUBLISH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/err.h"
+
+/* Upper bound of one published file and of a topology.json we read back. */
+#define MESH_PUBLISH_MAX_FILE ((size_t)16 << 20)
+
+/* One file of a set. name is a plain file name (no '/', not starting with
+ * '.'); data/len its full content. data NULL = leave this file as it is.
+ * Everything borrowed. */
+struct mesh_publish_file {
+    const char *name;
+    const void *data;
+    size_t len;
+};
+
+/* Publish a set of files into dir, in array order (put the file readers
+ * poll, topology.json, last). *out_written (may be NULL) receives the number
+ * of files actually replaced (0 when everything was already current).
+ * Errors (-MESH_E_PUBLISH, message names the directory and what to do):
+ * missing directory, not a directory, read-only file system, no space,
+ * permission denied, other I/O failures; -MESH_E_INVAL for a bad name or a
+ * file above MESH_PUBLISH_MAX_FILE. On error no file of the set has been
+ * replaced unless the failure came during the renames themselves (then the
+ * files before the failing one are new and the rest are old, each whole). */
+int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
+                       size_t *out_written, struct mesh_err *err);
+
+/* True when dir/name exists and holds exactly data/len. Never fails: an
+ * unreadable file counts as different. */
+bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len);
+
+/* The "generation" of an existing dir/topology.json, so a restarted
+ * process continues the sequence (DESIGN.md §4). *out_generation = 0 when
+ * the file does not exist. A file that is unreadable, larger than
+ * MESH_PUBLISH_MAX_FILE, not JSON, or without a non-negative integer
+ * generation is tolerated: a warning is logged and *out_generation = 0.
+ * *out_found (may be NULL) tells whether a valid generation was read.
+ * Returns 0; the signature leaves room for hard errors. */
+int mesh_publish_read_generation(const char *dir, uint64_t *out_generation, bool *out_found,
+                                 struct mesh_err *err);
+
+#endif

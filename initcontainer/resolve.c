@@ -1,11 +1,533 @@
 /*
- * resolve.c - the resolve step of tpumesh-init (see init.h). Being written; until
- * then the step reports that it is unavailable.
+ * resolve.c - the resolve step of tpumesh-init (init.h): which TPU, which
+ * slice, which workers.
+ *
+ * 1. The `tpu` value and its source, with TensorFlow's precedence
+ *    (spec/tpu-and-tensorflow.md §2.3, §10.1): opts.tpu (flag, annotation
+ *    tpumesh.dev/tpu or TPUMESH_TPU, merged by opts.c), then
+ *    KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (present, even empty), then TPU_NAME,
+ *    then TPU_CONFIG (JSON). Beyond TensorFlow, a pod that carries the GKE TPU
+ *    VM environment (spec §4.5, gke-and-peers.md §2.3) resolves as `local`
+ *    before TPU_NAME is considered: KubeRay and LWS set TPU_NAME to a pod or
+ *    group name on TPU VMs, which is not a Cloud TPU node.
+ * 2. The value decides the kind: `local` (TPU VM: GKE TPU_* environment,
+ *    checked against the accelerator model), `grpc://` endpoint lists
+ *    (legacy TPU Node, spec §2.5/§10.2), or TPU names resolved through the
+ *    Cloud TPU API (spec §3.2, §10.3-§10.4).
  */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/accel.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/tpuenv.h"
 #include "init.h"
+#include "io/gce_metadata.h"
+#include "io/log.h"
+#include "io/tpu_api.h"
+
+#define MOD "resolve"
+/* TPU_CONFIG is a small JSON object (spec §2.3). */
+#define TPU_CONFIG_MAX 16384
+
+/* TensorFlow's text when no source names a TPU (spec §2.3), then ours. */
+#define NO_TPU_MSG                                                                                 \
+    "Please provide a TPU Name to connect to. Set --tpu (or the pod annotation "                   \
+    "tpumesh.dev/tpu): 'local' on a TPU VM, a Cloud TPU name, or grpc://IP:8470; or run on a "     \
+    "GKE TPU node pool, which sets TPU_WORKER_ID and TPU_WORKER_HOSTNAMES"
+
+/* The value of an environment variable, or NULL when it is not present.
+ * An empty value is returned as "" (presence matters, spec §2.3). */
+static const char *env_get(const char *name)
+{
+    return getenv(name);
+}
+
+static void set_source(struct mesh_init *ctx, const char *src)
+{
+    mesh_free(ctx->tpu_source);
+    ctx->tpu_source = mesh_strdup(src);
+}
+
+/* ---- TPU VM (GKE environment) ------------------------------------------ */
+
+/* True when the pod carries any of the variables GKE's webhook or the TPU
+ * device plugin inject on TPU VM node pools, or the accelerator model was
+ * given on the command line. */
+static bool have_tpu_vm_env(const struct mesh_init *ctx)
+{
+    static const char *const names[] = {"TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID",
+                                        "TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (env_get(names[i]) != NULL) {
+            return true;
+        }
+    }
+    return ctx->opts.accelerator_type != NULL || ctx->opts.topology != NULL;
+}
+
+/* Parse an integer environment variable within [min, max]. Returns 0 and
+ * *found = false when absent. */
+static int env_int(const char *name, long long min, long long max, bool *found, long long *out,
+                   struct mesh_err *err)
+{
+    const char *v = env_get(name);
+    *found = false;
+    if (v == NULL) {
+        return 0;
+    }
+    if (mesh_parse_ll(v, strlen(v), min, max, out, NULL) != 0) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%s='%.32s' is not an integer in %lld..%lld; fix or unset it", name, v,
+                            min, max);
+    }
+    *found = true;
+    return 0;
+}
+
+/* Bounds from the first present of two variable names (TPU_HOST_BOUNDS or
+ * HOST_BOUNDS, gke-and-peers.md §2.3). */
+static int env_bounds(const char *name, const char *alt, bool *found, int out[3],
+                      struct mesh_err *err)
+{
+    const char *v = env_get(name);
+    const char *used = name;
+    if (v == NULL && alt != NULL) {
+        v = env_get(alt);
+        used = alt;
+    }
+    *found = false;
+    if (v == NULL) {
+        return 0;
+    }
+    int rc = mesh_tpuenv_parse_bounds(used, v, strlen(v), out, err);
+    if (rc == 0) {
+        *found = true;
+    }
+    return rc;
+}
+
+static bool bounds_equal(const int a[3], const int b[3])
+{
+    return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
+}
+
+/* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID (multislice, gke-and-peers.md
+ * §2.3): validated and logged; the worker list stays this slice's. */
+static int check_megascale(struct mesh_err *err)
+{
+    bool have_n = false, have_id = false;
+    long long n = 1, id = 0;
+    int rc = env_int("MEGASCALE_NUM_SLICES", 1, 4096, &have_n, &n, err);
+    if (rc == 0) {
+        rc = env_int("MEGASCALE_SLICE_ID", 0, 4095, &have_id, &id, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (have_id && id >= n) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "MEGASCALE_SLICE_ID=%lld is out of range for MEGASCALE_NUM_SLICES=%lld "
+                            "(want 0..%lld)",
+                            id, n, n - 1);
+    }
+    if (have_n && n > 1) {
+        const char *coord = env_get("MEGASCALE_COORDINATOR_ADDRESS");
+        mesh_info(MOD, "multislice: slice %lld of %lld, coordinator %s", id, n,
+                  coord ? coord : "(not set)");
+    }
+    return 0;
+}
+
+/* Derive the slice from the accelerator model when anything names it, and
+ * check the GKE bounds against it. */
+static int resolve_vm_slice(struct mesh_init *ctx, size_t nhosts_listed, struct mesh_err *err)
+{
+    const char *type =
+        ctx->opts.accelerator_type ? ctx->opts.accelerator_type : env_get("TPU_ACCELERATOR_TYPE");
+    const char *topo = ctx->opts.topology ? ctx->opts.topology : env_get("TPU_TOPOLOGY");
+    int hb[3], cb[3];
+    bool have_hb = false, have_cb = false;
+    int rc = env_bounds("TPU_HOST_BOUNDS", "HOST_BOUNDS", &have_hb, hb, err);
+    if (rc == 0) {
+        rc = env_bounds("TPU_CHIPS_PER_HOST_BOUNDS", "CHIPS_PER_HOST_BOUNDS", &have_cb, cb, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if ((type == NULL || *type == '\0') && (topo == NULL || *topo == '\0')) {
+        mesh_warn(MOD, "no accelerator type or topology (TPU_ACCELERATOR_TYPE, TPU_TOPOLOGY, "
+                       "--accelerator-type, --topology): the slice stays unknown");
+        return 0;
+    }
+    struct mesh_slice_spec spec = {
+        .accelerator_type = (type && *type) ? type : NULL,
+        .topology = (topo && *topo) ? topo : NULL,
+        .chips_per_host = have_cb ? cb[0] * cb[1] * cb[2] : 0,
+        .hosts = have_hb ? hb[0] * hb[1] * hb[2] : (int)nhosts_listed,
+    };
+    rc = mesh_slice_derive(&spec, &ctx->slice, err);
+    if (rc < 0) {
+        return mesh_err_prefix(err, "accelerator model (type %s, topology %s)",
+                               spec.accelerator_type ? spec.accelerator_type : "unset",
+                               spec.topology ? spec.topology : "unset");
+    }
+    const struct mesh_slice *s = &ctx->slice;
+    if (have_hb && !bounds_equal(hb, s->host_bounds)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_HOST_BOUNDS=%d,%d,%d does not match %s %s (host bounds %d,%d,%d); "
+                            "check the node pool's accelerator and topology",
+                            hb[0], hb[1], hb[2], s->accelerator_type, s->topology,
+                            s->host_bounds[0], s->host_bounds[1], s->host_bounds[2]);
+    }
+    if (have_cb && !bounds_equal(cb, s->chips_per_host_bounds)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_CHIPS_PER_HOST_BOUNDS=%d,%d,%d does not match %s %s (chips per "
+                            "host bounds %d,%d,%d)",
+                            cb[0], cb[1], cb[2], s->accelerator_type, s->topology,
+                            s->chips_per_host_bounds[0], s->chips_per_host_bounds[1],
+                            s->chips_per_host_bounds[2]);
+    }
+    ctx->have_slice = true;
+    return 0;
+}
+
+static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
+{
+    ctx->kind = MESH_TPU_VM_LOCAL;
+    ctx->self_index = -1;
+    const char *hosts = env_get("TPU_WORKER_HOSTNAMES");
+    if (hosts != NULL) {
+        int rc = mesh_tpuenv_parse_hostnames(hosts, strlen(hosts), MESH_INIT_MAX_WORKERS,
+                                             &ctx->workers, &ctx->nworkers, err);
+        if (rc < 0) {
+            return mesh_err_prefix(err, "TPU_WORKER_HOSTNAMES");
+        }
+    }
+    bool have_id = false;
+    long long id = -1;
+    int rc = env_int("TPU_WORKER_ID", 0, MESH_INIT_MAX_WORKERS - 1, &have_id, &id, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (!have_id && ctx->nworkers == 1) {
+        id = 0; /* a single-host slice: the only worker is this one */
+        have_id = true;
+    }
+    if (have_id && ctx->nworkers > 0 && (size_t)id >= ctx->nworkers) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_WORKER_ID=%lld is out of range: TPU_WORKER_HOSTNAMES lists %zu "
+                            "workers (want 0..%zu)",
+                            id, ctx->nworkers, ctx->nworkers - 1);
+    }
+    if (!have_id && ctx->nworkers > 1) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_WORKER_HOSTNAMES lists %zu workers but TPU_WORKER_ID is not set; "
+                            "set TPU_WORKER_ID to this pod's index (an Indexed Job's completion "
+                            "index)",
+                            ctx->nworkers);
+    }
+    ctx->self_index = have_id ? (int)id : -1;
+    rc = check_megascale(err);
+    if (rc == 0) {
+        rc = resolve_vm_slice(ctx, ctx->nworkers, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (ctx->have_slice && ctx->nworkers > 0 && (size_t)ctx->slice.hosts != ctx->nworkers) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_WORKER_HOSTNAMES lists %zu workers but %s %s has %d hosts; the "
+                            "list must name every TPU VM of the slice",
+                            ctx->nworkers, ctx->slice.accelerator_type, ctx->slice.topology,
+                            ctx->slice.hosts);
+    }
+    if (ctx->have_slice && have_id && id >= ctx->slice.hosts) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_WORKER_ID=%lld is out of range for %s %s with %d hosts", id,
+                            ctx->slice.accelerator_type, ctx->slice.topology, ctx->slice.hosts);
+    }
+    if (ctx->opts.expected_workers > 0 && ctx->nworkers > 0 &&
+        (size_t)ctx->opts.expected_workers != ctx->nworkers) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "expected %d workers (--expected-workers / tpumesh.dev/expected-"
+                            "workers) but TPU_WORKER_HOSTNAMES lists %zu",
+                            ctx->opts.expected_workers, ctx->nworkers);
+    }
+    ctx->complete = ctx->nworkers > 0;
+    mesh_info(MOD, "TPU VM: worker %d of %zu, slice %s %s, %s", ctx->self_index, ctx->nworkers,
+              ctx->have_slice ? ctx->slice.accelerator_type : "unknown",
+              ctx->have_slice ? ctx->slice.topology : "",
+              ctx->complete ? "complete" : "incomplete");
+    return 0;
+}
+
+/* ---- legacy TPU Node: grpc:// endpoints -------------------------------- */
+
+static int resolve_grpc(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
+{
+    struct mesh_tpuenv_endpoint *eps = NULL;
+    size_t n = 0;
+    int rc = mesh_tpuenv_parse_endpoints(tpu, strlen(tpu), MESH_INIT_MAX_ENDPOINTS, &eps, &n, err);
+    if (rc < 0) {
+        return mesh_err_prefix(err, "%s", ctx->tpu_source);
+    }
+    ctx->endpoints = mesh_calloc(n, sizeof(*ctx->endpoints));
+    for (size_t i = 0; i < n; i++) {
+        memcpy(ctx->endpoints[i].ip, eps[i].ip, sizeof(ctx->endpoints[i].ip));
+        ctx->endpoints[i].port = eps[i].port;
+    }
+    ctx->nendpoints = n;
+    mesh_free(eps);
+    ctx->kind = MESH_TPU_NODE_GRPC;
+    ctx->complete = true;
+    ctx->self_index = 0;
+    mesh_info(MOD, "TPU Node: %zu gRPC endpoint(s), task 0 at %s:%d", n, ctx->endpoints[0].ip,
+              ctx->endpoints[0].port);
+    return 0;
+}
+
+/* ---- Cloud TPU API ----------------------------------------------------- */
+
+/* A Cloud TPU node name: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63 characters
+ * (it becomes part of a URL path, so nothing else may pass). */
+static bool is_tpu_name(const char *s, size_t len)
+{
+    if (len == 0 || len > 63 || !(s[0] >= 'a' && s[0] <= 'z') || s[len - 1] == '-') {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Project and zone: flag/annotation > TPU_CONFIG > metadata (spec §3.3). */
+static int api_location(struct mesh_init *ctx, struct mesh_gce_metadata *md, char **out_project,
+                        char **out_zone, struct mesh_err *err)
+{
+    mesh_autofree char *project = ctx->opts.project ? mesh_strdup(ctx->opts.project) : NULL;
+    mesh_autofree char *zone = ctx->opts.zone ? mesh_strdup(ctx->opts.zone) : NULL;
+    int rc;
+    if (project == NULL) {
+        rc = mesh_gce_metadata_project(md, &project, err);
+        if (rc < 0) {
+            return mesh_err_prefix(err, "project unknown (set --project or tpumesh.dev/project)");
+        }
+    }
+    if (zone == NULL) {
+        rc = mesh_gce_metadata_zone(md, &zone, err);
+        if (rc < 0) {
+            return mesh_err_prefix(err, "zone unknown (set --zone or tpumesh.dev/zone)");
+        }
+    }
+    *out_project = MESH_STEAL(project);
+    *out_zone = MESH_STEAL(zone);
+    return 0;
+}
+
+static void append_endpoints(struct mesh_init *ctx, const struct mesh_tpu_api_node *node)
+{
+    ctx->endpoints = mesh_reallocarray(ctx->endpoints, ctx->nendpoints + node->nendpoints,
+                                       sizeof(*ctx->endpoints));
+    for (size_t i = 0; i < node->nendpoints; i++) {
+        struct mesh_endpoint *e = &ctx->endpoints[ctx->nendpoints++];
+        memset(e, 0, sizeof(*e));
+        snprintf(e->ip, sizeof(e->ip), "%s", node->endpoints[i].ip);
+        e->port = node->endpoints[i].port;
+    }
+}
+
+static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
+{
+    size_t len = strlen(tpu);
+    size_t nnames = 1;
+    for (size_t i = 0; i < len; i++) {
+        nnames += tpu[i] == ',';
+    }
+    if (nnames > MESH_INIT_MAX_ENDPOINTS) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "%s lists more than %d TPU names",
+                            ctx->tpu_source, MESH_INIT_MAX_ENDPOINTS);
+    }
+    /* Check every name before any network traffic. */
+    for (const char *p = tpu;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (!is_tpu_name(p, n)) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "%s: '%.*s' is not 'local', grpc://IP:PORT or a Cloud TPU name "
+                                "(lower-case letters, digits and '-', starting with a letter)",
+                                ctx->tpu_source, (int)(n > 64 ? 64 : n), p);
+        }
+        if (comma == NULL) {
+            break;
+        }
+        p = comma + 1;
+    }
+    struct mesh_gce_metadata md;
+    int rc = mesh_gce_metadata_init(&md, ctx->opts.metadata_host, err);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_autofree char *project = NULL;
+    mesh_autofree char *zone = NULL;
+    mesh_autofree char *token = NULL;
+    mesh_autofree char *endpoint = NULL;
+    rc = api_location(ctx, &md, &project, &zone, err);
+    if (rc == 0) {
+        rc = mesh_gce_metadata_token(&md, &token, err);
+        if (rc < 0) {
+            mesh_err_prefix(err, "access token for the Cloud TPU API");
+        }
+    }
+    if (rc == 0) {
+        rc = mesh_tpu_api_endpoint(ctx->opts.tpu_api_endpoint, env_get("TPU_API_DISCOVERY_URL"),
+                                   &endpoint, err);
+    }
+    mesh_gce_metadata_cleanup(&md);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_info(MOD, "Cloud TPU API %s, project %s, zone %s", endpoint, project, zone);
+    struct mesh_tpu_api api = {
+        .endpoint = endpoint,
+        .project = project,
+        .zone = zone,
+        .token = token,
+        .timeout_s = ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600,
+    };
+    for (const char *p = tpu;;) {
+        const char *comma = strchr(p, ',');
+        mesh_autofree char *name = mesh_strndup(p, comma ? (size_t)(comma - p) : strlen(p));
+        struct mesh_tpu_api_node node;
+        rc = mesh_tpu_api_wait_ready(&api, name, &node, err);
+        if (rc < 0) {
+            return rc;
+        }
+        append_endpoints(ctx, &node);
+        if (!ctx->have_slice && node.accelerator_type[0] != '\0') {
+            struct mesh_slice_spec spec = {.accelerator_type = node.accelerator_type};
+            struct mesh_err serr;
+            if (mesh_slice_derive(&spec, &ctx->slice, &serr) == 0) {
+                ctx->have_slice = true;
+            } else {
+                mesh_warn(MOD, "TPU \"%s\": %s", name, serr.msg);
+            }
+        }
+        mesh_info(MOD, "TPU \"%s\" is READY and HEALTHY: %zu endpoint(s), %s", name,
+                  node.nendpoints, node.accelerator_type[0] ? node.accelerator_type : "type ?");
+        mesh_tpu_api_node_cleanup(&node);
+        if (comma == NULL) {
+            break;
+        }
+        p = comma + 1;
+    }
+    ctx->kind = MESH_TPU_NODE_API;
+    ctx->complete = true;
+    ctx->self_index = 0;
+    return 0;
+}
+
+/* ---- the tpu value and its source -------------------------------------- */
+
+/* TPU_CONFIG (newest cloud_tpu_client, spec §2.3): JSON with tpu_node_name,
+ * project, zone; explicit values win. Fills *out_name (owned) or leaves it
+ * NULL when the JSON names no node. */
+static int read_tpu_config(struct mesh_init *ctx, const char *v, char **out_name,
+                           struct mesh_err *err)
+{
+    struct mesh_err jerr;
+    mesh_autocjson cJSON *j = mesh_json_parse(v, strlen(v), TPU_CONFIG_MAX, &jerr);
+    if (j == NULL) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_CONFIG is not valid JSON (%s); want {\"tpu_node_name\": ..., "
+                            "\"project\": ..., \"zone\": ...}",
+                            jerr.msg);
+    }
+    if (!cJSON_IsObject(j)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_CONFIG is not a JSON object; want {\"tpu_node_name\": ..., "
+                            "\"project\": ..., \"zone\": ...}");
+    }
+    const char *name = mesh_json_str(j, "tpu_node_name");
+    const char *project = mesh_json_str(j, "project");
+    const char *zone = mesh_json_str(j, "zone");
+    if (ctx->opts.project == NULL && project != NULL && *project != '\0') {
+        ctx->opts.project = mesh_strdup(project);
+    }
+    if (ctx->opts.zone == NULL && zone != NULL && *zone != '\0') {
+        ctx->opts.zone = mesh_strdup(zone);
+    }
+    *out_name = (name != NULL && *name != '\0') ? mesh_strdup(name) : NULL;
+    return 0;
+}
+
+/* Pick the tpu value (owned copy in *out_tpu) and record ctx->tpu_source.
+ * *out_tpu stays NULL for the GKE TPU VM environment without a name. */
+static int pick_tpu(struct mesh_init *ctx, char **out_tpu, struct mesh_err *err)
+{
+    const char *v;
+    *out_tpu = NULL;
+    /* TensorFlow treats tpu='' as unset (spec §2.3), and so do we. */
+    if (ctx->opts.tpu != NULL && ctx->opts.tpu[0] != '\0') {
+        set_source(ctx, ctx->opts.tpu_origin ? ctx->opts.tpu_origin : "flag --tpu");
+        *out_tpu = mesh_strdup(ctx->opts.tpu);
+        return 0;
+    }
+    if ((v = env_get("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")) != NULL) {
+        set_source(ctx, "env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS");
+        *out_tpu = mesh_strdup(v);
+        return 0;
+    }
+    if (have_tpu_vm_env(ctx)) {
+        set_source(ctx, "GKE TPU VM environment (TPU_WORKER_*, TPU_ACCELERATOR_TYPE)");
+        if (env_get("TPU_NAME") != NULL) {
+            mesh_info(MOD, "TPU_NAME is ignored on a TPU VM (GKE webhooks set it to a pod name)");
+        }
+        *out_tpu = mesh_strdup("local");
+        return 0;
+    }
+    if ((v = env_get("TPU_NAME")) != NULL) {
+        set_source(ctx, "env TPU_NAME");
+        *out_tpu = mesh_strdup(v);
+        return 0;
+    }
+    if ((v = env_get("TPU_CONFIG")) != NULL) {
+        set_source(ctx, "env TPU_CONFIG");
+        int rc = read_tpu_config(ctx, v, out_tpu, err);
+        if (rc < 0) {
+            return rc;
+        }
+        if (*out_tpu != NULL) {
+            return 0;
+        }
+    }
+    return mesh_err_set(err, MESH_E_CONFIG, 0, "%s", NO_TPU_MSG);
+}
 
 int mesh_init_resolve(struct mesh_init *ctx, struct mesh_err *err)
 {
-    (void)ctx;
-    return mesh_err_set(err, MESH_E_CONFIG, 0, "the resolve step is not available in this build");
+    mesh_autofree char *tpu = NULL;
+    int rc = pick_tpu(ctx, &tpu, err);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_info(MOD, "tpu '%s' from %s", tpu, ctx->tpu_source);
+    if (tpu[0] == '\0') {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%s is set but empty: it must name a TPU ('local', grpc://IP:PORT,... "
+                            "or a Cloud TPU name); set it or unset it",
+                            ctx->tpu_source);
+    }
+    if (strcmp(tpu, "local") == 0) {
+        return resolve_vm(ctx, err);
+    }
+    if (mesh_tpuenv_is_grpc(tpu, strlen(tpu))) {
+        return resolve_grpc(ctx, tpu, err);
+    }
+    return resolve_api(ctx, tpu, err);
 }

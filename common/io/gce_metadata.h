@@ -1,0 +1,79 @@
+/*
+ * gce_metadata.h - a small GCE metadata server client (libcurl), used by
+ * tpumesh-init only when needed: for the Cloud TPU API path (project, zone,
+ * access token) and for TPU VM attributes when the environment lacks them.
+ *
+ * Facts (spec/tpu-and-tensorflow.md §3.3, §3.4, §4.4, §10.3): base URL
+ * http://<host>/computeMetadata/v1/<path>; host from the caller's override
+ * (--metadata-host), else GCE_METADATA_HOST, else GCE_METADATA_IP, else
+ * metadata.google.internal; request header `Metadata-Flavor: Google` and the
+ * same header is required on the response (a captive proxy or a wrong host
+ * does not send it). Short per-attempt timeouts with a few retries (JAX's
+ * reader retries 6 times 0.5 s apart; we default to 3 attempts).
+ */
+#ifndef MESH_GCE_METADATA_H
+#define MESH_GCE_METADATA_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+#include "core/model.h"
+#include "core/tpuenv.h"
+
+/* Largest metadata value accepted (bytes). */
+#define MESH_GCE_METADATA_MAX (256 * 1024)
+
+struct mesh_gce_metadata {
+    char *base;          /* "http://host/computeMetadata/v1/", owned */
+    long timeout_ms;     /* per attempt (connect + transfer), default 2000 */
+    int attempts;        /* tries per value on connection errors and 5xx, default 3 */
+    long retry_delay_ms; /* pause between tries, default 300 */
+};
+
+/* Initialise md for host (borrowed; NULL = the environment / default, see
+ * above). host is "name", "ip" or "name:port". Returns 0 or -MESH_E_CONFIG
+ * when the host text is not a plain host[:port]. Free with
+ * mesh_gce_metadata_cleanup. */
+int mesh_gce_metadata_init(struct mesh_gce_metadata *md, const char *host, struct mesh_err *err);
+/* Release what md owns. md may be zeroed or NULL. */
+void mesh_gce_metadata_cleanup(struct mesh_gce_metadata *md);
+
+/* GET <base><path>. On success *out (owned by caller, mesh_free; NUL
+ * terminated) holds the body. Errors: -MESH_E_NOTFOUND (404), -MESH_E_API
+ * (unreachable after the retries, other status, missing Metadata-Flavor
+ * response header), -MESH_E_TOOBIG (body above MESH_GCE_METADATA_MAX).
+ * Messages name the URL, never a token. */
+int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, char **out,
+                          struct mesh_err *err);
+
+/* project/project-id. *out owned by caller. Errors as mesh_gce_metadata_get. */
+int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
+/* instance/zone reduced to its last path segment ("projects/1/zones/us-central2-b"
+ * -> "us-central2-b"). *out owned by caller. */
+int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
+/* instance/network-interfaces/0/ip, validated as an IP. *out owned by caller. */
+int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
+/* The access_token of instance/service-accounts/default/token (JSON). *out
+ * owned by caller; never log it. -MESH_E_AUTH when the reply has no token. */
+int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
+
+/* TPU VM attributes (instance/attributes/<key>, spec §4.4). Each member is
+ * owned by the struct; a member that the server does not have (404) stays
+ * NULL / empty. */
+struct mesh_gce_tpu_vm {
+    char *accelerator_type;      /* accelerator-type */
+    struct mesh_tpuenv env;      /* tpu-env, parsed */
+    struct mesh_worker *workers; /* worker-network-endpoints field [2] per entry */
+    size_t nworkers;
+    int worker_number; /* agent-worker-number, -1 when absent */
+};
+
+/* Fetch and parse all four attributes. Errors: -MESH_E_NOTFOUND when none of
+ * them exists (not a TPU VM), -MESH_E_API / -MESH_E_PARSE (a malformed
+ * tpu-env or endpoint list, naming the attribute). out is filled only on
+ * success; free it with mesh_gce_metadata_tpu_vm_cleanup. */
+int mesh_gce_metadata_tpu_vm(const struct mesh_gce_metadata *md, size_t max_workers,
+                             struct mesh_gce_tpu_vm *out, struct mesh_err *err);
+void mesh_gce_metadata_tpu_vm_cleanup(struct mesh_gce_tpu_vm *vm);
+
+#endif

@@ -1,0 +1,387 @@
+/*
+ * tpu_api.c - Cloud TPU REST API client (see tpu_api.h): endpoint discovery,
+ * one bounded GET of a node, node JSON parsing, and the wait for READY and
+ * HEALTHY with backoff, progress lines and a deadline.
+ */
+#include <curl/curl.h>
+
+#include "tpu_api.h"
+
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/buf.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "io/log.h"
+
+#define MOD "tpu-api"
+#define URL_MAX 2048
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+    struct mesh_buf *b = ud;
+    if (mesh_buf_append(b, p, size * n, NULL) < 0) {
+        return 0;
+    }
+    return size * n;
+}
+
+/* GET url into body. 0 with *out_status, or -MESH_E_API / -MESH_E_TOOBIG. */
+static int http_get(const char *url, const char *token, long timeout_ms, struct mesh_buf *body,
+                    long *out_status, struct mesh_err *err)
+{
+    mesh_autocurl CURL *c = curl_easy_init();
+    mesh_autoslist struct curl_slist *hdrs = NULL;
+    if (c == NULL) {
+        return mesh_err_set(err, MESH_E_API, 0, "curl_easy_init failed");
+    }
+    if (token != NULL) {
+        mesh_autofree char *auth = mesh_asprintf("Authorization: Bearer %s", token);
+        hdrs = curl_slist_append(hdrs, auth);
+        /* curl copied the header; wipe our copy of the token. */
+        memset(auth, 0, strlen(auth));
+    }
+    hdrs = curl_slist_append(hdrs, "Accept: application/json");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_WRITE_ERROR) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "reply larger than %d bytes",
+                            MESH_TPU_API_MAX_REPLY);
+    }
+    if (rc != CURLE_OK) {
+        return mesh_err_set(err, MESH_E_API, 0, "%s", curl_easy_strerror(rc));
+    }
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, out_status);
+    return 0;
+}
+
+static bool is_http_url(const char *s)
+{
+    return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
+}
+
+/* Replace every {api} and {apiVersion} in tmpl (spec §3.2). */
+static char *expand_discovery(const char *tmpl)
+{
+    struct mesh_buf b;
+    mesh_buf_init(&b, URL_MAX);
+    for (const char *p = tmpl; *p;) {
+        int rc;
+        if (strncmp(p, "{api}", 5) == 0) {
+            rc = mesh_buf_puts(&b, "tpu", NULL);
+            p += 5;
+        } else if (strncmp(p, "{apiVersion}", 12) == 0) {
+            rc = mesh_buf_puts(&b, "v1", NULL);
+            p += 12;
+        } else {
+            rc = mesh_buf_append(&b, p, 1, NULL);
+            p++;
+        }
+        if (rc < 0) {
+            mesh_buf_cleanup(&b);
+            return NULL;
+        }
+    }
+    return mesh_buf_steal(&b, NULL);
+}
+
+static char *strip_slash(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == '/') {
+        s[--n] = '\0';
+    }
+    return s;
+}
+
+int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **out,
+                          struct mesh_err *err)
+{
+    if (flag != NULL && *flag != '\0') {
+        if (!is_http_url(flag) || strlen(flag) > URL_MAX) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "--tpu-api-endpoint '%.64s' is not an http(s):// URL", flag);
+        }
+        *out = strip_slash(mesh_strdup(flag));
+        return 0;
+    }
+    if (discovery_url == NULL || *discovery_url == '\0') {
+        *out = mesh_strdup(MESH_TPU_API_DEFAULT_ENDPOINT);
+        return 0;
+    }
+    if (strstr(discovery_url, "{api}") == NULL || strstr(discovery_url, "{apiVersion}") == NULL ||
+        !is_http_url(discovery_url)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU_API_DISCOVERY_URL '%.80s' must be an http(s) URL containing {api} "
+                            "and {apiVersion}",
+                            discovery_url);
+    }
+    mesh_autofree char *url = expand_discovery(discovery_url);
+    if (url == NULL) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "TPU_API_DISCOVERY_URL is too long");
+    }
+    struct mesh_buf body;
+    long status = 0;
+    mesh_buf_init(&body, MESH_TPU_API_MAX_REPLY);
+    int rc = http_get(url, NULL, 10000, &body, &status, err);
+    if (rc == 0 && status != 200) {
+        rc = mesh_err_set(err, MESH_E_API, 0, "HTTP %ld", status);
+    }
+    if (rc < 0) {
+        mesh_buf_cleanup(&body);
+        return mesh_err_prefix(err, "discovery document %.120s", url);
+    }
+    struct mesh_err jerr;
+    mesh_autocjson cJSON *doc =
+        mesh_json_parse(body.data ? body.data : "", body.len, MESH_TPU_API_MAX_REPLY, &jerr);
+    mesh_buf_cleanup(&body);
+    const char *root = doc ? mesh_json_str(doc, "rootUrl") : NULL;
+    const char *svc = doc ? mesh_json_str(doc, "servicePath") : NULL;
+    if (root == NULL || !is_http_url(root)) {
+        return mesh_err_set(err, MESH_E_API, 0,
+                            "discovery document %.120s has no http(s) rootUrl%s%s", url,
+                            doc ? "" : ": ", doc ? "" : jerr.msg);
+    }
+    mesh_autofree char *joined = mesh_asprintf("%s%s", root, svc ? svc : "");
+    *out = strip_slash(MESH_STEAL(joined));
+    return 0;
+}
+
+void mesh_tpu_api_node_cleanup(struct mesh_tpu_api_node *node)
+{
+    if (node == NULL) {
+        return;
+    }
+    mesh_free(node->endpoints);
+    memset(node, 0, sizeof(*node));
+}
+
+static void copy_str(char *dst, size_t cap, const char *s)
+{
+    snprintf(dst, cap, "%s", s ? s : "");
+}
+
+/* An endpoint object {ipAddress, port}; port may be a number or a string. */
+static int parse_ep(const cJSON *o, size_t idx, struct mesh_tpuenv_endpoint *ep,
+                    struct mesh_err *err)
+{
+    const char *ip = mesh_json_str(o, "ipAddress");
+    long long port = MESH_TPUENV_DEFAULT_PORT;
+    if (ip == NULL || strlen(ip) >= MESH_IP_MAX || !mesh_tpuenv_is_valid_host(ip, strlen(ip))) {
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "networkEndpoints[%zu].ipAddress is missing or not an IP address", idx);
+    }
+    int rc = mesh_json_int(o, "port", 1, 65535, true, &port, NULL);
+    if (rc < 0 && rc != -MESH_E_NOTFOUND) {
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "networkEndpoints[%zu].port is not an integer 1-65535", idx);
+    }
+    if (rc == -MESH_E_NOTFOUND) {
+        port = MESH_TPUENV_DEFAULT_PORT;
+    }
+    copy_str(ep->ip, sizeof(ep->ip), ip);
+    ep->port = (int)port;
+    return 0;
+}
+
+int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_node *out,
+                            struct mesh_err *err)
+{
+    struct mesh_err jerr;
+    mesh_autocjson cJSON *j = mesh_json_parse(buf, len, MESH_TPU_API_MAX_REPLY, &jerr);
+    if (j == NULL || !cJSON_IsObject(j)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "node reply is not a JSON object%s%s",
+                            j ? "" : ": ", j ? "" : jerr.msg);
+    }
+    struct mesh_tpu_api_node node = {0};
+    copy_str(node.state, sizeof(node.state), mesh_json_str(j, "state"));
+    copy_str(node.health, sizeof(node.health), mesh_json_str(j, "health"));
+    copy_str(node.accelerator_type, sizeof(node.accelerator_type),
+             mesh_json_str(j, "acceleratorType"));
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "networkEndpoints");
+    if (eps != NULL && !cJSON_IsArray(eps)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "node networkEndpoints is not an array");
+    }
+    int n = eps ? cJSON_GetArraySize(eps) : 0;
+    if (n > 4096) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "node lists %d networkEndpoints (max 4096)", n);
+    }
+    if (n > 0) {
+        node.endpoints = mesh_calloc((size_t)n, sizeof(*node.endpoints));
+        const cJSON *e;
+        cJSON_ArrayForEach(e, eps)
+        {
+            int rc = parse_ep(e, node.nendpoints, &node.endpoints[node.nendpoints], err);
+            if (rc < 0) {
+                mesh_tpu_api_node_cleanup(&node);
+                return rc;
+            }
+            node.nendpoints++;
+        }
+    } else if (mesh_json_str(j, "ipAddress") != NULL) {
+        /* The deprecated top-level ipAddress/port (spec §3.2). */
+        node.endpoints = mesh_calloc(1, sizeof(*node.endpoints));
+        int rc = parse_ep(j, 0, &node.endpoints[0], err);
+        if (rc < 0) {
+            mesh_tpu_api_node_cleanup(&node);
+            return mesh_err_prefix(err, "top-level ipAddress/port");
+        }
+        node.nendpoints = 1;
+    }
+    *out = node;
+    return 0;
+}
+
+/* TensorFlow's wrapping of a lookup failure (spec §2.9), shortened to fit. */
+#define LOOKUP_FMT "Could not lookup TPU metadata from name '%s'. Please doublecheck the tpu "
+
+int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
+                          struct mesh_tpu_api_node *out, int *out_retry, struct mesh_err *err)
+{
+    int dummy;
+    int *retry = out_retry ? out_retry : &dummy;
+    *retry = 0;
+    mesh_autofree char *url = mesh_asprintf("%s/v1/projects/%s/locations/%s/nodes/%s",
+                                            api->endpoint, api->project, api->zone, name);
+    struct mesh_buf body;
+    long status = 0;
+    mesh_buf_init(&body, MESH_TPU_API_MAX_REPLY);
+    int rc =
+        http_get(url, api->token, api->request_timeout_ms > 0 ? api->request_timeout_ms : 10000,
+                 &body, &status, err);
+    if (rc < 0) {
+        mesh_buf_cleanup(&body);
+        *retry = rc == -MESH_E_API;
+        return mesh_err_prefix(err, "Cloud TPU API %s", api->endpoint);
+    }
+    if (status == 404) {
+        rc = mesh_err_set(err, MESH_E_NOTFOUND, 0,
+                          LOOKUP_FMT "argument (project %s, zone %s). Exception: HTTP 404", name,
+                          api->project, api->zone);
+    } else if (status == 401 || status == 403) {
+        rc = mesh_err_set(err, MESH_E_AUTH, 0,
+                          LOOKUP_FMT "argument. Exception: HTTP %ld (grant roles/tpu.viewer)", name,
+                          status);
+    } else if (status != 200) {
+        *retry = status == 429 || status >= 500;
+        rc = mesh_err_set(err, MESH_E_API, 0, LOOKUP_FMT "argument. Exception: HTTP %ld", name,
+                          status);
+    } else {
+        rc = mesh_tpu_api_parse_node(body.data ? body.data : "", body.len, out, err);
+        if (rc < 0) {
+            if (err != NULL) {
+                err->code = MESH_E_API;
+            }
+            rc = mesh_err_prefix(err, "Cloud TPU API reply for '%s'", name);
+        }
+    }
+    mesh_buf_cleanup(&body);
+    return rc;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static bool is_ready(const struct mesh_tpu_api_node *n)
+{
+    return strcmp(n->state, "READY") == 0 &&
+           (n->health[0] == '\0' || strcmp(n->health, "HEALTHY") == 0);
+}
+
+int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
+                            struct mesh_tpu_api_node *out, struct mesh_err *err)
+{
+    long long start = now_ms();
+    long long deadline = start + (long long)(api->timeout_s > 0 ? api->timeout_s : 1) * 1000;
+    long long pause = api->poll_initial_ms > 0 ? api->poll_initial_ms : 250;
+    char last_state[32] = "", last_health[32] = "";
+    bool last_transport = false;
+    struct mesh_err lerr;
+    for (int attempt = 1;; attempt++) {
+        struct mesh_tpu_api_node node = {0};
+        int retry = 0;
+        int rc = mesh_tpu_api_get_node(api, name, &node, &retry, &lerr);
+        if (rc < 0 && !retry) {
+            if (err != NULL) {
+                *err = lerr;
+            }
+            return rc;
+        }
+        last_transport = rc < 0;
+        if (rc == 0) {
+            if (is_ready(&node)) {
+                if (node.nendpoints == 0) {
+                    mesh_tpu_api_node_cleanup(&node);
+                    return mesh_err_set(err, MESH_E_API, 0,
+                                        "TPU \"%s\" is READY but the API lists no "
+                                        "networkEndpoints nor ipAddress",
+                                        name);
+                }
+                *out = node;
+                return 0;
+            }
+            copy_str(last_state, sizeof(last_state), node.state);
+            copy_str(last_health, sizeof(last_health), node.health);
+            mesh_tpu_api_node_cleanup(&node);
+            if (strcmp(last_state, "PREEMPTED") == 0 || strcmp(last_state, "TERMINATED") == 0) {
+                return mesh_err_set(err, MESH_E_NOTREADY, 0,
+                                    "TPU \"%s\" is not yet ready; state: \"%s\" (it will not "
+                                    "recover: recreate the TPU)",
+                                    name, last_state);
+            }
+            /* TensorFlow's wait_for_healthy progress text (spec §2.9). */
+            mesh_info(MOD,
+                      "Waiting for TPU \"%s\" with state \"%s\" and health \"%s\" to become "
+                      "healthy (poll %d)",
+                      name, last_state, last_health, attempt);
+        } else {
+            mesh_warn(MOD, "TPU \"%s\": %s; retrying", name, lerr.msg);
+        }
+        long long now = now_ms();
+        if (now >= deadline) {
+            break;
+        }
+        long long wait = pause;
+        if (now + wait > deadline) {
+            wait = deadline - now;
+        }
+        sleep_ms(wait);
+        pause = pause * 2 > 10000 ? 10000 : pause * 2;
+    }
+    if (last_transport) {
+        if (err != NULL) {
+            *err = lerr;
+        }
+        return mesh_err_prefix(err, "gave up after %d s", api->timeout_s);
+    }
+    if (strcmp(last_state, "READY") == 0) {
+        return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                            "TPU \"%s\" is unhealthy: \"%s\" (still after the %d s --timeout)",
+                            name, last_health, api->timeout_s);
+    }
+    return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                        "TPU \"%s\" is not yet ready; state: \"%s\" (health \"%s\") after the %d s "
+                        "--timeout",
+                        name, last_state, last_health, api->timeout_s);
+}

@@ -95,4 +95,30 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err);
 /* The exit code for an error code (table above). */
 int mesh_init_exit_code(int code);
 
+/* opts.c: what the command line asks for besides the options. */
+enum mesh_init_action {
+    MESH_INIT_ACTION_RUN = 0,
+    MESH_INIT_ACTION_HELP,
+    MESH_INIT_ACTION_VERSION,
+};
+
+struct mesh_init_cli {
+    enum mesh_init_action action;
+    int log_level;  /* enum mesh_log_level */
+    int log_format; /* enum mesh_log_format */
+};
+
+/* Parse argv (long options, "--flag value" and "--flag=value") and the
+ * TPUMESH_<FLAG_UPPER_SNAKE> environment into ctx->opts (flag wins; empty
+ * environment values count as unset) and apply the defaults of DESIGN.md §6.
+ * argv is borrowed; strings stored in ctx->opts are owned by ctx.
+ * Returns 0 or -MESH_E_CONFIG with a message naming the flag or variable
+ * and the accepted values (exit 2). */
+int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
+                         struct mesh_init_cli *out_cli, struct mesh_err *err);
+
+/* The --help text: every flag, its variable, default, and the exit codes.
+ * Static string. */
+const char *mesh_init_usage_text(void);
+
 #endif

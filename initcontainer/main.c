@@ -1,17 +1,72 @@
 /*
- * main.c - tpumesh-init entry point (being built up; see the issues).
+ * main.c - tpumesh-init entry point (DESIGN.md §1, §6): options, then the
+ * steps resolve -> initialize (unless --skip-init) -> publish, then the exit
+ * code of init.h's table. Every failure ends the log with one line that
+ * says which step failed, why, and what to do.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "core/logfmt.h"
+#include "init.h"
+#include "io/log.h"
+
+#define MOD "init"
+
+static int fail(const char *step, const struct mesh_err *err)
+{
+    int code = mesh_init_exit_code(err->code);
+    mesh_error(MOD, "%s failed (exit %d, %s): %s", step, code, mesh_strerror(err->code), err->msg);
+    return code;
+}
+
+static int run(struct mesh_init *ctx)
+{
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    mesh_info(MOD, "tpumesh-init %s: out-dir=%s skip-init=%s", MESH_VERSION, ctx->opts.out_dir,
+              ctx->opts.skip_init ? "true" : "false");
+    if (mesh_init_resolve(ctx, &err) < 0) {
+        return fail("resolve", &err);
+    }
+    if (ctx->opts.skip_init) {
+        mesh_info(MOD, "skipping TPU system initialization (--skip-init)");
+    } else if (mesh_init_initialize(ctx, &err) < 0) {
+        return fail("initialize", &err);
+    }
+    if (mesh_init_publish(ctx, &err) < 0) {
+        return fail("publish", &err);
+    }
+    mesh_info(MOD, "done: %zu worker(s), %s, files in %s", ctx->nworkers,
+              ctx->complete ? "complete" : "incomplete (the sidecar completes it)",
+              ctx->opts.out_dir);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("tpumesh-init %s\n", MESH_VERSION);
-            return 0;
-        }
+    struct mesh_init ctx;
+    struct mesh_init_cli cli;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    mesh_init_init(&ctx);
+    if (mesh_init_opts_parse(&ctx, argc, argv, &cli, &err) < 0) {
+        int code = fail("command line", &err);
+        mesh_init_cleanup(&ctx);
+        return code;
     }
-    fprintf(stderr, "usage: tpumesh-init --version\n");
-    return 2;
+    if (cli.action == MESH_INIT_ACTION_HELP) {
+        fputs(mesh_init_usage_text(), stdout);
+        mesh_init_cleanup(&ctx);
+        return 0;
+    }
+    if (cli.action == MESH_INIT_ACTION_VERSION) {
+        printf("tpumesh-init %s\n", MESH_VERSION);
+        mesh_init_cleanup(&ctx);
+        return 0;
+    }
+    mesh_log_setup((enum mesh_log_level)cli.log_level, (enum mesh_log_format)cli.log_format);
+    int code = run(&ctx);
+    mesh_init_cleanup(&ctx);
+    return code;
 }

@@ -1,0 +1,312 @@
+/*
+ * opts.c - tpumesh-init's command line (DESIGN.md §6).
+ *
+ * Every option is a long flag ("--flag value" or "--flag=value") and also
+ * the variable TPUMESH_<FLAG_UPPER_SNAKE>; the flag wins, and an empty
+ * variable counts as unset. The layers are merged as strings first and the
+ * winning string is converted once, so an error names exactly where the bad
+ * value came from ("--port" or "TPUMESH_PORT").
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "core/logfmt.h"
+#include "core/mem.h"
+#include "init.h"
+
+enum opt_kind {
+    K_STR,    /* char * field of struct mesh_init_opts */
+    K_INT,    /* int field, [min, max] */
+    K_BOOL,   /* bool field: true/false/1/0/yes/no; a bare flag means true */
+    K_MODE,   /* address mode auto|dns|ip */
+    K_LEVEL,  /* log level (struct mesh_init_cli) */
+    K_FORMAT, /* log format (struct mesh_init_cli) */
+};
+
+struct opt_def {
+    const char *flag; /* without "--" */
+    const char *env;
+    enum opt_kind kind;
+    size_t off; /* offset in struct mesh_init_opts (K_STR, K_INT, K_BOOL, K_MODE) */
+    long long min, max;
+    const char *def; /* default as text, NULL = none */
+    const char *arg; /* what the value looks like, for messages */
+};
+
+#define OFF(f) offsetof(struct mesh_init_opts, f)
+
+static const struct opt_def opt_defs[] = {
+    {"out-dir", "TPUMESH_OUT_DIR", K_STR, OFF(out_dir), 0, 0, "/var/run/tpumesh", "DIR"},
+    {"log-format", "TPUMESH_LOG_FORMAT", K_FORMAT, 0, 0, 0, "text", "text|json"},
+    {"log-level", "TPUMESH_LOG_LEVEL", K_LEVEL, 0, 0, 0, "info", "debug|info|warn|error"},
+    {"tpu", "TPUMESH_TPU", K_STR, OFF(tpu), 0, 0, NULL, "NAME[,NAME]|local|grpc://..."},
+    {"zone", "TPUMESH_ZONE", K_STR, OFF(zone), 0, 0, NULL, "ZONE"},
+    {"project", "TPUMESH_PROJECT", K_STR, OFF(project), 0, 0, NULL, "PROJECT"},
+    {"accelerator-type", "TPUMESH_ACCELERATOR_TYPE", K_STR, OFF(accelerator_type), 0, 0, NULL,
+     "TYPE"},
+    {"topology", "TPUMESH_TOPOLOGY", K_STR, OFF(topology), 0, 0, NULL, "AxB[xC]"},
+    {"annotations-file", "TPUMESH_ANNOTATIONS_FILE", K_STR, OFF(annotations_file), 0, 0,
+     "/etc/podinfo/annotations", "FILE"},
+    {"dev-dir", "TPUMESH_DEV_DIR", K_STR, OFF(dev_dir), 0, 0, "/dev", "DIR"},
+    {"timeout", "TPUMESH_TIMEOUT", K_INT, OFF(timeout_s), 1, 86400, "600", "SECONDS"},
+    {"metadata-host", "TPUMESH_METADATA_HOST", K_STR, OFF(metadata_host), 0, 0, NULL,
+     "HOST[:PORT]"},
+    {"tpu-api-endpoint", "TPUMESH_TPU_API_ENDPOINT", K_STR, OFF(tpu_api_endpoint), 0, 0, NULL,
+     "URL"},
+    {"skip-init", "TPUMESH_SKIP_INIT", K_BOOL, OFF(skip_init), 0, 0, "false", NULL},
+    {"port", "TPUMESH_PORT", K_INT, OFF(port), 1, 65535, "10000", "PORT"},
+    {"job-name", "TPUMESH_JOB_NAME", K_STR, OFF(job_name), 0, 0, NULL, "NAME"},
+    {"address-mode", "TPUMESH_ADDRESS_MODE", K_MODE, OFF(address_mode), 0, 0, "auto",
+     "auto|dns|ip"},
+    {"expected-workers", "TPUMESH_EXPECTED_WORKERS", K_INT, OFF(expected_workers), 1,
+     MESH_INIT_MAX_WORKERS, NULL, "N"},
+};
+
+#define NOPTS (sizeof(opt_defs) / sizeof(opt_defs[0]))
+
+static const char usage_text[] =
+    "usage: tpumesh-init [OPTIONS]\n"
+    "\n"
+    "Resolves the Cloud TPU of this pod, runs TPU system initialization, and\n"
+    "publishes topology.json, dtensor.env, tf_config.json, tpu.env, jax.env and\n"
+    "topology.pb atomically into the shared volume.\n"
+    "\n"
+    "Options (each also read from the variable shown; the flag wins):\n"
+    "  --out-dir DIR             TPUMESH_OUT_DIR           default /var/run/tpumesh\n"
+    "      shared volume to publish the files into\n"
+    "  --log-format text|json    TPUMESH_LOG_FORMAT        default text\n"
+    "  --log-level LEVEL         TPUMESH_LOG_LEVEL         default info (debug|info|warn|error)\n"
+    "  --tpu NAME[,NAME]|local|grpc://HOST[:PORT][,...]    TPUMESH_TPU\n"
+    "      the TPU, as TPUClusterResolver's tpu argument; without it:\n"
+    "      KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS, TPU_NAME, TPU_CONFIG, then GKE's TPU_WORKER_*\n"
+    "  --zone ZONE               TPUMESH_ZONE              default: metadata server's zone\n"
+    "  --project PROJECT         TPUMESH_PROJECT           default: metadata server's project\n"
+    "  --accelerator-type TYPE   TPUMESH_ACCELERATOR_TYPE  e.g. v4-32, v5litepod-16\n"
+    "      default: TPU_ACCELERATOR_TYPE\n"
+    "  --topology AxB[xC]        TPUMESH_TOPOLOGY          e.g. 2x2x4; default: TPU_TOPOLOGY\n"
+    "  --annotations-file FILE   TPUMESH_ANNOTATIONS_FILE  default /etc/podinfo/annotations\n"
+    "      downward-API file with the pod's annotations (tpumesh.dev/*)\n"
+    "  --dev-dir DIR             TPUMESH_DEV_DIR           default /dev\n"
+    "  --timeout SECONDS         TPUMESH_TIMEOUT           default 600 (1..86400)\n"
+    "  --metadata-host HOST      TPUMESH_METADATA_HOST\n"
+    "      default: GCE_METADATA_HOST, GCE_METADATA_IP, metadata.google.internal\n"
+    "  --tpu-api-endpoint URL    TPUMESH_TPU_API_ENDPOINT\n"
+    "      default: from TPU_API_DISCOVERY_URL, else https://tpu.googleapis.com\n"
+    "  --skip-init               TPUMESH_SKIP_INIT         default false (true|false|1|0)\n"
+    "      only resolve and publish; do not initialize the TPU system\n"
+    "  --port PORT               TPUMESH_PORT              default 10000 (DTensor port)\n"
+    "  --job-name NAME           TPUMESH_JOB_NAME          default: localhost for one\n"
+    "      worker, else worker (DTENSOR_JOB_NAME)\n"
+    "  --address-mode auto|dns|ip TPUMESH_ADDRESS_MODE     default auto\n"
+    "  --expected-workers N      TPUMESH_EXPECTED_WORKERS  default: the slice's host count\n"
+    "  --version                 print the version and exit\n"
+    "  --help                    print this help and exit\n"
+    "\n"
+    "Standard variables honoured (TensorFlow's precedence): KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS,\n"
+    "TPU_NAME, TPU_CONFIG, GCE_METADATA_HOST, GCE_METADATA_IP, TPU_API_DISCOVERY_URL,\n"
+    "TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_ACCELERATOR_TYPE, TPU_TOPOLOGY.\n"
+    "Precedence: flag > pod annotation > environment > metadata server.\n"
+    "\n"
+    "Exit codes:\n"
+    "  0  files published\n"
+    "  2  usage or configuration error (bad flag, no TPU source, invalid worker names)\n"
+    "  3  no TPU found\n"
+    "  4  TPU not ready, unhealthy or unresponsive before --timeout\n"
+    "  5  API or authentication failure\n"
+    "  6  cannot publish to --out-dir\n"
+    "The last log line says why.\n";
+
+const char *mesh_init_usage_text(void)
+{
+    return usage_text;
+}
+
+static const struct opt_def *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTS; i++) {
+        if (strlen(opt_defs[i].flag) == len && strncmp(opt_defs[i].flag, name, len) == 0) {
+            return &opt_defs[i];
+        }
+    }
+    return NULL;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Convert the winning string of one option into its field. `src` names
+ * where it came from ("--port" / "TPUMESH_PORT") for the message. */
+static int apply_opt(struct mesh_init *ctx, struct mesh_init_cli *cli, const struct opt_def *d,
+                     const char *v, const char *src, struct mesh_err *err)
+{
+    char *base = (char *)&ctx->opts;
+    switch (d->kind) {
+    case K_STR: {
+        char **field = (char **)(void *)(base + d->off);
+        mesh_free(*field);
+        *field = mesh_strdup(v);
+        return 0;
+    }
+    case K_INT: {
+        long long n;
+        struct mesh_err perr;
+        if (mesh_parse_ll(v, strlen(v), d->min, d->max, &n, &perr) < 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "%s: '%.64s' is not a whole number in %lld..%lld", src, v, d->min,
+                                d->max);
+        }
+        *(int *)(void *)(base + d->off) = (int)n;
+        return 0;
+    }
+    case K_BOOL:
+        if (parse_bool(v, (bool *)(void *)(base + d->off)) < 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "%s: '%.64s' is not a boolean; use true or false", src, v);
+        }
+        return 0;
+    case K_MODE: {
+        enum mesh_addr_mode *m = (enum mesh_addr_mode *)(void *)(base + d->off);
+        if (strcmp(v, "auto") == 0) {
+            *m = MESH_ADDR_AUTO;
+        } else if (strcmp(v, "dns") == 0) {
+            *m = MESH_ADDR_DNS;
+        } else if (strcmp(v, "ip") == 0) {
+            *m = MESH_ADDR_IP;
+        } else {
+            return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%.64s' is not auto, dns or ip", src,
+                                v);
+        }
+        return 0;
+    }
+    case K_LEVEL: {
+        enum mesh_log_level l;
+        if (mesh_logfmt_parse_level(v, &l) < 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "%s: '%.64s' is not debug, info, warn or error", src, v);
+        }
+        cli->log_level = (int)l;
+        return 0;
+    }
+    case K_FORMAT: {
+        enum mesh_log_format f;
+        if (mesh_logfmt_parse_format(v, &f) < 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%.64s' is not text or json", src, v);
+        }
+        cli->log_format = (int)f;
+        return 0;
+    }
+    }
+    return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: unhandled option kind", src);
+}
+
+/* Collect the flag layer: vals[i] (borrowed from argv) for each given
+ * option; the last occurrence wins. */
+static int scan_args(int argc, char *const argv[], const char *vals[NOPTS],
+                     struct mesh_init_cli *cli, struct mesh_err *err)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli->action = MESH_INIT_ACTION_HELP;
+            continue;
+        }
+        if (strcmp(a, "--version") == 0) {
+            if (cli->action == MESH_INIT_ACTION_RUN) {
+                cli->action = MESH_INIT_ACTION_VERSION;
+            }
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "unexpected argument '%.64s': tpumesh-init takes only --options "
+                                "(see --help)",
+                                a);
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq != NULL ? (size_t)(eq - name) : strlen(name);
+        const struct opt_def *d = find_opt(name, nlen);
+        if (d == NULL) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0, "unknown option '--%.*s' (see --help)",
+                                (int)(nlen > 64 ? 64 : nlen), name);
+        }
+        const char *v;
+        if (eq != NULL) {
+            v = eq + 1;
+        } else if (d->kind == K_BOOL) {
+            v = "true";
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            return mesh_err_set(err, MESH_E_CONFIG, 0, "--%s needs a value (%s)", d->flag, d->arg);
+        }
+        if (v[0] == '\0') {
+            return mesh_err_set(err, MESH_E_CONFIG, 0, "--%s needs a non-empty value (%s)", d->flag,
+                                d->arg != NULL ? d->arg : "true|false");
+        }
+        vals[d - opt_defs] = v;
+    }
+    return 0;
+}
+
+int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
+                         struct mesh_init_cli *out_cli, struct mesh_err *err)
+{
+    struct mesh_init_cli cli = {MESH_INIT_ACTION_RUN, MESH_LOG_INFO, MESH_LOG_TEXT};
+    const char *vals[NOPTS] = {0};
+    int rc = scan_args(argc, argv, vals, &cli, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (cli.action != MESH_INIT_ACTION_RUN) {
+        *out_cli = cli;
+        return 0;
+    }
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct opt_def *d = &opt_defs[i];
+        char src[64];
+        const char *v = vals[i];
+        if (v != NULL) {
+            snprintf(src, sizeof(src), "--%s", d->flag);
+        } else {
+            v = getenv(d->env);
+            if (v != NULL && v[0] == '\0') {
+                v = NULL;
+            }
+            snprintf(src, sizeof(src), "%s", d->env);
+        }
+        if (v == NULL) {
+            v = d->def;
+            snprintf(src, sizeof(src), "default of --%s", d->flag);
+        }
+        if (v == NULL) {
+            continue;
+        }
+        rc = apply_opt(ctx, &cli, d, v, src, err);
+        if (rc < 0) {
+            return rc;
+        }
+        if (strcmp(d->flag, "tpu") == 0) {
+            ctx->opts.tpu_origin = vals[i] != NULL ? "flag --tpu" : "env TPUMESH_TPU";
+        }
+    }
+    *out_cli = cli;
+    return 0;
+}

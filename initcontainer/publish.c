@@ -1,0 +1,169 @@
+/*
+ * publish.c - the publish step of tpumesh-init (init.h): render the files
+ * of DESIGN.md §4 from what resolve (and initialize) found and publish them
+ * atomically into --out-dir.
+ *
+ * The generation continues from the topology.json already on the volume
+ * (a restarted init container must not go backwards); when the rendered
+ * content equals what is there, nothing is rewritten and the generation
+ * stays. The TPU VM path writes every file; the legacy TPU Node path writes
+ * TensorFlow's cluster_spec as tf_config.json, the TopologyProto the TPU
+ * returned as topology.pb, and topology.json (DESIGN.md §6).
+ */
+#include <string.h>
+
+#include "core/mem.h"
+#include "core/render.h"
+#include "init.h"
+#include "io/log.h"
+#include "io/publish.h"
+
+#define MOD "publish"
+
+static void fill_input(const struct mesh_init *ctx, uint64_t generation,
+                       struct mesh_render_input *in)
+{
+    memset(in, 0, sizeof(*in));
+    in->slice = ctx->have_slice ? &ctx->slice : NULL;
+    in->workers = ctx->workers;
+    in->nworkers = ctx->nworkers;
+    in->expected = ctx->opts.expected_workers;
+    if (in->expected <= 0 && ctx->have_slice && ctx->slice.hosts > 0 &&
+        ctx->kind != MESH_TPU_NODE_GRPC && ctx->kind != MESH_TPU_NODE_API) {
+        in->expected = ctx->slice.hosts;
+    }
+    in->self_index = ctx->self_index;
+    in->job_name = ctx->opts.job_name;
+    in->port = ctx->opts.port;
+    in->mode = ctx->opts.address_mode;
+    in->generation = generation;
+    in->complete = ctx->complete;
+}
+
+static bool is_node_path(const struct mesh_init *ctx)
+{
+    return ctx->kind == MESH_TPU_NODE_GRPC || ctx->kind == MESH_TPU_NODE_API;
+}
+
+/* Render everything for one generation into out (text files via the
+ * renderers, tf_config.json replaced by the cluster_spec on the TPU Node
+ * path). topology.pb is added by the caller. */
+static int render_set(const struct mesh_init *ctx, uint64_t generation, struct mesh_render_out *out,
+                      struct mesh_err *err)
+{
+    struct mesh_render_input in;
+    fill_input(ctx, generation, &in);
+    if (!is_node_path(ctx)) {
+        return mesh_render_all(&in, out, err);
+    }
+    int rc = mesh_render_topology_json(&in, &out->data[MESH_FILE_TOPOLOGY_JSON],
+                                       &out->len[MESH_FILE_TOPOLOGY_JSON], err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (ctx->nendpoints == 0) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "the TPU Node has no gRPC endpoints");
+    }
+    const char **hosts = mesh_calloc(ctx->nendpoints, sizeof(*hosts));
+    int *ports = mesh_calloc(ctx->nendpoints, sizeof(*ports));
+    for (size_t i = 0; i < ctx->nendpoints; i++) {
+        hosts[i] = ctx->endpoints[i].ip;
+        ports[i] = ctx->endpoints[i].port > 0 ? ctx->endpoints[i].port : MESH_RENDER_TPU_NODE_PORT;
+    }
+    rc = mesh_render_cluster_spec(hosts, ports, ctx->nendpoints, &out->data[MESH_FILE_TF_CONFIG],
+                                  &out->len[MESH_FILE_TF_CONFIG], err);
+    mesh_free(hosts);
+    mesh_free(ports);
+    return rc;
+}
+
+/* The TopologyProto bytes to publish: what the TPU returned (TPU Node
+ * path), else none yet (the topology builder adds them on the TPU VM path). */
+static void attach_topology_pb(const struct mesh_init *ctx, struct mesh_publish_file *f)
+{
+    f->name = mesh_render_file_name(MESH_FILE_TOPOLOGY_PB);
+    f->data = ctx->topology_pb;
+    f->len = ctx->topology_pb_len;
+}
+
+static void to_files(const struct mesh_render_out *r, struct mesh_publish_file files[])
+{
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        files[i].name = mesh_render_file_name((enum mesh_render_file_id)i);
+        files[i].data = r->data[i];
+        files[i].len = r->len[i];
+    }
+}
+
+static bool all_current(const char *dir, const struct mesh_publish_file files[], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (files[i].data != NULL &&
+            !mesh_publish_is_current(dir, files[i].name, files[i].data, files[i].len)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
+{
+    const char *dir = ctx->opts.out_dir != NULL ? ctx->opts.out_dir : "/var/run/tpumesh";
+    uint64_t gen = 0;
+    bool found = false;
+    int rc = mesh_publish_read_generation(dir, &gen, &found, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (gen >= MESH_RENDER_GENERATION_MAX) {
+        mesh_warn(MOD, "generation %llu in %s/topology.json is at its limit: restarting at 1",
+                  (unsigned long long)gen, dir);
+        gen = 0;
+        found = false;
+    }
+
+    struct mesh_render_out r;
+    struct mesh_publish_file files[MESH_FILE__COUNT];
+    mesh_render_out_init(&r);
+    /* Same content as on disk at the same generation: nothing to do. */
+    if (found) {
+        rc = render_set(ctx, gen, &r, err);
+        if (rc < 0) {
+            mesh_render_out_cleanup(&r);
+            return mesh_err_prefix(err, "render");
+        }
+        to_files(&r, files);
+        attach_topology_pb(ctx, &files[MESH_FILE_TOPOLOGY_PB]);
+        bool same = all_current(dir, files, MESH_FILE__COUNT);
+        mesh_render_out_cleanup(&r);
+        if (same) {
+            mesh_info(MOD, "%s is current at generation %llu: nothing rewritten", dir,
+                      (unsigned long long)gen);
+            return 0;
+        }
+    }
+
+    rc = render_set(ctx, gen + 1, &r, err);
+    if (rc < 0) {
+        mesh_render_out_cleanup(&r);
+        return mesh_err_prefix(err, "render");
+    }
+    to_files(&r, files);
+    attach_topology_pb(ctx, &files[MESH_FILE_TOPOLOGY_PB]);
+    size_t written = 0;
+    rc = mesh_publish_files(dir, files, MESH_FILE__COUNT, &written, err);
+    mesh_render_out_cleanup(&r);
+    if (rc < 0) {
+        return rc;
+    }
+    if (is_node_path(ctx)) {
+        mesh_info(MOD, "TPU Node path: dtensor.env, tpu.env and jax.env are not written (the "
+                       "pod is a single TensorFlow client of the TPU)");
+    } else if (!ctx->complete) {
+        mesh_info(MOD, "worker list incomplete: only topology.json written; the sidecar "
+                       "publishes the env files once every worker is known");
+    }
+    mesh_info(MOD, "published generation %llu to %s (%zu file(s) written)",
+              (unsigned long long)(gen + 1), dir, written);
+    return 0;
+}

@@ -206,7 +206,8 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
 
 static void read_spec(struct mesh_k8s_pod *p, const cJSON *spec)
 {
-    const char *fields[2] = {"spec.hostname", "spec.subdomain"};
+    const char *fields[2] = {"hostname", "subdomain"};
+    const char *paths[2] = {"spec.hostname", "spec.subdomain"};
     char *dst[2] = {p->hostname, p->subdomain};
     for (int i = 0; i < 2; i++) {
         const char *v = mesh_json_str(spec, fields[i]);
@@ -214,7 +215,7 @@ static void read_spec(struct mesh_k8s_pod *p, const cJSON *spec)
             continue;
         }
         if (!mesh_k8s_is_dns_label(v, strlen(v))) {
-            set_invalid(p, fields[i], v, "is not an RFC 1123 DNS label");
+            set_invalid(p, paths[i], v, "is not an RFC 1123 DNS label");
             continue;
         }
         copy_str(dst[i], MESH_K8S_LABEL_MAX, v);

@@ -1,0 +1,210 @@
+/*
+ * test_k8s_pod.c - Pod JSON -> record, against recorded fixtures in
+ * tests/fixtures/k8s/ (one row per fixture), plus the RFC 1123 checks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cleanup.h"
+#include "core/k8s_pod.h"
+
+/* Read a fixture relative to $ROOT (tests/run.sh exports it) or the cwd. */
+static char *read_fixture(const char *name, size_t *out_len)
+{
+    const char *root = getenv("ROOT");
+    mesh_autofree char *path = mesh_asprintf("%s/tests/fixtures/k8s/%s", root ? root : ".", name);
+    mesh_autofclose FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *buf = mesh_malloc(1 << 16);
+    size_t n = fread(buf, 1, 1 << 16, f);
+    assert_true(n < (1 << 16));
+    *out_len = n;
+    return buf;
+}
+
+static const struct row {
+    const char *fixture;
+    int rc;
+    const char *name, *hostname, *subdomain, *ip, *job, *jobset, *owner_kind;
+    int completion_index, pod_index, job_global_index, expected;
+    bool ip_v6, ready, terminating, finished, invalid;
+    const char *reason; /* substring, when invalid */
+} rows[] = {
+    {"indexed-job-running.json", 0, "trainer-3-x7k2q", "trainer-3", "trainer", "10.1.2.3",
+     "trainer", "", "Job", 3, -1, -1, 4, false, true, false, false, false, NULL},
+    {"indexed-job-pending.json", 0, "trainer-1-abcde", "trainer-1", "trainer", "", "trainer", "",
+     "Job", 1, -1, -1, -1, false, false, false, false, false, NULL},
+    {"indexed-job-terminating.json", 0, "trainer-3-x7k2q", "trainer-3", "trainer", "10.1.2.3",
+     "trainer", "", "Job", 3, -1, -1, 4, false, false, true, false, false, NULL},
+    {"indexed-job-failed.json", 0, "trainer-3-x7k2q", "trainer-3", "trainer", "10.1.2.3", "trainer",
+     "", "Job", 3, -1, -1, 4, false, true, false, true, false, NULL},
+    {"statefulset-ipv6.json", 0, "w-10", "w-10", "w", "fd00:10:1::a", "", "", "StatefulSet", -1, 10,
+     -1, -1, true, false, false, false, false, NULL},
+    {"jobset-multislice.json", 0, "ms-slice-1-2-zz9qp", "ms-slice-1-2", "ms", "10.1.2.3",
+     "ms-slice-1", "ms", "Job", 2, -1, 1, -1, false, true, false, false, false, NULL},
+    {"podips-only.json", 0, "trainer-3-x7k2q", "trainer-3", "trainer", "10.1.2.3", "trainer", "",
+     "Job", 3, -1, -1, 4, false, true, false, false, false, NULL},
+    {"hostile-name.json", 0, ". dtensor.env", NULL, NULL, NULL, NULL, NULL, NULL, 3, -1, -1, 4,
+     false, true, false, false, true, "metadata.name '. dtensor.env' is not an RFC 1123"},
+    {"hostile-hostname.json", 0, "trainer-3-x7k2q", "", "trainer", "10.1.2.3", NULL, NULL, NULL, 3,
+     -1, -1, 4, false, true, false, false, true, "spec.hostname 'x;reboot'"},
+    {"bad-index.json", 0, "trainer-3-x7k2q", NULL, NULL, NULL, NULL, NULL, NULL, 3, -1, -1, 4,
+     false, true, false, false, true, "'three' is not an integer"},
+    {"index-disagree.json", 0, "trainer-3-x7k2q", NULL, NULL, NULL, NULL, NULL, NULL, 3, -1, -1, 4,
+     false, true, false, false, true, "'3/2' annotation/label disagree"},
+    {"bad-ip.json", 0, "trainer-3-x7k2q", NULL, NULL, "", NULL, NULL, NULL, 3, -1, -1, 4, false,
+     true, false, false, true, "status.podIP '10.1.2.300' is not an IP"},
+    {"bad-expected.json", 0, "trainer-3-x7k2q", NULL, NULL, NULL, NULL, NULL, NULL, 3, -1, -1, -1,
+     false, true, false, false, true, "tpumesh.dev/expected-workers '0'"},
+    {"bookmark.json", -MESH_E_INVAL, "", NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, false,
+     false, false, false, true, "no metadata.name"},
+};
+
+static void check_str(const char *want, const char *got)
+{
+    if (want != NULL) {
+        assert_string_equal(got, want);
+    }
+}
+
+static void test_fixtures(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct row *r = &rows[i];
+        size_t len = 0;
+        mesh_autofree char *buf = read_fixture(r->fixture, &len);
+        struct mesh_k8s_pod p;
+        struct mesh_err err;
+        mesh_err_clear(&err);
+        int rc = mesh_k8s_pod_parse(buf, len, &p, &err);
+        print_message("fixture %s: rc=%d invalid=%d reason=%s\n", r->fixture, rc, p.invalid,
+                      p.reason);
+        assert_int_equal(rc, r->rc);
+        assert_string_equal(p.name, r->name);
+        check_str(r->hostname, p.hostname);
+        check_str(r->subdomain, p.subdomain);
+        check_str(r->ip, p.ip);
+        check_str(r->job, p.job_name);
+        check_str(r->jobset, p.jobset_name);
+        check_str(r->owner_kind, p.owner_kind);
+        assert_int_equal(p.completion_index, r->completion_index);
+        assert_int_equal(p.pod_index, r->pod_index);
+        assert_int_equal(p.job_global_index, r->job_global_index);
+        assert_int_equal(p.expected_workers, r->expected);
+        assert_int_equal(p.ip_v6, r->ip_v6);
+        assert_int_equal(p.ready, r->ready);
+        assert_int_equal(p.terminating, r->terminating);
+        assert_int_equal(p.finished, r->finished);
+        assert_int_equal(p.invalid, r->invalid);
+        if (r->reason != NULL) {
+            assert_non_null(strstr(p.reason, r->reason));
+        }
+        /* Extraction is deterministic: the same bytes give an equal record. */
+        struct mesh_k8s_pod q;
+        (void)mesh_k8s_pod_parse(buf, len, &q, NULL);
+        assert_true(mesh_k8s_pod_equal(&p, &q));
+    }
+}
+
+/* An update that changes only fields we do not keep gives an equal record;
+ * one that changes a kept field does not. */
+static void test_equal_ignores_irrelevant(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *a, *b;
+        bool equal;
+    } cases[] = {
+        {"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\",\"labels\":{\"x\":\"1\"}}}",
+         "{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"2\",\"labels\":{\"x\":\"2\"}}}",
+         true},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.2\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"conditions\":[{\"type\":\"Ready\","
+         "\"status\":\"True\"}]}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"conditions\":[{\"type\":\"Ready\","
+         "\"status\":\"False\"}]}}",
+         false},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"phase\":\"Pending\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"phase\":\"Running\"}}", true},
+        /* Canonical IP text: the same address written twice compares equal. */
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"fd00:0::1\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"fd00::1\"}}", true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mesh_k8s_pod a, b;
+        assert_int_equal(mesh_k8s_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
+        assert_int_equal(mesh_k8s_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
+        assert_int_equal(mesh_k8s_pod_equal(&a, &b), cases[i].equal);
+    }
+}
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        int rc;
+    } cases[] = {
+        {"", -MESH_E_PARSE},
+        {"{\"metadata\":", -MESH_E_PARSE},
+        {"[1,2,3]", -MESH_E_INVAL},
+        {"{\"metadata\":{\"name\":7}}", -MESH_E_INVAL},
+        {"{\"metadata\":{\"name\":\"a\"}} x", -MESH_E_PARSE},
+        {"{\"metadata\":{\"name\":\"a\",\"labels\":{\"apps.kubernetes.io/pod-index\":5}}}", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mesh_k8s_pod p;
+        struct mesh_err err;
+        assert_int_equal(mesh_k8s_pod_parse(cases[i].in, strlen(cases[i].in), &p, &err),
+                         cases[i].rc);
+        assert_true(cases[i].rc != 0 || p.invalid); /* the numeric label is rejected */
+    }
+}
+
+static void test_dns_names(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        bool label, subdomain;
+    } cases[] = {
+        {"a", true, true},
+        {"trainer-3", true, true},
+        {"w-10.svc", false, true},
+        {"-a", false, false},
+        {"a-", false, false},
+        {"A", false, false},
+        {"a..b", false, false},
+        {"a.", false, false},
+        {"", false, false},
+        {"a_b", false, false},
+        {". dtensor.env", false, false},
+        {"$(reboot)", false, false},
+        {"0123456789012345678901234567890123456789012345678901234567890123", false, false},
+        {"012345678901234567890123456789012345678901234567890123456789012", true, true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *s = cases[i].s;
+        assert_int_equal(mesh_k8s_is_dns_label(s, strlen(s)), cases[i].label);
+        assert_int_equal(mesh_k8s_is_dns_subdomain(s, strlen(s)), cases[i].subdomain);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixtures),
+        cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_dns_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

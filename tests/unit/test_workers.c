@@ -1,0 +1,386 @@
+/*
+ * test_workers.c - pod records -> ordered workers, completeness and the
+ * /readyz reason (DESIGN.md §5), one table row per rule.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/k8s_pod.h"
+#include "core/mem.h"
+#include "core/workers.h"
+
+#define MAXP 12
+
+/* A pod in a table row. ci/pi/slice < 0 = label absent. */
+struct podspec {
+    const char *name;
+    int ci, pi, slice;
+    const char *ip; /* NULL = no IP yet */
+    bool dns;       /* has hostname + subdomain */
+    bool ready, term, invalid;
+};
+
+static const struct row {
+    const char *what;
+    enum mesh_addr_mode mode;
+    int expected, per_slice;
+    struct podspec pods[MAXP];
+    const char *order; /* pod per slot, "-" for an empty slot */
+    bool complete;
+    enum mesh_addr_mode want_mode;
+    const char *reason; /* exact */
+    int nproblems;
+    const char *problem; /* substring of the first problem, or NULL */
+} rows[] = {
+    {"indexed job, any input order, auto->dns",
+     MESH_ADDR_AUTO,
+     0,
+     0,
+     {{"t-2-b", 2, -1, -1, "10.0.0.3", true, true, false, false},
+      {"t-0-x", 0, -1, -1, "10.0.0.1", true, true, false, false},
+      {"t-3-c", 3, -1, -1, "10.0.0.4", true, false, false, false},
+      {"t-1-a", 1, -1, -1, "10.0.0.2", true, true, false, false}},
+     "t-0-x,t-1-a,t-2-b,t-3-c",
+     true,
+     MESH_ADDR_DNS,
+     "",
+     0,
+     NULL},
+    {"pod without an IP yet",
+     MESH_ADDR_IP,
+     4,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", true, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", true, true, false, false},
+      {"t-2", 2, -1, -1, NULL, true, false, false, false},
+      {"t-3", 3, -1, -1, "10.0.0.4", true, true, false, false}},
+     "t-0,t-1,t-2,t-3",
+     false,
+     MESH_ADDR_IP,
+     "no address 2; not ready 2",
+     0,
+     NULL},
+    {"missing workers, ranges compressed",
+     MESH_ADDR_IP,
+     8,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false},
+      {"t-2", 2, -1, -1, "10.0.0.3", false, true, false, false},
+      {"t-4", 4, -1, -1, "10.0.0.5", false, true, false, false},
+      {"t-5", 5, -1, -1, "10.0.0.6", false, true, false, false},
+      {"t-6", 6, -1, -1, "10.0.0.7", false, true, false, false}},
+     "t-0,t-1,t-2,-,t-4,t-5,t-6,-",
+     false,
+     MESH_ADDR_IP,
+     "missing 3,7",
+     0,
+     NULL},
+    {"a run of missing workers is one range",
+     MESH_ADDR_IP,
+     6,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, false, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false}},
+     "t-0,t-1,-,-,-,-",
+     false,
+     MESH_ADDR_IP,
+     "missing 2-5; not ready 0",
+     0,
+     NULL},
+    {"terminating pod yields its index to a live one",
+     MESH_ADDR_IP,
+     2,
+     0,
+     {{"t-1-old", 1, -1, -1, "10.0.0.9", false, false, true, false},
+      {"t-1-new", 1, -1, -1, "10.0.0.2", false, false, false, false},
+      {"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false}},
+     "t-0,t-1-new",
+     true,
+     MESH_ADDR_IP,
+     "",
+     0,
+     NULL},
+    {"only a terminating pod holds an index",
+     MESH_ADDR_IP,
+     2,
+     0,
+     {{"t-1-old", 1, -1, -1, "10.0.0.9", false, true, true, false},
+      {"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false}},
+     "t-0,t-1-old",
+     false,
+     MESH_ADDR_IP,
+     "terminating 1",
+     0,
+     NULL},
+    {"two live pods claim one index",
+     MESH_ADDR_IP,
+     3,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"t-2-b", 2, -1, -1, "10.0.0.3", false, true, false, false},
+      {"t-2-a", 2, -1, -1, "10.0.0.4", false, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false}},
+     "t-0,t-1,-",
+     false,
+     MESH_ADDR_IP,
+     "duplicate index 2",
+     1,
+     "index 2 claimed by 2 pods (t-2-a, t-2-b)"},
+    {"index out of range keeps it incomplete",
+     MESH_ADDR_IP,
+     2,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false},
+      {"t-5", 5, -1, -1, "10.0.0.6", false, true, false, false}},
+     "t-0,t-1",
+     false,
+     MESH_ADDR_IP,
+     "index out of range 5 (pod t-5)",
+     1,
+     "pod t-5 has index 5, out of range for 2 workers"},
+    {"natural order: w-9 before w-10",
+     MESH_ADDR_AUTO,
+     0,
+     0,
+     {{"w-10", -1, -1, -1, "10.0.0.11", false, true, false, false},
+      {"w-9", -1, -1, -1, "10.0.0.10", false, true, false, false},
+      {"w-1", -1, -1, -1, "10.0.0.2", false, true, false, false},
+      {"w-0", -1, -1, -1, "10.0.0.1", false, true, false, false}},
+     "w-0,w-1,w-9,w-10",
+     true,
+     MESH_ADDR_IP,
+     "",
+     0,
+     NULL},
+    {"natural order: pods beyond expected are ignored and reported",
+     MESH_ADDR_IP,
+     2,
+     0,
+     {{"w-2", -1, -1, -1, "10.0.0.3", false, true, false, false},
+      {"w-1", -1, -1, -1, "10.0.0.2", false, true, false, false},
+      {"w-0", -1, -1, -1, "10.0.0.1", false, true, false, false}},
+     "w-0,w-1",
+     true,
+     MESH_ADDR_IP,
+     "",
+     1,
+     "pod w-2 ignored: beyond the 2 expected workers"},
+    {"statefulset pod-index label",
+     MESH_ADDR_AUTO,
+     0,
+     0,
+     {{"s-1", -1, 1, -1, "fd00::2", true, true, false, false},
+      {"s-0", -1, 0, -1, "fd00::1", true, true, false, false}},
+     "s-0,s-1",
+     true,
+     MESH_ADDR_DNS,
+     "",
+     0,
+     NULL},
+    {"invalid pod left out and reported",
+     MESH_ADDR_IP,
+     2,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"bad", 1, -1, -1, "10.0.0.2", false, true, false, true}},
+     "t-0,-",
+     false,
+     MESH_ADDR_IP,
+     "missing 1",
+     1,
+     "pod bad left out: test says invalid"},
+    {"pod without index among indexed pods",
+     MESH_ADDR_IP,
+     0,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"stray", -1, -1, -1, "10.0.0.2", false, true, false, false}},
+     "t-0",
+     true,
+     MESH_ADDR_IP,
+     "",
+     1,
+     "pod stray left out: no batch.kubernetes.io"},
+    {"multi-slice jobset: slice-major, worker-minor",
+     MESH_ADDR_IP,
+     0,
+     2,
+     {{"ms-s-1-1", 1, -1, 1, "10.0.1.2", false, true, false, false},
+      {"ms-s-0-0", 0, -1, 0, "10.0.0.1", false, true, false, false},
+      {"ms-s-1-0", 0, -1, 1, "10.0.1.1", false, true, false, false},
+      {"ms-s-0-1", 1, -1, 0, "10.0.0.2", false, true, false, false}},
+     "ms-s-0-0,ms-s-0-1,ms-s-1-0,ms-s-1-1",
+     true,
+     MESH_ADDR_IP,
+     "",
+     0,
+     NULL},
+    {"dns mode needs hostname and subdomain",
+     MESH_ADDR_DNS,
+     2,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", true, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false}},
+     "t-0,t-1",
+     false,
+     MESH_ADDR_DNS,
+     "no address 1",
+     0,
+     NULL},
+    {"auto falls back to ip when one pod has no dns name",
+     MESH_ADDR_AUTO,
+     2,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", true, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, false, false, false}},
+     "t-0,t-1",
+     true,
+     MESH_ADDR_IP,
+     "",
+     0,
+     NULL},
+    {"nothing selected",
+     MESH_ADDR_AUTO,
+     0,
+     0,
+     {{NULL, 0, 0, 0, NULL, false, false, false, false}},
+     "",
+     false,
+     MESH_ADDR_IP,
+     "no pods selected",
+     0,
+     NULL},
+};
+
+static void make_pod(const struct podspec *s, struct mesh_k8s_pod *p)
+{
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", s->name);
+    p->completion_index = s->ci;
+    p->pod_index = s->pi;
+    p->job_index = -1;
+    p->job_global_index = s->slice;
+    p->expected_workers = -1;
+    if (s->ip != NULL) {
+        snprintf(p->ip, sizeof(p->ip), "%s", s->ip);
+        p->ip_v6 = strchr(s->ip, ':') != NULL;
+    }
+    if (s->dns) {
+        snprintf(p->hostname, sizeof(p->hostname), "%s", s->name);
+        snprintf(p->subdomain, sizeof(p->subdomain), "svc");
+    }
+    p->ready = s->ready;
+    p->terminating = s->term;
+    if (s->invalid) {
+        p->invalid = true;
+        snprintf(p->reason, sizeof(p->reason), "test says invalid");
+    }
+}
+
+static void test_rows(void **state)
+{
+    (void)state;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        const struct row *row = &rows[r];
+        struct mesh_k8s_pod recs[MAXP];
+        const struct mesh_k8s_pod *ptrs[MAXP];
+        size_t n = 0;
+        for (; n < MAXP && row->pods[n].name != NULL; n++) {
+            make_pod(&row->pods[n], &recs[n]);
+            ptrs[n] = &recs[n];
+        }
+        struct mesh_workers_opts o = {row->mode, row->expected, row->per_slice};
+        struct mesh_workers w;
+        struct mesh_err err;
+        print_message("row: %s\n", row->what);
+        assert_int_equal(mesh_workers_build(ptrs, n, &o, &w, &err), 0);
+        struct mesh_buf order;
+        mesh_buf_init(&order, 4096);
+        for (size_t i = 0; i < w.nworkers; i++) {
+            assert_int_equal(w.workers[i].index, (int)i);
+            (void)mesh_buf_printf(&order, NULL, "%s%s", i ? "," : "",
+                                  w.workers[i].pod[0] ? w.workers[i].pod : "-");
+        }
+        print_message("  order=%s complete=%d reason=%s problems=%zu\n", mesh_buf_str(&order),
+                      w.complete, w.reason, w.nproblems);
+        assert_string_equal(mesh_buf_str(&order), row->order);
+        assert_int_equal(w.complete, row->complete);
+        assert_int_equal(w.mode, row->want_mode);
+        assert_string_equal(w.reason, row->reason);
+        assert_int_equal((int)w.nproblems, row->nproblems);
+        if (row->problem != NULL) {
+            assert_non_null(strstr(w.problems[0], row->problem));
+        }
+        /* The result depends on the set, not the order: reverse and compare. */
+        for (size_t i = 0; i < n / 2; i++) {
+            const struct mesh_k8s_pod *t = ptrs[i];
+            ptrs[i] = ptrs[n - 1 - i];
+            ptrs[n - 1 - i] = t;
+        }
+        struct mesh_workers w2;
+        assert_int_equal(mesh_workers_build(ptrs, n, &o, &w2, &err), 0);
+        assert_true(mesh_workers_same(&w, &w2));
+        assert_string_equal(w.reason, w2.reason);
+        mesh_workers_cleanup(&w2);
+        mesh_buf_cleanup(&order);
+        mesh_workers_cleanup(&w);
+    }
+}
+
+static void test_name_cmp(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *a, *b;
+        int sign;
+    } cases[] = {
+        {"w-9", "w-10", -1}, {"w-10", "w-9", 1},           {"w-10", "w-10", 0},
+        {"a", "b", -1},      {"w-01", "w-1", 0},           {"w-2a", "w-2b", -1},
+        {"w", "w-0", -1},    {"job-100-x", "job-99-y", 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int c = mesh_workers_name_cmp(cases[i].a, cases[i].b);
+        assert_int_equal(c < 0 ? -1 : (c > 0 ? 1 : 0), cases[i].sign);
+    }
+}
+
+static void test_limits_and_lookup(void **state)
+{
+    (void)state;
+    struct mesh_workers w;
+    struct mesh_err err;
+    struct mesh_workers_opts o = {MESH_ADDR_IP, MESH_WORKERS_MAX + 1, 0};
+    assert_int_equal(mesh_workers_build(NULL, 0, &o, &w, &err), -MESH_E_RANGE);
+    assert_non_null(strstr(err.msg, "--expected-workers"));
+    mesh_workers_cleanup(&w);
+
+    struct mesh_k8s_pod p;
+    struct podspec s = {"solo", 0, -1, -1, "10.0.0.1", false, false, false, false};
+    make_pod(&s, &p);
+    const struct mesh_k8s_pod *pp = &p;
+    o.expected = 1;
+    assert_int_equal(mesh_workers_build(&pp, 1, &o, &w, &err), 0);
+    assert_int_equal(mesh_workers_index_of(&w, "solo"), 0);
+    assert_int_equal(mesh_workers_index_of(&w, "other"), -1);
+    assert_true(w.complete); /* readiness is reported, never required */
+    assert_int_equal(w.ready, 0);
+    mesh_workers_cleanup(&w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_name_cmp),
+        cmocka_unit_test(test_limits_and_lookup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,485 @@
+/*
+ * tf_master.c - TensorFlow master gRPC client on the gRPC C core API, and
+ * TPU Node system initialization (tf_master.h).
+ *
+ * One channel, one pluck completion queue, one unary call at a time: each
+ * call is a single batch of the six client ops (send metadata, message and
+ * close; receive metadata, message and status), plucked in 10 s slices so
+ * the init container can log that it is still waiting. Every call has a
+ * deadline; the overall budget is the caller's --timeout.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "core/mem.h"
+#include "core/tf_graph.h"
+#include "log.h"
+#include "tf_master.h"
+
+#define MOD "tfmaster"
+
+/* Log a "still waiting" line this often. TF's own master logs
+ * "CreateSession still waiting for response from worker" every 10 s. */
+#define PROGRESS_MS 10000
+/* After the deadline, how long we wait for gRPC to deliver the (cancelled)
+ * completion before giving up on the call object. */
+#define CANCEL_GRACE_MS 5000
+/* CloseSession always gets its own short budget, even after the overall
+ * deadline passed: an abandoned session lives until the server restarts
+ * (spec §4.2: the gRPC master runs with session GC disabled). */
+#define CLOSE_TIMEOUT_MS 5000
+/* RunOptions.timeout_in_ms is this much below our gRPC deadline so that the
+ * server's clean DEADLINE_EXCEEDED body status wins (spec §5.3). */
+#define RUN_STEP_SLACK_MS 2000
+
+struct mesh_tf_master {
+    char *target;
+    grpc_channel *channel;
+    grpc_completion_queue *cq;
+};
+
+int64_t mesh_tf_master_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Absolute monotonic ms -> gRPC deadline. */
+static gpr_timespec deadline_ts(int64_t deadline_ms)
+{
+    int64_t left = deadline_ms - mesh_tf_master_now_ms();
+    if (left < 0) {
+        left = 0;
+    }
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(left, GPR_TIMESPAN));
+}
+
+static const char *state_name(grpc_connectivity_state s)
+{
+    switch (s) {
+    case GRPC_CHANNEL_IDLE:
+        return "IDLE";
+    case GRPC_CHANNEL_CONNECTING:
+        return "CONNECTING";
+    case GRPC_CHANNEL_READY:
+        return "READY";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+        return "TRANSIENT_FAILURE";
+    case GRPC_CHANNEL_SHUTDOWN:
+        return "SHUTDOWN";
+    }
+    return "?";
+}
+
+struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *err)
+{
+    if (target == NULL || target[0] == '\0') {
+        mesh_err_set(err, MESH_E_INVAL, 0, "no TPU server address to connect to");
+        return NULL;
+    }
+    grpc_init();
+    /* Channel settings of TF's own client (spec §5.3): reconnect backoff
+     * capped at 1 s, no keepalive. We cap received messages at the size
+     * tf_graph accepts instead of INT32_MAX (STYLE R9: limits on everything). */
+    grpc_arg args[3];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)MESH_TF_MAX_RESPONSE;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    args[1].value.integer = 1000;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
+    args[2].value.integer = 100;
+    grpc_channel_args cargs = {3, args};
+
+    struct mesh_tf_master *m = mesh_calloc(1, sizeof(*m));
+    m->target = mesh_strdup(target);
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    m->channel = grpc_channel_create(target, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    m->cq = grpc_completion_queue_create_for_pluck(NULL);
+    if (m->channel == NULL || m->cq == NULL) {
+        mesh_err_set(err, MESH_E_API, 0, "gRPC could not create a channel to '%s'", target);
+        mesh_tf_master_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void mesh_tf_master_free(struct mesh_tf_master *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    if (m->channel != NULL) {
+        grpc_channel_destroy(m->channel);
+    }
+    if (m->cq != NULL) {
+        grpc_completion_queue_shutdown(m->cq);
+        /* Drain: a pluck queue delivers GRPC_QUEUE_SHUTDOWN once empty. */
+        for (;;) {
+            grpc_event ev =
+                grpc_completion_queue_pluck(m->cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+                break;
+            }
+        }
+        grpc_completion_queue_destroy(m->cq);
+    }
+    mesh_free(m->target);
+    mesh_free(m);
+    grpc_shutdown();
+}
+
+int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
+                                  struct mesh_err *err)
+{
+    int64_t start = mesh_tf_master_now_ms();
+    int64_t next_log = start + PROGRESS_MS;
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(m->channel, 1);
+    while (st != GRPC_CHANNEL_READY) {
+        int64_t now = mesh_tf_master_now_ms();
+        if (now >= deadline_ms) {
+            return mesh_err_set(err, MESH_E_NOTREADY, 0,
+                                "TPU server %s unreachable: no connection after %lld s (state "
+                                "%s); check the TPU's IP and that it is READY, or raise --timeout",
+                                m->target, (long long)((now - start) / 1000), state_name(st));
+        }
+        if (now >= next_log) {
+            mesh_info(MOD, "waiting for the TPU server %s to accept connections (%lld s, %s)",
+                      m->target, (long long)((now - start) / 1000), state_name(st));
+            next_log = now + PROGRESS_MS;
+        }
+        int64_t until = deadline_ms < next_log ? deadline_ms : next_log;
+        static int watch_tag;
+        grpc_channel_watch_connectivity_state(m->channel, st, deadline_ts(until), m->cq,
+                                              &watch_tag);
+        grpc_completion_queue_pluck(m->cq, &watch_tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        /* Ask again (and kick an IDLE channel into connecting). */
+        st = grpc_channel_check_connectivity_state(m->channel, 1);
+    }
+    return 0;
+}
+
+void mesh_tf_call_result_cleanup(struct mesh_tf_call_result *r)
+{
+    if (r != NULL) {
+        mesh_free(r->response);
+        r->response = NULL;
+        r->response_len = 0;
+    }
+}
+
+/* Copy a byte buffer's bytes into a fresh allocation. */
+static uint8_t *byte_buffer_copy(grpc_byte_buffer *bb, size_t *out_len)
+{
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb)) {
+        return NULL;
+    }
+    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    size_t n = GRPC_SLICE_LENGTH(all);
+    uint8_t *p = mesh_malloc(n > 0 ? n : 1);
+    if (n > 0) {
+        memcpy(p, GRPC_SLICE_START_PTR(all), n);
+    }
+    grpc_slice_unref(all);
+    *out_len = n;
+    return p;
+}
+
+int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint8_t *req,
+                        size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
+                        struct mesh_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    grpc_slice method_slice = grpc_slice_from_static_string(method);
+    grpc_call *call = grpc_channel_create_call(m->channel, NULL, GRPC_PROPAGATE_DEFAULTS, m->cq,
+                                               method_slice, NULL, deadline_ts(deadline_ms), NULL);
+    if (call == NULL) {
+        return mesh_err_set(err, MESH_E_API, 0, "gRPC could not create the call %s to %s", method,
+                            m->target);
+    }
+    grpc_slice req_slice = grpc_slice_from_copied_buffer((const char *)req, req_len);
+    grpc_byte_buffer *send_bb = grpc_raw_byte_buffer_create(&req_slice, 1);
+    grpc_slice_unref(req_slice);
+    grpc_byte_buffer *recv_bb = NULL;
+    grpc_metadata_array initial_md;
+    grpc_metadata_array trailing_md;
+    grpc_metadata_array_init(&initial_md);
+    grpc_metadata_array_init(&trailing_md);
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    /* TF's client uses fail_fast=false: wait for the channel instead of
+     * failing while the TPU server boots (spec §5.3). */
+    ops[0].flags =
+        GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    ops[5].data.recv_status_on_client.error_string = &error_string;
+
+    int rc = 0;
+    static int call_tag;
+    grpc_call_error ce = grpc_call_start_batch(call, ops, 6, &call_tag, NULL);
+    if (ce != GRPC_CALL_OK) {
+        rc = mesh_err_set(err, MESH_E_API, 0, "gRPC refused to start %s to %s (call error %d)",
+                          method, m->target, (int)ce);
+        goto out;
+    }
+
+    int64_t start = mesh_tf_master_now_ms();
+    bool cancelled = false;
+    for (;;) {
+        int64_t now = mesh_tf_master_now_ms();
+        int64_t until = now + PROGRESS_MS;
+        grpc_event ev = grpc_completion_queue_pluck(m->cq, &call_tag, deadline_ts(until), NULL);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            break;
+        }
+        now = mesh_tf_master_now_ms();
+        if (now > deadline_ms + CANCEL_GRACE_MS && !cancelled) {
+            /* gRPC should have failed the call at its deadline; make sure. */
+            grpc_call_cancel(call, NULL);
+            cancelled = true;
+            continue;
+        }
+        mesh_info(MOD, "still waiting for %s from %s (%lld s)", method + strlen("/tensorflow."),
+                  m->target, (long long)((now - start) / 1000));
+    }
+
+    out->status = (int)status;
+    size_t dl = GRPC_SLICE_LENGTH(details);
+    if (dl >= sizeof(out->message)) {
+        dl = sizeof(out->message) - 1;
+    }
+    memcpy(out->message, GRPC_SLICE_START_PTR(details), dl);
+    out->message[dl] = '\0';
+    if (status == GRPC_STATUS_OK) {
+        if (recv_bb == NULL) {
+            rc = mesh_err_set(err, MESH_E_API, 0, "%s to %s returned OK without a message", method,
+                              m->target);
+            goto out;
+        }
+        out->response = byte_buffer_copy(recv_bb, &out->response_len);
+        if (out->response == NULL) {
+            rc = mesh_err_set(err, MESH_E_API, 0, "cannot read the %s reply from %s", method,
+                              m->target);
+            goto out;
+        }
+    } else if (error_string != NULL) {
+        mesh_debug(MOD, "%s to %s: %s", method, m->target, error_string);
+    }
+
+out:
+    if (error_string != NULL) {
+        gpr_free((void *)error_string);
+    }
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&initial_md);
+    grpc_metadata_array_destroy(&trailing_md);
+    grpc_byte_buffer_destroy(send_bb);
+    if (recv_bb != NULL) {
+        grpc_byte_buffer_destroy(recv_bb);
+    }
+    grpc_call_unref(call);
+    return rc;
+}
+
+/* UNAVAILABLE, and UNKNOWN "Stream removed" that TF's FromGrpcStatus means
+ * to treat as UNAVAILABLE (spec §5.3), are worth another try. */
+static bool retryable(const struct mesh_tf_call_result *r)
+{
+    return r->status == GRPC_STATUS_UNAVAILABLE ||
+           (r->status == GRPC_STATUS_UNKNOWN && strstr(r->message, "Stream removed") != NULL);
+}
+
+/* A call whose failure is a deadline we set (ours, not the server's). */
+static int deadline_error(struct mesh_tf_master *m, const char *what, int64_t start_ms,
+                          struct mesh_err *err)
+{
+    return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                        "TPU server %s accepted the connection but did not answer %s within "
+                        "%lld s; check the TPU's health or raise --timeout",
+                        m->target, what,
+                        (long long)((mesh_tf_master_now_ms() - start_ms + 500) / 1000));
+}
+
+/* Call with TF's retry policy for UNAVAILABLE (spec §5.3): backoff growing
+ * 1.3x from 100 ms, at most 10 retries, never past the deadline. */
+static int call_with_retry(struct mesh_tf_master *m, const char *method, const uint8_t *req,
+                           size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
+                           struct mesh_err *err)
+{
+    int64_t backoff = 100;
+    for (int attempt = 0;; attempt++) {
+        int rc = mesh_tf_master_call(m, method, req, req_len, deadline_ms, out, err);
+        if (rc < 0 || !retryable(out) || attempt >= 10) {
+            return rc;
+        }
+        int64_t now = mesh_tf_master_now_ms();
+        if (now + backoff >= deadline_ms) {
+            return 0;
+        }
+        mesh_info(MOD, "%s to %s: %s (%s); retrying in %lld ms", method + strlen("/tensorflow."),
+                  m->target, mesh_tf_graph_code_name(out->status), out->message,
+                  (long long)backoff);
+        struct timespec ts = {(time_t)(backoff / 1000), (long)(backoff % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 13 / 10;
+        if (backoff > 2000) {
+            backoff = 2000;
+        }
+    }
+}
+
+/* Map a finished call's non-OK status, telling our own deadline apart. */
+static int call_status_error(struct mesh_tf_master *m, const struct mesh_tf_call_result *r,
+                             const char *what, int64_t start_ms, int64_t deadline_ms,
+                             struct mesh_err *err)
+{
+    if (r->status == GRPC_STATUS_DEADLINE_EXCEEDED && mesh_tf_master_now_ms() >= deadline_ms - 50) {
+        return deadline_error(m, what, start_ms, err);
+    }
+    return mesh_tf_graph_status_error(r->status, r->message, what, err);
+}
+
+static void close_session(struct mesh_tf_master *m, const char *handle)
+{
+    uint8_t *req = NULL;
+    size_t len = 0;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    if (mesh_tf_graph_close_session_request(handle, &req, &len, &err) < 0) {
+        mesh_warn(MOD, "CloseSession not sent: %s", err.msg);
+        return;
+    }
+    struct mesh_tf_call_result r;
+    int rc = mesh_tf_master_call(m, MESH_TF_METHOD_CLOSE_SESSION, req, len,
+                                 mesh_tf_master_now_ms() + CLOSE_TIMEOUT_MS, &r, &err);
+    mesh_free(req);
+    if (rc < 0) {
+        mesh_warn(MOD, "CloseSession on %s failed: %s", m->target, err.msg);
+    } else if (r.status != GRPC_STATUS_OK) {
+        mesh_warn(MOD, "CloseSession on %s failed: %s: %s", m->target,
+                  mesh_tf_graph_code_name(r.status), r.message);
+    } else {
+        mesh_debug(MOD, "session %s closed", handle);
+    }
+    mesh_tf_call_result_cleanup(&r);
+}
+
+/* CreateSession; on success *out_handle is owned by the caller. */
+static int create_session(struct mesh_tf_master *m, const char *const *tasks, size_t ntasks,
+                          int64_t deadline_ms, char **out_handle, struct mesh_err *err)
+{
+    int64_t now = mesh_tf_master_now_ms();
+    struct mesh_tf_session_spec spec = {tasks, ntasks, deadline_ms - now};
+    uint8_t *req = NULL;
+    size_t len = 0;
+    int rc = mesh_tf_graph_create_session_request(&spec, &req, &len, err);
+    if (rc < 0) {
+        return rc;
+    }
+    struct mesh_tf_call_result r;
+    rc = call_with_retry(m, MESH_TF_METHOD_CREATE_SESSION, req, len, deadline_ms, &r, err);
+    mesh_free(req);
+    if (rc == 0 && r.status != GRPC_STATUS_OK) {
+        rc = call_status_error(m, &r, "CreateSession", now, deadline_ms, err);
+    } else if (rc == 0) {
+        rc = mesh_tf_graph_parse_create_session_response(r.response, r.response_len, out_handle,
+                                                         err);
+    }
+    mesh_tf_call_result_cleanup(&r);
+    return rc;
+}
+
+static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t deadline_ms,
+                         uint8_t **out_topology, size_t *out_len, struct mesh_err *err)
+{
+    int64_t now = mesh_tf_master_now_ms();
+    int64_t step_ms = deadline_ms - now - RUN_STEP_SLACK_MS;
+    if (step_ms < 1000) {
+        step_ms = deadline_ms - now > 1 ? deadline_ms - now : 1;
+    }
+    uint8_t *req = NULL;
+    size_t len = 0;
+    int rc =
+        mesh_tf_graph_run_step_request(handle, MESH_TF_CONFIGURE_FETCH, step_ms, &req, &len, err);
+    if (rc < 0) {
+        return rc;
+    }
+    struct mesh_tf_call_result r;
+    /* No retry: a second ConfigureDistributedTPU re-initializes the TPU. */
+    rc = mesh_tf_master_call(m, MESH_TF_METHOD_RUN_STEP, req, len, deadline_ms, &r, err);
+    mesh_free(req);
+    if (rc == 0 && r.status != GRPC_STATUS_OK) {
+        /* Both places an error can come back in (spec §2.7): here the gRPC
+         * status; the body's status_code is checked by the parser below. */
+        rc = call_status_error(m, &r, "RunStep(ConfigureDistributedTPU)", now, deadline_ms, err);
+    } else if (rc == 0) {
+        rc = mesh_tf_graph_parse_run_step_response(
+            r.response, r.response_len, MESH_TF_CONFIGURE_FETCH, out_topology, out_len, err);
+    }
+    mesh_tf_call_result_cleanup(&r);
+    return rc;
+}
+
+int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_t timeout_ms,
+                                 uint8_t **out_topology, size_t *out_len, struct mesh_err *err)
+{
+    if (tasks == NULL || ntasks == 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "no TPU task address to initialize");
+    }
+    int64_t start = mesh_tf_master_now_ms();
+    int64_t deadline = start + (timeout_ms > 0 ? timeout_ms : 1);
+    struct mesh_tf_master *m = mesh_tf_master_new(tasks[0], err);
+    if (m == NULL) {
+        return -MESH_E_API;
+    }
+    mesh_info(MOD, "initializing the TPU system through grpc://%s (%zu task%s, timeout %lld s)",
+              tasks[0], ntasks, ntasks == 1 ? "" : "s", (long long)(timeout_ms / 1000));
+
+    char *handle = NULL;
+    int rc = mesh_tf_master_wait_connected(m, deadline, err);
+    if (rc == 0) {
+        rc = create_session(m, tasks, ntasks, deadline, &handle, err);
+    }
+    if (rc == 0) {
+        mesh_debug(MOD, "session %s created; running %s", handle, MESH_TF_CONFIGURE_OP);
+        rc = run_configure(m, handle, deadline, out_topology, out_len, err);
+        close_session(m, handle);
+    }
+    if (rc == 0) {
+        mesh_info(MOD, "TPU system initialized through grpc://%s in %lld ms (topology %zu bytes)",
+                  tasks[0], (long long)(mesh_tf_master_now_ms() - start), *out_len);
+    }
+    mesh_free(handle);
+    mesh_tf_master_free(m);
+    return rc;
+}

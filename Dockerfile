@@ -1,0 +1,70 @@
+# syntax=docker/dockerfile:1
+#
+# tpumesh container image: tpumesh-init and tpumesh-sidecar in one image.
+#
+#   docker build -t tpumesh:$(cat VERSION) .
+#
+# The pod spec picks the program with `args:` (never `command:`), so tini stays
+# PID 1 (STYLE.md R18): it forwards SIGTERM to the program, which drains and
+# exits 0 (DESIGN.md §6), and it reaps any zombie, so neither program has to
+# act as an init.
+#
+# scripts/image-test.sh (`make image-test`) proves the runtime stage without a
+# Docker engine: it parses the runtime stage's package list below (the lines
+# between the apt-get install and the `&&` that ends it, one package a line),
+# checks that every shared library the built programs load comes from one of
+# those packages, builds the same root file system with debootstrap and runs
+# both programs in it as UID 65532. Keep one package per line so it can.
+
+ARG DEBIAN_SUITE=bookworm
+
+# ---- build stage: the same `make` every developer and CI runs -------------
+FROM debian:${DEBIAN_SUITE} AS build
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ca-certificates \
+        gcc \
+        libc6-dev \
+        libcjson-dev \
+        libcurl4-openssl-dev \
+        libgrpc-dev \
+        libprotobuf-c-dev \
+        libwebsockets-dev \
+        libyaml-dev \
+        make \
+        pkg-config \
+        protobuf-c-compiler \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN make BUILD=build all \
+    && build/bin/tpumesh-init --version \
+    && build/bin/tpumesh-sidecar --version
+
+# ---- runtime stage: only the libraries the two programs load --------------
+# bookworm-slim is Debian's minbase root file system with documentation
+# removed; libc6 is already in it and is listed anyway so the list names
+# every package whose libraries the programs load (scripts/image-test.sh).
+FROM debian:${DEBIAN_SUITE}-slim AS runtime
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ca-certificates \
+        libc6 \
+        libcjson1 \
+        libcurl4 \
+        libgrpc29 \
+        libprotobuf-c1 \
+        libwebsockets17 \
+        libyaml-0-2 \
+        tini \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+COPY --from=build /src/build/bin/tpumesh-init /src/build/bin/tpumesh-sidecar /usr/local/bin/
+COPY --from=build /src/VERSION /usr/share/tpumesh/VERSION
+# 65532 is the conventional "nonroot" UID/GID of distroless images; the
+# chart's securityContext sets the same numbers (runAsNonRoot needs a
+# numeric user to verify).
+USER 65532:65532
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["tpumesh-sidecar", "--help"]
+LABEL org.opencontainers.image.title="tpumesh" \
+      org.opencontainers.image.description="TPU slice topology init container and native sidecar for GKE"

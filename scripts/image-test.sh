@@ -1,0 +1,410 @@
+#!/bin/bash
+# scripts/image-test.sh - prove the Dockerfile's runtime stage without a Docker engine.
+#
+#   make image-test                     (builds the programs first)
+#   BUILD=build-x scripts/image-test.sh [--static]
+#
+# 1. Parses the runtime stage of ./Dockerfile (base image, the `apt-get install`
+#    package list, USER, ENTRYPOINT, the COPY of both programs); checks it installs
+#    no build tools and runs as 65532:65532.
+# 2. Maps every shared library the built programs load (`ldd`) to the Debian
+#    package that ships it (`dpkg -S`). A library the programs link directly
+#    (DT_NEEDED) must come from a package the runtime stage lists; one loaded
+#    indirectly must come from a listed package or from the dependency closure
+#    of the list (`apt-cache depends --recurse`), which apt installs with it.
+# 3. (skipped with --static) Builds the runtime root file system with
+#    `debootstrap --variant=minbase` (what debian:<suite>-slim is made of) plus
+#    exactly the parsed package list, from the Debian mirror configured in
+#    /etc/apt/sources.list*, caching the result as a tarball under
+#    $BUILD/image-cache keyed by suite, mirror and package list. Copies the
+#    programs in where the Dockerfile puts them and runs, through the image's
+#    ENTRYPOINT and as the image's USER, `tpumesh-init --version` and
+#    `tpumesh-sidecar --help` with chroot.
+#
+# Prints TAP lines (`ok N - ...`), timings as `# time` comments, and exits
+# non-zero when a check failed. Needs root for step 3 (debootstrap, chroot).
+# Env: BUILD (default build), DEBIAN_MIRROR (override the mirror), DOCKERFILE,
+#      IMAGE_CACHE (cache directory, default $BUILD/image-cache).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+STATIC=0
+if [ "${1:-}" = "--static" ]; then
+    STATIC=1
+fi
+PY=/usr/bin/python3
+DOCKERFILE=${DOCKERFILE:-$ROOT/Dockerfile}
+CACHE=${IMAGE_CACHE:-$BUILD/image-cache}
+PROGS="tpumesh-init tpumesh-sidecar"
+
+TAP_N=0
+TAP_FAILED=0
+# The plan and the summary line CI reads ("image-test: N passed, N failed").
+finish() {
+    echo "1..$TAP_N"
+    echo "image-test: $((TAP_N - TAP_FAILED)) passed, $TAP_FAILED failed"
+    [ "$TAP_FAILED" -eq 0 ]
+    exit
+}
+ok() { TAP_N=$((TAP_N + 1)); echo "ok $TAP_N - $1"; }
+fail() {
+    TAP_N=$((TAP_N + 1)); TAP_FAILED=$((TAP_FAILED + 1))
+    echo "not ok $TAP_N - $1"
+    shift
+    local l
+    for l in "$@"; do printf '#   %s\n' "$l"; done
+    return 0
+}
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+T_START=$(now_ms)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tpumesh-image.XXXXXX")
+cleanup() {
+    # The root file system may hold a proc mount if debootstrap was interrupted.
+    if [ -d "$WORK/rootfs/proc" ] && mountpoint -q "$WORK/rootfs/proc" 2>/dev/null; then
+        umount "$WORK/rootfs/proc" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for p in $PROGS; do
+    if [ ! -x "$BUILD/bin/$p" ]; then
+        fail "built program $BUILD/bin/$p exists" "run: make BUILD=${BUILD#"$ROOT"/} all"
+        finish
+    fi
+done
+
+# ---- 1. parse the runtime stage --------------------------------------------
+# The parser understands the subset of Dockerfile syntax our Dockerfile uses:
+# ARG defaults, line continuations, FROM ... AS <stage>, RUN with one
+# `apt-get install`, COPY --from, USER and an exec-form ENTRYPOINT. Anything
+# it cannot find is reported as a failed check, never guessed.
+if ! "$PY" - "$DOCKERFILE" >"$WORK/stage.env" 2>"$WORK/stage.err" <<'EOF'
+import json, re, shlex, sys
+
+text = open(sys.argv[1], encoding="utf-8").read()
+# Join continuation lines, drop comments, keep instruction order.
+lines, cur = [], ""
+for raw in text.splitlines():
+    s = raw.strip()
+    if not cur and (not s or s.startswith("#")):
+        continue
+    if cur and s.startswith("#"):
+        continue
+    if s.endswith("\\"):
+        cur += s[:-1] + " "
+        continue
+    lines.append(cur + s)
+    cur = ""
+if cur:
+    lines.append(cur)
+
+args, stage, stages = {}, None, {}
+for ln in lines:
+    op, _, rest = ln.partition(" ")
+    op = op.upper()
+    if op == "ARG" and stage is None:
+        k, _, v = rest.strip().partition("=")
+        args[k] = v
+        continue
+    if op == "FROM":
+        m = re.match(r"(\S+)\s+AS\s+(\S+)", rest.strip(), re.I)
+        if not m:
+            sys.exit("FROM without 'AS <stage>': " + ln)
+        base = re.sub(r"\$\{(\w+)\}", lambda g: args.get(g.group(1), ""), m.group(1))
+        stage = m.group(2)
+        stages[stage] = {"base": base, "ins": []}
+        continue
+    if stage is None:
+        sys.exit("instruction before the first FROM: " + ln)
+    stages[stage]["ins"].append((op, rest.strip()))
+
+if "runtime" not in stages:
+    sys.exit("no stage named 'runtime' (FROM ... AS runtime)")
+rt = stages["runtime"]
+pkgs, user, entry, copies = [], "", [], []
+for op, rest in rt["ins"]:
+    if op == "RUN" and "apt-get install" in rest:
+        if pkgs:
+            sys.exit("more than one apt-get install in the runtime stage")
+        toks = shlex.split(rest)
+        i = toks.index("install") + 1
+        while i < len(toks) and toks[i] not in ("&&", ";", "||"):
+            if not toks[i].startswith("-"):
+                pkgs.append(toks[i])
+            i += 1
+    elif op == "USER":
+        user = rest
+    elif op == "ENTRYPOINT":
+        entry = json.loads(rest)
+    elif op == "COPY" and rest.startswith("--from="):
+        toks = shlex.split(rest)
+        copies.append(toks[1:])
+if not pkgs:
+    sys.exit("the runtime stage installs no packages (RUN apt-get install ...)")
+m = re.match(r"debian:([a-z]+)(-slim)?$", rt["base"])
+if not m:
+    sys.exit("runtime base image is not debian:<suite>[-slim]: " + rt["base"])
+dest = {}
+for c in copies:
+    for src in c[:-1]:
+        dest[src.rsplit("/", 1)[-1]] = c[-1]
+print("RT_BASE=" + shlex.quote(rt["base"]))
+print("RT_SUITE=" + shlex.quote(m.group(1)))
+print("RT_PKGS=" + shlex.quote(" ".join(pkgs)))
+print("RT_USER=" + shlex.quote(user))
+print("RT_ENTRY=" + shlex.quote(" ".join(shlex.quote(e) for e in entry)))
+print("RT_DEST_INIT=" + shlex.quote(dest.get("tpumesh-init", "")))
+print("RT_DEST_SIDECAR=" + shlex.quote(dest.get("tpumesh-sidecar", "")))
+print("RT_DEST_VERSION=" + shlex.quote(dest.get("VERSION", "")))
+EOF
+then
+    fail "Dockerfile runtime stage parses" "$(cat "$WORK/stage.err")"
+    finish
+fi
+# shellcheck disable=SC1091
+. "$WORK/stage.env"
+ok "Dockerfile runtime stage parses: $RT_BASE, packages: $RT_PKGS"
+
+if [ "$RT_USER" = "65532:65532" ]; then
+    ok "runtime stage runs as USER 65532:65532"
+else
+    fail "runtime stage runs as USER 65532:65532" "USER is '$RT_USER'"
+fi
+case "$RT_ENTRY" in
+*tini*) ok "ENTRYPOINT is tini ($RT_ENTRY)" ;;
+*) fail "ENTRYPOINT is tini" "ENTRYPOINT is '$RT_ENTRY' (STYLE.md R18: tini or shareProcessNamespace)" ;;
+esac
+if [ "${RT_DEST_INIT%/}" != "" ] && [ "$RT_DEST_INIT" = "$RT_DEST_SIDECAR" ]; then
+    ok "runtime stage copies both programs to $RT_DEST_INIT"
+else
+    fail "runtime stage copies both programs to one directory" \
+        "tpumesh-init -> '$RT_DEST_INIT', tpumesh-sidecar -> '$RT_DEST_SIDECAR'"
+fi
+tools=""
+for p in $RT_PKGS; do
+    case "$p" in
+    *-dev | gcc* | g++* | clang* | make | cmake | pkg-config | pkgconf | binutils* | \
+        protobuf-compiler | protobuf-c-compiler | build-essential | libc-dev-bin) tools="$tools $p" ;;
+    esac
+done
+if [ -z "$tools" ]; then
+    ok "runtime stage installs no build tools"
+else
+    fail "runtime stage installs no build tools" "found:$tools"
+fi
+
+# ---- 2. every loaded library comes from a listed package -------------------
+# dpkg -S knows a file by the path its package ships; with merged /usr the
+# loader may report /lib/... for a file shipped as /usr/lib/... (or the
+# reverse), and ldd may show a symlink: ask for every spelling at once (one
+# dpkg -S call; each call reads the whole file database) and take the first
+# spelling dpkg knows.
+spellings() {
+    local f=$1 r
+    r=$(readlink -f "$f")
+    printf '%s\n' "$f" "$r" "/usr$f" "${f#/usr}" "/usr$r" "${r#/usr}"
+}
+declare -A OWNER=()
+load_owners() { # paths...
+    local f line
+    # shellcheck disable=SC2046
+    while IFS= read -r line; do
+        case "$line" in *": /"*) OWNER[${line#*: }]=${line%%:*} ;; esac
+    done < <(for f in "$@"; do spellings "$f"; done | sort -u | xargs dpkg -S 2>/dev/null)
+}
+owner_of() {
+    local c
+    while IFS= read -r c; do
+        if [ -n "${OWNER[$c]+x}" ]; then
+            echo "${OWNER[$c]}"
+            return 0
+        fi
+    done < <(spellings "$1")
+    return 1
+}
+in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }
+
+T1=$(now_ms)
+closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+    --no-breaks --no-replaces --no-enhances $RT_PKGS 2>/dev/null |
+    awk '/^[a-z0-9]/ { print $1 } /Depends: [a-z0-9]/ { print $2 }' | sed 's/:.*//' | sort -u |
+    tr '\n' ' ')
+if [ -z "$closure" ]; then
+    fail "apt-cache knows the runtime packages" "run apt-get update"
+fi
+# ldd lines: "libx.so.1 => /path (0x...)", or the loader "/lib64/ld-linux... (0x...)".
+ldd_pairs() { awk '/=> \// { print $1, $3; next } /^[ \t]*\/.*\(0x/ { print $1, $1 }'; }
+# shellcheck disable=SC2046
+load_owners $(for prog in $PROGS; do ldd "$BUILD/bin/$prog" 2>/dev/null | ldd_pairs | cut -d' ' -f2; done)
+all_pkgs=""
+for prog in $PROGS; do
+    bin=$BUILD/bin/$prog
+    needed=$(objdump -p "$bin" | awk '$1 == "NEEDED" { print $2 }' | tr '\n' ' ')
+    ldd_out=$(ldd "$bin" 2>&1)
+    if echo "$ldd_out" | grep -q "not found"; then
+        fail "$prog: every library resolves on this machine" "$(echo "$ldd_out" | grep 'not found')"
+    fi
+    while read -r name path; do
+        [ -n "$path" ] || continue
+        pkg=$(owner_of "$path") || {
+            fail "$prog: $name maps to a Debian package" "dpkg -S knows no package for $path"
+            continue
+        }
+        all_pkgs="$all_pkgs $pkg"
+        soname=${name##*/}
+        if in_list "$soname" "$needed" || [ "$name" = "$path" ]; then
+            # Linked directly (or the loader itself): the list must name it.
+            if in_list "$pkg" "$RT_PKGS"; then
+                ok "$prog: $soname ($pkg) is installed by the runtime stage"
+            else
+                fail "$prog: $soname ($pkg) is installed by the runtime stage" \
+                    "add '$pkg' to the runtime stage's apt-get install list in Dockerfile"
+            fi
+        elif in_list "$pkg" "$RT_PKGS" || in_list "$pkg" "$closure"; then
+            ok "$prog: $soname ($pkg) comes with the runtime packages"
+        else
+            fail "$prog: $soname ($pkg) comes with the runtime packages" \
+                "$pkg is neither listed nor a dependency of the listed packages"
+        fi
+    done < <(echo "$ldd_out" | ldd_pairs)
+done
+all_pkgs=$(echo "$all_pkgs" | tr ' ' '\n' | sort -u | tr '\n' ' ')
+echo "# time: library mapping $(( $(now_ms) - T1 )) ms; packages loaded:$all_pkgs"
+
+if [ "$STATIC" = 1 ]; then
+    echo "# time: total $(( $(now_ms) - T_START )) ms (static checks only)"
+    finish
+fi
+
+# ---- 3. build the runtime root file system and run the programs -----------
+if [ "$(id -u)" != 0 ]; then
+    fail "debootstrap and chroot need root" "run as root (CI does), or use --static"
+    finish
+fi
+# The mirror: DEBIAN_MIRROR, else the first source in /etc/apt/sources.list*
+# (one-line or deb822 format) that serves the runtime suite itself.
+mirror=${DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+    mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+        awk -v s="$RT_SUITE" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/) break;
+            if ($(i + 1) == s) { print $i; exit } }')
+fi
+if [ -z "$mirror" ]; then
+    mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v s="$RT_SUITE" '
+        /^$/ { if (uri != "" && suites ~ ("(^| )" s "( |$)")) { print uri; exit } uri = ""; suites = "" }
+        /^URIs:/ { uri = $2 }
+        /^Suites:/ { $1 = ""; suites = $0 }
+        END { if (uri != "" && suites ~ ("(^| )" s "( |$)")) print uri }' | head -n 1)
+fi
+if [ -z "$mirror" ]; then
+    fail "a Debian mirror for $RT_SUITE is configured" "set DEBIAN_MIRROR or add it to /etc/apt/sources.list"
+    finish
+fi
+ok "Debian mirror for $RT_SUITE: $mirror"
+
+sorted=$(echo "$RT_PKGS" | tr ' ' '\n' | sort -u | tr '\n' ',' | sed 's/,$//')
+key=$(printf '%s\n' "$RT_SUITE" "$mirror" minbase "$sorted" | sha256sum | cut -c1-16)
+tarball=$CACHE/rootfs-$RT_SUITE-$key.tar.gz
+rootfs=$WORK/rootfs
+mkdir -p "$CACHE" "$rootfs"
+T3=$(now_ms)
+if [ -s "$tarball" ]; then
+    if tar -xzf "$tarball" -C "$rootfs"; then
+        ok "root file system restored from cache $(basename "$tarball")"
+    else
+        fail "root file system restored from cache" "remove $tarball and rerun"
+    fi
+    echo "# time: restore from cache $(( $(now_ms) - T3 )) ms"
+else
+    if debootstrap --variant=minbase --include="$sorted" "$RT_SUITE" "$rootfs" "$mirror" \
+        >"$WORK/debootstrap.log" 2>&1; then
+        ok "debootstrap --variant=minbase $RT_SUITE + runtime packages"
+        echo "# time: debootstrap $(( $(now_ms) - T3 )) ms"
+        T4=$(now_ms)
+        # Save it for the next run; apt's downloaded .debs are not part of the image.
+        rm -f "$rootfs"/var/cache/apt/archives/*.deb
+        tar -C "$rootfs" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+        echo "# time: cache tarball $(( $(now_ms) - T4 )) ms"
+    else
+        fail "debootstrap --variant=minbase $RT_SUITE + runtime packages" \
+            "$(tail -n 5 "$WORK/debootstrap.log")"
+        finish
+    fi
+fi
+
+# Exactly the listed packages and what they depend on: each ldd package is installed.
+installed=$(dpkg-query --admindir="$rootfs/var/lib/dpkg" -W -f '${Package} ${Status}\n' |
+    awk '$NF == "installed" { print $1 }' | tr '\n' ' ')
+missing=""
+for p in $all_pkgs; do
+    in_list "$p" "$installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+    ok "root file system has every package the programs load from"
+else
+    fail "root file system has every package the programs load from" "missing:$missing"
+fi
+found_tools=""
+for t in gcc cc make ld as clang pkg-config apt-get-build-dep; do
+    [ -e "$rootfs/usr/bin/$t" ] && found_tools="$found_tools $t"
+done
+if [ -z "$found_tools" ]; then
+    ok "root file system has no compiler, linker or make"
+else
+    fail "root file system has no compiler, linker or make" "found:$found_tools"
+fi
+
+# COPY --from=build ... as the Dockerfile does.
+install -m 0755 "$BUILD/bin/tpumesh-init" "$rootfs$RT_DEST_INIT/tpumesh-init"
+install -m 0755 "$BUILD/bin/tpumesh-sidecar" "$rootfs$RT_DEST_SIDECAR/tpumesh-sidecar"
+if [ -n "$RT_DEST_VERSION" ]; then
+    install -D -m 0644 VERSION "$rootfs$RT_DEST_VERSION"
+fi
+
+# The environment a container runtime gives: the image's PATH and nothing else.
+run_in_image() { # out-file prog args...
+    local out=$1
+    shift
+    # shellcheck disable=SC2086
+    eval "set -- $RT_ENTRY \"\$@\""
+    timeout 30 chroot --userspec="$RT_USER" "$rootfs" /usr/bin/env -i \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/ \
+        TINI_SUBREAPER=1 "$@" >"$out" 2>&1
+}
+T5=$(now_ms)
+run_in_image "$WORK/id.out" id -u
+check_uid=$(tail -n 1 "$WORK/id.out")
+if [ "$check_uid" = "${RT_USER%%:*}" ]; then
+    ok "chroot runs as UID $check_uid"
+else
+    fail "chroot runs as UID ${RT_USER%%:*}" "id -u said: $check_uid"
+fi
+if chroot "$rootfs" /usr/bin/ldd "$RT_DEST_INIT/tpumesh-init" "$RT_DEST_SIDECAR/tpumesh-sidecar" \
+    >"$WORK/ldd.out" 2>&1 && ! grep -q "not found" "$WORK/ldd.out"; then
+    ok "every library resolves inside the image"
+else
+    fail "every library resolves inside the image" "$(grep 'not found' "$WORK/ldd.out")"
+fi
+version=$(cat VERSION)
+run_in_image "$WORK/init.out" tpumesh-init --version
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "$version" "$WORK/init.out"; then
+    ok "tpumesh-init --version in the image as ${RT_USER}: $(head -n 1 "$WORK/init.out")"
+else
+    fail "tpumesh-init --version in the image as ${RT_USER}" "exit $rc" "$(head -n 5 "$WORK/init.out")"
+fi
+run_in_image "$WORK/sidecar.out" tpumesh-sidecar --help
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qi "usage" "$WORK/sidecar.out"; then
+    ok "tpumesh-sidecar --help in the image as ${RT_USER} ($(wc -l <"$WORK/sidecar.out") lines)"
+else
+    fail "tpumesh-sidecar --help in the image as ${RT_USER}" "exit $rc (expected 0 and a usage text)" \
+        "$(head -n 5 "$WORK/sidecar.out")"
+fi
+echo "# time: runs in the image $(( $(now_ms) - T5 )) ms"
+echo "# image size (root file system + programs): $(du -sh "$rootfs" | cut -f1)"
+echo "# time: total $(( $(now_ms) - T_START )) ms"
+finish

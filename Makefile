@@ -53,7 +53,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 
 .PHONY: all deps test test-unit test-fuzz test-integration asan valgrind fuzz lint \
-        format format-check demo bench clean help check-core-pure gen-py
+        format format-check demo bench clean help check-core-pure gen-py image-test
 
 # Keep intermediate objects (pattern chains would delete them and force rebuilds).
 .SECONDARY:
@@ -70,6 +70,7 @@ help:
 	@echo "make fuzz        libFuzzer, FUZZ_SECONDS (default 30) per target"
 	@echo "make lint        clang-format check, cppcheck, banned functions, complexity"
 	@echo "make bench       benchmarks against peers (bench/)"
+	@echo "make image-test  prove the Dockerfile's runtime stage (debootstrap + chroot, root)"
 
 deps:
 	@scripts/deps.sh
@@ -169,6 +170,11 @@ demo: deps
 
 bench: all gen-py
 	@BUILD=$(BUILD) PY=$(PY) bench/run.sh
+
+# Proves the Dockerfile's runtime stage without a Docker engine (debootstrap +
+# chroot; needs root and the Debian mirror). Not in `make test`: ~45 s cold.
+image-test: all
+	@BUILD=$(BUILD) scripts/image-test.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

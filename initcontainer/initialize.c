@@ -28,6 +28,7 @@
 #include "core/cleanup.h"
 #include "core/mem.h"
 #include "io/log.h"
+#include "io/tf_master.h"
 #include "init.h"
 
 #define MOD "init"
@@ -241,12 +242,44 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
     return 0;
 }
 
+/* Legacy TPU Node: run ConfigureDistributedTPU on the TPU's TensorFlow
+ * server (common/io/tf_master.h) and keep the TopologyProto it returns. The
+ * endpoints are TensorFlow's task order (spec §10.2): task 0 is the master. */
 static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
 {
-    (void)ctx;
-    return mesh_err_set(err, MESH_E_CONFIG, 0,
-                        "TPU Node initialization over gRPC is not available in this build; "
-                        "pass --skip-init to publish without initializing the TPU");
+    if (ctx->nendpoints == 0 || ctx->endpoints == NULL) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TPU Node without gRPC endpoints; set --tpu grpc://<ip>:8470 or "
+                            "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS");
+    }
+    size_t n = ctx->nendpoints;
+    char **tasks = mesh_calloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        const struct mesh_endpoint *e = &ctx->endpoints[i];
+        int port = e->port > 0 ? e->port : 8470;
+        /* An IPv6 literal needs brackets in host:port. */
+        if (strchr(e->ip, ':') != NULL) {
+            tasks[i] = mesh_asprintf("[%s]:%d", e->ip, port);
+        } else {
+            tasks[i] = mesh_asprintf("%s:%d", e->ip, port);
+        }
+    }
+    int64_t timeout_ms = (int64_t)(ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600) * 1000;
+    uint8_t *topo = NULL;
+    size_t topo_len = 0;
+    int rc = mesh_tf_master_configure_tpu((const char *const *)tasks, n, timeout_ms, &topo,
+                                          &topo_len, err);
+    for (size_t i = 0; i < n; i++) {
+        mesh_free(tasks[i]);
+    }
+    mesh_free(tasks);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_free(ctx->topology_pb);
+    ctx->topology_pb = topo;
+    ctx->topology_pb_len = topo_len;
+    return 0;
 }
 
 int mesh_init_initialize(struct mesh_init *ctx, struct mesh_err *err)

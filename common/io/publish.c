@@ -288,7 +288,9 @@ int mesh_publish_read_generation(const char *dir, uint64_t *out_generation, bool
     }
     if (rc < 0) {
         mesh_warn("pub", "cannot read the previous %s (%s): starting at generation 1", path,
-                  rc == -EFBIG ? "too large" : strerror(-rc));
+                  rc == -EFBIG    ? "too large"
+                  : rc == -EINVAL ? "not a regular file"
+                                  : strerror(-rc));
         return 0;
     }
     struct mesh_err perr;

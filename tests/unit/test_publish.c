@@ -1,0 +1,351 @@
+/*
+ * test_publish.c - the atomic publisher (io/publish.h): files land whole
+ * with mode 0644 and no temp files; unchanged content keeps inode and
+ * mtime; generation read-back tolerates garbage; a missing directory, a
+ * full volume (ENOSPC, tiny tmpfs) and a read-only volume (EROFS) give a
+ * clear error and leave the previous files intact. The tmpfs cases need
+ * mount(2) (root in the test container) and are skipped without it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/mem.h"
+#include "io/publish.h"
+
+struct fixture {
+    char dir[64];
+    bool mounted;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = mesh_calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/tpumesh-pub.XXXXXX");
+    if (mkdtemp(f->dir) == NULL) {
+        mesh_free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static void rm_dir_contents(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        char *p = mesh_asprintf("%s/%s", dir, e->d_name);
+        if (unlink(p) < 0 && errno == EISDIR) {
+            rm_dir_contents(p);
+            rmdir(p);
+        }
+        mesh_free(p);
+    }
+    closedir(d);
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    if (f->mounted) {
+        umount2(f->dir, MNT_DETACH);
+    }
+    rm_dir_contents(f->dir);
+    rmdir(f->dir);
+    mesh_free(f);
+    return 0;
+}
+
+static char *slurp(const char *dir, const char *name)
+{
+    char *p = mesh_asprintf("%s/%s", dir, name);
+    FILE *fp = fopen(p, "rb");
+    mesh_free(p);
+    if (fp == NULL) {
+        return NULL;
+    }
+    char *buf = mesh_calloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+static void put(const char *dir, const char *name, const char *content)
+{
+    char *p = mesh_asprintf("%s/%s", dir, name);
+    FILE *fp = fopen(p, "wb");
+    assert_non_null(fp);
+    fputs(content, fp);
+    fclose(fp);
+    mesh_free(p);
+}
+
+static struct stat stat_of(const char *dir, const char *name)
+{
+    struct stat st;
+    char *p = mesh_asprintf("%s/%s", dir, name);
+    assert_int_equal(stat(p, &st), 0);
+    mesh_free(p);
+    return st;
+}
+
+/* Number of directory entries whose name starts with '.' (temp files),
+ * besides . and .. */
+static int count_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+#define FILE_OF(n, s)                                                                              \
+    {                                                                                              \
+        (n), (s), sizeof(s) - 1                                                                    \
+    }
+
+static void test_publish_and_unchanged(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file set1[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='a:1'\n"),
+        {"tpu.env", NULL, 0}, /* not rendered: left alone */
+        FILE_OF("topology.json", "{\"generation\":1}\n"),
+    };
+    size_t written = 99;
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, set1, 3, &written, &err), 0);
+    assert_int_equal(written, 2);
+    char *s = slurp(f->dir, "dtensor.env");
+    assert_string_equal(s, "DTENSOR_JOBS='a:1'\n");
+    mesh_free(s);
+    assert_null(slurp(f->dir, "tpu.env"));
+    struct stat a1 = stat_of(f->dir, "dtensor.env");
+    struct stat t1 = stat_of(f->dir, "topology.json");
+    assert_int_equal(a1.st_mode & 07777, 0644);
+    assert_int_equal(count_temps(f->dir), 0);
+
+    /* Same content again: nothing written, same inode and mtime. */
+    usleep(20000);
+    assert_int_equal(mesh_publish_files(f->dir, set1, 3, &written, &err), 0);
+    assert_int_equal(written, 0);
+    struct stat a2 = stat_of(f->dir, "dtensor.env");
+    assert_int_equal(a2.st_ino, a1.st_ino);
+    assert_int_equal(a2.st_mtim.tv_sec, a1.st_mtim.tv_sec);
+    assert_int_equal(a2.st_mtim.tv_nsec, a1.st_mtim.tv_nsec);
+
+    /* One file changes: only it is replaced (new inode, by rename). */
+    const struct mesh_publish_file set2[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='a:1'\n"),
+        FILE_OF("topology.json", "{\"generation\":2}\n"),
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set2, 2, &written, &err), 0);
+    assert_int_equal(written, 1);
+    assert_int_equal(stat_of(f->dir, "dtensor.env").st_ino, a1.st_ino);
+    assert_true(stat_of(f->dir, "topology.json").st_ino != t1.st_ino);
+    s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":2}\n");
+    mesh_free(s);
+    /* A shorter and an empty file are content changes too. */
+    const struct mesh_publish_file set3[] = {
+        {"dtensor.env", "", 0},
+        FILE_OF("topology.json", "{}\n"),
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set3, 2, &written, &err), 0);
+    assert_int_equal(written, 2);
+    assert_int_equal(stat_of(f->dir, "dtensor.env").st_size, 0);
+    assert_true(mesh_publish_is_current(f->dir, "topology.json", "{}\n", 3));
+    assert_false(mesh_publish_is_current(f->dir, "topology.json", "{}", 2));
+    assert_false(mesh_publish_is_current(f->dir, "nope.json", "{}", 2));
+    assert_int_equal(count_temps(f->dir), 0);
+}
+
+static void test_generation_table(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *content; /* NULL = no file */
+        uint64_t gen;
+        bool found;
+    } rows[] = {
+        {NULL, 0, false},
+        {"{\"generation\": 41, \"complete\": true}\n", 41, true},
+        {"{\"generation\":9007199254740991}", 9007199254740991ULL, true},
+        {"", 0, false},
+        {"not json at all", 0, false},
+        {"{\"generation\": -3}", 0, false},
+        {"{\"generation\": 1.5}", 0, false},
+        {"{\"generation\": \"7\"}", 0, false},
+        {"{\"complete\": true}", 0, false},
+        {"[1,2,3]", 0, false},
+        {"{\"generation\": 5", 0, false},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        char *p = mesh_asprintf("%s/topology.json", f->dir);
+        unlink(p);
+        mesh_free(p);
+        if (rows[r].content != NULL) {
+            put(f->dir, "topology.json", rows[r].content);
+        }
+        uint64_t gen = 12345;
+        bool found = true;
+        assert_int_equal(mesh_publish_read_generation(f->dir, &gen, &found, NULL), 0);
+        assert_int_equal(gen, rows[r].gen);
+        assert_int_equal(found, rows[r].found);
+    }
+    /* A directory where topology.json should be is tolerated as well. */
+    char *p = mesh_asprintf("%s/topology.json", f->dir);
+    unlink(p);
+    assert_int_equal(mkdir(p, 0755), 0);
+    uint64_t gen = 1;
+    assert_int_equal(mesh_publish_read_generation(f->dir, &gen, NULL, NULL), 0);
+    assert_int_equal(gen, 0);
+    rmdir(p);
+    mesh_free(p);
+}
+
+static void test_error_paths(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file one[] = {FILE_OF("a.env", "A='1'\n")};
+    struct mesh_err err;
+    char *missing = mesh_asprintf("%s/does-not-exist", f->dir);
+    assert_int_equal(mesh_publish_files(missing, one, 1, NULL, &err), -MESH_E_PUBLISH);
+    assert_non_null(strstr(err.msg, "does not exist"));
+    assert_non_null(strstr(err.msg, missing));
+    mesh_free(missing);
+
+    put(f->dir, "plainfile", "x");
+    char *notdir = mesh_asprintf("%s/plainfile", f->dir);
+    assert_int_equal(mesh_publish_files(notdir, one, 1, NULL, &err), -MESH_E_PUBLISH);
+    assert_non_null(strstr(err.msg, "not a directory"));
+    mesh_free(notdir);
+
+    static const char *const bad_names[] = {"", ".hidden", "a/b", "../x"};
+    for (size_t i = 0; i < 4; i++) {
+        const struct mesh_publish_file bad[] = {{bad_names[i], "x", 1}};
+        assert_int_equal(mesh_publish_files(f->dir, bad, 1, NULL, &err), -MESH_E_INVAL);
+    }
+    assert_int_equal(mesh_publish_files("", one, 1, NULL, &err), -MESH_E_INVAL);
+    /* A directory in the way of a file: the rename fails, nothing left over. */
+    char *p = mesh_asprintf("%s/a.env", f->dir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    assert_int_equal(mesh_publish_files(f->dir, one, 1, NULL, &err), -MESH_E_PUBLISH);
+    rmdir(p);
+    mesh_free(p);
+    assert_int_equal(count_temps(f->dir), 0);
+}
+
+static bool mount_tmpfs(struct fixture *f, const char *opts)
+{
+    if (mount("tmpfs", f->dir, "tmpfs", 0, opts) < 0) {
+        return false;
+    }
+    f->mounted = true;
+    return true;
+}
+
+static void test_enospc_keeps_previous(void **state)
+{
+    struct fixture *f = *state;
+    if (!mount_tmpfs(f, "size=16k")) {
+        skip();
+    }
+    const struct mesh_publish_file v1[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v1'\n"),
+        FILE_OF("topology.json", "{\"generation\":1}\n"),
+    };
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, v1, 2, NULL, &err), 0);
+    /* 64 KiB cannot fit in a 16 KiB tmpfs: the first temp file fails. */
+    size_t big_len = 64 * 1024;
+    char *big = mesh_malloc(big_len);
+    memset(big, 'x', big_len);
+    const struct mesh_publish_file v2[] = {
+        {"dtensor.env", big, big_len},
+        FILE_OF("topology.json", "{\"generation\":2}\n"),
+    };
+    assert_int_equal(mesh_publish_files(f->dir, v2, 2, NULL, &err), -MESH_E_PUBLISH);
+    assert_int_equal(err.sys_errno, ENOSPC);
+    assert_non_null(strstr(err.msg, "no space left"));
+    assert_non_null(strstr(err.msg, f->dir));
+    /* Also when the first file fits and a later one does not. */
+    const struct mesh_publish_file v3[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v3'\n"),
+        {"topology.json", big, big_len},
+    };
+    assert_int_equal(mesh_publish_files(f->dir, v3, 2, NULL, &err), -MESH_E_PUBLISH);
+    mesh_free(big);
+    char *s = slurp(f->dir, "dtensor.env");
+    assert_string_equal(s, "DTENSOR_JOBS='v1'\n");
+    mesh_free(s);
+    s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":1}\n");
+    mesh_free(s);
+    assert_int_equal(count_temps(f->dir), 0);
+}
+
+static void test_erofs_keeps_previous(void **state)
+{
+    struct fixture *f = *state;
+    if (!mount_tmpfs(f, "size=64k")) {
+        skip();
+    }
+    const struct mesh_publish_file v1[] = {FILE_OF("topology.json", "{\"generation\":1}\n")};
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, v1, 1, NULL, &err), 0);
+    assert_int_equal(mount("tmpfs", f->dir, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=64k"), 0);
+    const struct mesh_publish_file v2[] = {FILE_OF("topology.json", "{\"generation\":2}\n")};
+    assert_int_equal(mesh_publish_files(f->dir, v2, 1, NULL, &err), -MESH_E_PUBLISH);
+    assert_int_equal(err.sys_errno, EROFS);
+    assert_non_null(strstr(err.msg, "read-only"));
+    assert_non_null(strstr(err.msg, "mount the shared volume read-write"));
+    /* Unchanged content on a read-only volume is not an error: nothing to write. */
+    size_t written = 9;
+    assert_int_equal(mesh_publish_files(f->dir, v1, 1, &written, &err), 0);
+    assert_int_equal(written, 0);
+    char *s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":1}\n");
+    mesh_free(s);
+    uint64_t gen = 0;
+    assert_int_equal(mesh_publish_read_generation(f->dir, &gen, NULL, NULL), 0);
+    assert_int_equal(gen, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_publish_and_unchanged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_generation_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enospc_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_erofs_keeps_previous, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,601 @@
+/*
+ * test_render.c - the renderers of the shared-volume files (core/render.h):
+ * golden bytes for each file, DTensor's defaults, address modes, hostile
+ * worker values, incomplete jobs, the TPU Node cluster_spec and the diff.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/mem.h"
+#include "core/render.h"
+
+/* ---- fixtures ---------------------------------------------------------- */
+
+/* A v4-32 slice as accel.c derives it (spec §8.4, §8.6). */
+static struct mesh_slice slice_v4_32(void)
+{
+    struct mesh_slice s;
+    memset(&s, 0, sizeof(s));
+    s.gen = MESH_GEN_V4;
+    snprintf(s.accelerator_type, sizeof(s.accelerator_type), "v4-32");
+    snprintf(s.topology, sizeof(s.topology), "2x2x4");
+    s.ndims = 3;
+    s.dims[0] = 2, s.dims[1] = 2, s.dims[2] = 4;
+    s.chips = 16, s.hosts = 4, s.chips_per_host = 4, s.cores_per_chip = 2;
+    s.devices_per_host = 4;
+    s.host_bounds[0] = 1, s.host_bounds[1] = 1, s.host_bounds[2] = 4;
+    s.chips_per_host_bounds[0] = 2, s.chips_per_host_bounds[1] = 2;
+    s.chips_per_host_bounds[2] = 1;
+    s.mesh_shape[0] = 2, s.mesh_shape[1] = 2, s.mesh_shape[2] = 4, s.mesh_shape[3] = 1;
+    return s;
+}
+
+/* n workers with host hosts[i] (NULL = none) and ip ips[i] (NULL = none). */
+static struct mesh_worker *workers_of(const char *const *hosts, const char *const *ips,
+                                      const char *const *pods, size_t n)
+{
+    struct mesh_worker *w = mesh_calloc(n, sizeof(*w));
+    for (size_t i = 0; i < n; i++) {
+        w[i].index = (int)i;
+        if (hosts != NULL && hosts[i] != NULL) {
+            snprintf(w[i].host, sizeof(w[i].host), "%s", hosts[i]);
+        }
+        if (ips != NULL && ips[i] != NULL) {
+            snprintf(w[i].ip, sizeof(w[i].ip), "%s", ips[i]);
+        }
+        if (pods != NULL && pods[i] != NULL) {
+            snprintf(w[i].pod, sizeof(w[i].pod), "%s", pods[i]);
+        }
+        w[i].ready = i % 2 == 0;
+    }
+    return w;
+}
+
+static const char *const hosts4[] = {"w-0.job.ns.svc", "w-1.job.ns.svc", "w-2.job.ns.svc",
+                                     "w-3.job.ns.svc"};
+static const char *const ips4[] = {"10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13"};
+static const char *const pods4[] = {"w-0", "w-1", "w-2", "w-3"};
+
+static struct mesh_render_input input_of(const struct mesh_worker *w, size_t n, int self,
+                                         const struct mesh_slice *s)
+{
+    struct mesh_render_input in;
+    memset(&in, 0, sizeof(in));
+    in.slice = s;
+    in.workers = w;
+    in.nworkers = n;
+    in.self_index = self;
+    in.port = 10000;
+    in.mode = MESH_ADDR_AUTO;
+    in.generation = 7;
+    in.complete = true;
+    return in;
+}
+
+typedef int (*render_fn)(const struct mesh_render_input *, char **, size_t *, struct mesh_err *);
+
+static void expect_render(render_fn fn, const struct mesh_render_input *in, const char *want)
+{
+    char *out = NULL;
+    size_t len = 0;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    int rc = fn(in, &out, &len, &err);
+    if (rc != 0) {
+        fail_msg("render failed: %s", err.msg);
+    }
+    assert_string_equal(out, want);
+    assert_int_equal(len, strlen(want));
+    mesh_free(out);
+}
+
+static void expect_fail(render_fn fn, const struct mesh_render_input *in, int code,
+                        const char *needle)
+{
+    char *out = NULL;
+    size_t len = 0;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    int rc = fn(in, &out, &len, &err);
+    if (rc == 0) {
+        mesh_free(out);
+        fail_msg("render of a bad input succeeded (wanted \"%s\")", needle);
+    }
+    assert_int_equal(rc, -code);
+    assert_null(out);
+    if (strstr(err.msg, needle) == NULL) {
+        fail_msg("message \"%s\" lacks \"%s\"", err.msg, needle);
+    }
+}
+
+/* ---- golden files --------------------------------------------------------- */
+
+static void test_golden_v4_32_dns(void **state)
+{
+    (void)state;
+    struct mesh_slice s = slice_v4_32();
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+    struct mesh_render_input in = input_of(w, 4, 1, &s);
+    expect_render(mesh_render_dtensor_env, &in,
+                  "DTENSOR_JOBS='w-0.job.ns.svc:10000,w-1.job.ns.svc:10000,w-2.job.ns.svc:10000,"
+                  "w-3.job.ns.svc:10000'\n"
+                  "DTENSOR_CLIENT_ID='1'\n"
+                  "DTENSOR_JOB_NAME='worker'\n"
+                  "DTENSOR_NUM_CLIENTS='4'\n");
+    expect_render(mesh_render_tf_config, &in,
+                  "{\"cluster\":{\"worker\":[\"w-0.job.ns.svc:10000\",\"w-1.job.ns.svc:10000\","
+                  "\"w-2.job.ns.svc:10000\",\"w-3.job.ns.svc:10000\"]},"
+                  "\"task\":{\"type\":\"worker\",\"index\":1}}\n");
+    expect_render(mesh_render_tpu_env, &in,
+                  "TPU_WORKER_ID='1'\n"
+                  "TPU_WORKER_HOSTNAMES='w-0.job.ns.svc,w-1.job.ns.svc,w-2.job.ns.svc,"
+                  "w-3.job.ns.svc'\n"
+                  "TPU_ACCELERATOR_TYPE='v4-32'\n"
+                  "TPU_TOPOLOGY='2x2x4'\n"
+                  "TPU_HOST_BOUNDS='1,1,4'\n"
+                  "TPU_CHIPS_PER_HOST_BOUNDS='2,2,1'\n");
+    expect_render(mesh_render_jax_env, &in,
+                  "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8476'\n"
+                  "JAX_NUM_PROCESSES='4'\n"
+                  "JAX_PROCESS_ID='1'\n");
+    mesh_free(w);
+}
+
+static void test_golden_topology_json(void **state)
+{
+    (void)state;
+    struct mesh_slice s = slice_v4_32();
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 2);
+    struct mesh_render_input in = input_of(w, 2, 0, &s);
+    in.expected = 2;
+    expect_render(mesh_render_topology_json, &in,
+                  "{\n"
+                  "\t\"generation\":\t7,\n"
+                  "\t\"complete\":\ttrue,\n"
+                  "\t\"slice\":\t{\n"
+                  "\t\t\"acceleratorType\":\t\"v4-32\",\n"
+                  "\t\t\"topology\":\t\"2x2x4\",\n"
+                  "\t\t\"chips\":\t16,\n"
+                  "\t\t\"hosts\":\t4,\n"
+                  "\t\t\"chipsPerHost\":\t4,\n"
+                  "\t\t\"coresPerChip\":\t2,\n"
+                  "\t\t\"devicesPerHost\":\t4,\n"
+                  "\t\t\"meshShape\":\t[2, 2, 4, 1]\n"
+                  "\t},\n"
+                  "\t\"jobName\":\t\"worker\",\n"
+                  "\t\"clientId\":\t0,\n"
+                  "\t\"numClients\":\t2,\n"
+                  "\t\"coordinator\":\t\"w-0.job.ns.svc:10000\",\n"
+                  "\t\"workers\":\t[{\n"
+                  "\t\t\t\"index\":\t0,\n"
+                  "\t\t\t\"pod\":\t\"w-0\",\n"
+                  "\t\t\t\"host\":\t\"w-0.job.ns.svc\",\n"
+                  "\t\t\t\"ip\":\t\"10.0.0.10\",\n"
+                  "\t\t\t\"address\":\t\"w-0.job.ns.svc:10000\",\n"
+                  "\t\t\t\"ready\":\ttrue\n"
+                  "\t\t}, {\n"
+                  "\t\t\t\"index\":\t1,\n"
+                  "\t\t\t\"pod\":\t\"w-1\",\n"
+                  "\t\t\t\"host\":\t\"w-1.job.ns.svc\",\n"
+                  "\t\t\t\"ip\":\t\"10.0.0.11\",\n"
+                  "\t\t\t\"address\":\t\"w-1.job.ns.svc:10000\",\n"
+                  "\t\t\t\"ready\":\tfalse\n"
+                  "\t\t}]\n"
+                  "}\n");
+    mesh_free(w);
+}
+
+static void test_topology_json_incomplete(void **state)
+{
+    (void)state;
+    /* Worker 0 unknown, worker 1 has only an IP: no slice, no own index. */
+    struct mesh_worker w[1];
+    memset(w, 0, sizeof(w));
+    w[0].index = 1;
+    snprintf(w[0].ip, sizeof(w[0].ip), "fd00::b");
+    struct mesh_render_input in = input_of(w, 1, -1, NULL);
+    in.complete = false;
+    in.expected = 2;
+    in.generation = 1;
+    expect_render(mesh_render_topology_json, &in,
+                  "{\n"
+                  "\t\"generation\":\t1,\n"
+                  "\t\"complete\":\tfalse,\n"
+                  "\t\"slice\":\tnull,\n"
+                  "\t\"jobName\":\t\"worker\",\n"
+                  "\t\"clientId\":\tnull,\n"
+                  "\t\"numClients\":\t2,\n"
+                  "\t\"coordinator\":\tnull,\n"
+                  "\t\"workers\":\t[{\n"
+                  "\t\t\t\"index\":\t1,\n"
+                  "\t\t\t\"pod\":\tnull,\n"
+                  "\t\t\t\"host\":\tnull,\n"
+                  "\t\t\t\"ip\":\t\"fd00::b\",\n"
+                  "\t\t\t\"address\":\t\"[fd00::b]:10000\",\n"
+                  "\t\t\t\"ready\":\tfalse\n"
+                  "\t\t}]\n"
+                  "}\n");
+    /* The env files are never rendered for an incomplete job. */
+    expect_fail(mesh_render_dtensor_env, &in, MESH_E_INCOMPLETE, "incomplete");
+    expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "incomplete");
+    struct mesh_render_out out;
+    mesh_render_out_init(&out);
+    assert_int_equal(mesh_render_all(&in, &out, NULL), 0);
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (i == MESH_FILE_TOPOLOGY_JSON) {
+            assert_non_null(out.data[i]);
+        } else {
+            assert_null(out.data[i]);
+        }
+    }
+    mesh_render_out_cleanup(&out);
+}
+
+/* ---- DTensor rules, address modes (table) --------------------------------- */
+
+static const char *const hosts_gap[] = {"a.x", NULL, "c.x"};
+static const char *const ips_mixed[] = {"10.1.0.1", "fd00::2", "10.1.0.3"};
+static const char *const hosts_ips[] = {"10.2.0.1", "2001:db8::7"};
+
+static void test_dtensor_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        size_t n;
+        const char *const *hosts;
+        const char *const *ips;
+        enum mesh_addr_mode mode;
+        int self;
+        const char *job;
+        int port;
+        const char *want;
+    } rows[] = {
+        {"one client defaults to localhost (spec §6)", 1, hosts4, NULL, MESH_ADDR_AUTO, 0, NULL,
+         10000,
+         "DTENSOR_JOBS='w-0.job.ns.svc:10000'\nDTENSOR_CLIENT_ID='0'\n"
+         "DTENSOR_JOB_NAME='localhost'\nDTENSOR_NUM_CLIENTS='1'\n"},
+        {"explicit job name and port", 2, hosts4, ips4, MESH_ADDR_AUTO, 1, "trainer", 8000,
+         "DTENSOR_JOBS='w-0.job.ns.svc:8000,w-1.job.ns.svc:8000'\nDTENSOR_CLIENT_ID='1'\n"
+         "DTENSOR_JOB_NAME='trainer'\nDTENSOR_NUM_CLIENTS='2'\n"},
+        {"ip mode uses pod IPs", 2, hosts4, ips4, MESH_ADDR_IP, 0, NULL, 10000,
+         "DTENSOR_JOBS='10.0.0.10:10000,10.0.0.11:10000'\nDTENSOR_CLIENT_ID='0'\n"
+         "DTENSOR_JOB_NAME='worker'\nDTENSOR_NUM_CLIENTS='2'\n"},
+        {"auto falls back to ip when a host is missing", 3, hosts_gap, ips_mixed, MESH_ADDR_AUTO, 2,
+         NULL, 10000,
+         "DTENSOR_JOBS='10.1.0.1:10000,[fd00::2]:10000,10.1.0.3:10000'\nDTENSOR_CLIENT_ID='2'\n"
+         "DTENSOR_JOB_NAME='worker'\nDTENSOR_NUM_CLIENTS='3'\n"},
+        {"IP literals from TPU_WORKER_HOSTNAMES in dns mode", 2, hosts_ips, NULL, MESH_ADDR_AUTO, 0,
+         NULL, 10000,
+         "DTENSOR_JOBS='10.2.0.1:10000,[2001:db8::7]:10000'\nDTENSOR_CLIENT_ID='0'\n"
+         "DTENSOR_JOB_NAME='worker'\nDTENSOR_NUM_CLIENTS='2'\n"},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        print_message("row: %s\n", rows[r].name);
+        struct mesh_worker *w = workers_of(rows[r].hosts, rows[r].ips, NULL, rows[r].n);
+        struct mesh_render_input in = input_of(w, rows[r].n, rows[r].self, NULL);
+        in.mode = rows[r].mode;
+        in.job_name = rows[r].job;
+        in.port = rows[r].port;
+        expect_render(mesh_render_dtensor_env, &in, rows[r].want);
+        mesh_free(w);
+    }
+}
+
+static void test_bad_inputs_table(void **state)
+{
+    (void)state;
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+    static const struct {
+        const char *name;
+        int self, port, expected;
+        const char *job;
+        enum mesh_addr_mode mode;
+        int code;
+        const char *needle;
+    } rows[] = {
+        {"client id above range", 4, 10000, 0, NULL, MESH_ADDR_AUTO, MESH_E_INVAL, "outside 0..3"},
+        {"unknown own index", -1, 10000, 0, NULL, MESH_ADDR_AUTO, MESH_E_INVAL, "outside 0..3"},
+        {"port 0", 0, 0, 0, NULL, MESH_ADDR_AUTO, MESH_E_RANGE, "port 0"},
+        {"port 70000", 0, 70000, 0, NULL, MESH_ADDR_AUTO, MESH_E_RANGE, "port 70000"},
+        {"job name with a quote", 0, 10000, 0, "w'x", MESH_ADDR_AUTO, MESH_E_INVAL,
+         "job name \"w\\x27x\""},
+        {"job name with slash", 0, 10000, 0, "job/x", MESH_ADDR_AUTO, MESH_E_INVAL, "job name"},
+        {"fewer workers than expected", 0, 10000, 5, NULL, MESH_ADDR_AUTO, MESH_E_INCOMPLETE,
+         "4 of 5 workers"},
+        {"bad address mode", 0, 10000, 0, NULL, (enum mesh_addr_mode)9, MESH_E_INVAL,
+         "address mode"},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        print_message("row: %s\n", rows[r].name);
+        struct mesh_render_input in = input_of(w, 4, rows[r].self, NULL);
+        in.port = rows[r].port;
+        in.expected = rows[r].expected;
+        in.job_name = rows[r].job;
+        in.mode = rows[r].mode;
+        expect_fail(mesh_render_dtensor_env, &in, rows[r].code, rows[r].needle);
+    }
+    /* A dns-mode job whose worker lost its host name is incomplete. */
+    w[2].host[0] = '\0';
+    struct mesh_render_input in = input_of(w, 4, 0, NULL);
+    in.mode = MESH_ADDR_DNS;
+    expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "worker 2 has no host name");
+    /* Dense indices in order. */
+    w[2].host[0] = 'x';
+    w[3].index = 7;
+    in.mode = MESH_ADDR_AUTO;
+    expect_fail(mesh_render_jax_env, &in, MESH_E_INVAL, "position 3 has index 7");
+    mesh_free(w);
+}
+
+/* ---- hostile values: each must be rejected, naming worker and value ------ */
+
+static void test_hostile_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *field; /* host, ip or pod */
+        const char *value;
+        const char *needle; /* expected in the message */
+    } rows[] = {
+        {"host", "$(touch /tmp/x)", "worker 1: host \"$(touch /tmp/x)\""},
+        {"host", "`id`", "worker 1: host"},
+        {"host", "a.svc'; touch /tmp/x; '", "\\x27"},
+        {"host", "a.svc\"", "\\x22"},
+        {"host", "a.svc\ntouch /tmp/x", "\\x0a"},
+        {"host", "a svc", "host \"a svc\""},
+        {"host", "a.svc;id", "worker 1: host"},
+        {"host", "a.svc,b.svc", "worker 1: host"},
+        {"host", "a.svc:10000", "worker 1: host"},
+        {"host", "-a.svc", "worker 1: host"},
+        {"host", "a-.svc", "worker 1: host"},
+        {"host", "a..svc", "worker 1: host"},
+        {"host", "a.svc.", "worker 1: host"},
+        {"host", "a_b.svc", "worker 1: host"},
+        {"host", "[fd00::1]", "worker 1: host"},
+        {"host", "1234567890123456789012345678901234567890123456789012345678901234.svc",
+         "worker 1: host"},
+        {"host", "caf\xc3\xa9.svc", "\\xc3\\xa9"},
+        {"host", "a\\b", "\\x5c"},
+        {"ip", "10.0.0.256", "worker 1: ip \"10.0.0.256\""},
+        {"ip", "10.0.0.1; id", "worker 1: ip"},
+        {"ip", "fe80::1%eth0", "worker 1: ip"},
+        {"ip", "w-1.svc", "worker 1: ip"},
+        {"pod", "W-1", "worker 1: pod \"W-1\""},
+        {"pod", "w_1", "worker 1: pod"},
+        {"pod", "$(reboot)", "worker 1: pod"},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        print_message("row: %s=%s\n", rows[r].field, rows[r].value);
+        struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+        char *dst = strcmp(rows[r].field, "host") == 0 ? w[1].host
+                    : strcmp(rows[r].field, "ip") == 0 ? w[1].ip
+                                                       : w[1].pod;
+        size_t cap = dst == w[1].ip ? sizeof(w[1].ip) : sizeof(w[1].host);
+        snprintf(dst, cap, "%s", rows[r].value);
+        struct mesh_render_input in = input_of(w, 4, 0, NULL);
+        in.mode = MESH_ADDR_IP; /* even a field the mode does not use is checked */
+        expect_fail(mesh_render_dtensor_env, &in, MESH_E_INVAL, rows[r].needle);
+        expect_fail(mesh_render_topology_json, &in, MESH_E_INVAL, rows[r].needle);
+        struct mesh_render_out out;
+        mesh_render_out_init(&out);
+        assert_int_equal(mesh_render_all(&in, &out, NULL), -MESH_E_INVAL);
+        for (int i = 0; i < MESH_FILE__COUNT; i++) {
+            assert_null(out.data[i]);
+        }
+        mesh_free(w);
+    }
+}
+
+static void test_validators_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        bool host, ip, pod, job;
+    } rows[] = {
+        {"w-0.job.ns.svc.cluster.local", true, false, true, false},
+        {"W-0.Job", true, false, false, false},
+        {"10.0.0.1", true, true, true, false},
+        {"::1", false, true, false, false},
+        {"2001:db8::1", false, true, false, false},
+        {"worker", true, false, true, true},
+        {"worker_2", false, false, false, true},
+        {"2worker", true, false, true, false},
+        {"", false, false, false, false},
+        {"a", true, false, true, true},
+        {"a.", false, false, false, false},
+        {".a", false, false, false, false},
+        {"a-b-c", true, false, true, false},
+        {"1.2.3", true, false, true, false},
+        {"a b", false, false, false, false},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        print_message("row: \"%s\"\n", rows[r].s);
+        assert_int_equal(mesh_render_is_hostname(rows[r].s), rows[r].host);
+        assert_int_equal(mesh_render_is_ip(rows[r].s, NULL), rows[r].ip);
+        assert_int_equal(mesh_render_is_pod_name(rows[r].s), rows[r].pod);
+        assert_int_equal(mesh_render_is_job_name(rows[r].s), rows[r].job);
+    }
+    /* Length limits: 63-byte label ok, 64 not; 253 total ok, 254 not. */
+    char name[300];
+    memset(name, 'a', 63);
+    name[63] = '\0';
+    assert_true(mesh_render_is_hostname(name));
+    memset(name, 'a', 64);
+    name[64] = '\0';
+    assert_false(mesh_render_is_hostname(name));
+    for (int i = 0; i < 253; i++) {
+        name[i] = i % 2 == 1 ? '.' : 'a';
+    }
+    name[253] = '\0';
+    assert_true(mesh_render_is_hostname(name));
+    name[253] = 'a';
+    name[254] = '\0';
+    assert_false(mesh_render_is_hostname(name));
+    bool v6 = false;
+    assert_true(mesh_render_is_ip("fd00::1", &v6));
+    assert_true(v6);
+    assert_true(mesh_render_is_ip("10.0.0.1", &v6));
+    assert_false(v6);
+}
+
+static void test_shell_quote(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } rows[] = {
+        {"plain", "'plain'"},   {"", "''"},
+        {"it's", "'it'\\''s'"}, {"$(id) `id` \"x\" \\", "'$(id) `id` \"x\" \\'"},
+        {"''", "''\\'''\\'''"},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        struct mesh_buf b;
+        mesh_buf_init(&b, 1024);
+        assert_int_equal(mesh_render_shell_quote(&b, rows[r].in, NULL), 0);
+        assert_string_equal(mesh_buf_str(&b), rows[r].want);
+        mesh_buf_cleanup(&b);
+    }
+    struct mesh_buf small;
+    mesh_buf_init(&small, 4);
+    assert_int_equal(mesh_render_shell_quote(&small, "abcdef", NULL), -MESH_E_TOOBIG);
+    mesh_buf_cleanup(&small);
+}
+
+/* ---- TPU Node cluster_spec ------------------------------------------------- */
+
+static void test_cluster_spec(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t n;
+        const char *hosts[3];
+        int ports[3];
+        bool default_ports;
+        int rc;
+        const char *want; /* output, or a needle of the message */
+    } rows[] = {
+        {1, {"10.120.27.5"}, {0}, true, 0, "{\"worker\":[\"10.120.27.5:8470\"]}\n"},
+        {3,
+         {"10.120.27.5", "10.120.27.6", "fd00::9"},
+         {8470, 8471, 8470},
+         false,
+         0,
+         "{\"worker\":[\"10.120.27.5:8470\",\"10.120.27.6:8471\",\"[fd00::9]:8470\"]}\n"},
+        {1, {"tpu-host.internal"}, {0}, true, 0, "{\"worker\":[\"tpu-host.internal:8470\"]}\n"},
+        {0, {NULL}, {0}, true, -MESH_E_INVAL, "no TPU endpoints"},
+        {2, {"10.0.0.1", "10.0.0.2\"]}"}, {0}, true, -MESH_E_INVAL, "TPU endpoint 1"},
+        {1, {"10.0.0.1"}, {0}, false, -MESH_E_RANGE, "port 0"},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        char *out = NULL;
+        size_t len = 0;
+        struct mesh_err err;
+        mesh_err_clear(&err);
+        int rc =
+            mesh_render_cluster_spec(rows[r].hosts, rows[r].default_ports ? NULL : rows[r].ports,
+                                     rows[r].n, &out, &len, &err);
+        assert_int_equal(rc, rows[r].rc);
+        if (rc == 0) {
+            assert_string_equal(out, rows[r].want);
+            assert_int_equal(len, strlen(rows[r].want));
+            mesh_free(out);
+        } else {
+            assert_null(out);
+            assert_non_null(strstr(err.msg, rows[r].want));
+        }
+    }
+}
+
+/* ---- diff ------------------------------------------------------------------ */
+
+static void test_diff(void **state)
+{
+    (void)state;
+    struct mesh_slice s = slice_v4_32();
+    struct mesh_worker *a = workers_of(hosts4, ips4, pods4, 4);
+    struct mesh_worker *b = workers_of(hosts4, ips4, pods4, 4);
+    struct mesh_render_input ia = input_of(a, 4, 1, &s);
+    struct mesh_render_input ib = input_of(b, 4, 1, &s);
+    ib.generation = 99;
+    assert_int_equal(mesh_render_diff(&ia, &ib, NULL), 0);
+    /* A peer's pod IP changes: only topology.json in dns mode. */
+    snprintf(b[2].ip, sizeof(b[2].ip), "10.9.9.9");
+    assert_int_equal(mesh_render_diff(&ia, &ib, NULL), 1 << MESH_FILE_TOPOLOGY_JSON);
+    /* ... but in ip mode every file that lists worker 2 (jax.env names
+     * only worker 0, the coordinator). */
+    ia.mode = ib.mode = MESH_ADDR_IP;
+    assert_int_equal(mesh_render_diff(&ia, &ib, NULL),
+                     (1 << MESH_FILE_DTENSOR_ENV) | (1 << MESH_FILE_TF_CONFIG) |
+                         (1 << MESH_FILE_TPU_ENV) | (1 << MESH_FILE_TOPOLOGY_JSON));
+    int all_text = (1 << MESH_FILE_DTENSOR_ENV) | (1 << MESH_FILE_TF_CONFIG) |
+                   (1 << MESH_FILE_TPU_ENV) | (1 << MESH_FILE_JAX_ENV) |
+                   (1 << MESH_FILE_TOPOLOGY_JSON);
+    /* Readiness is reported in topology.json only. */
+    ia.mode = ib.mode = MESH_ADDR_AUTO;
+    memcpy(b, a, 4 * sizeof(*a));
+    b[3].ready = !b[3].ready;
+    assert_int_equal(mesh_render_diff(&ia, &ib, NULL), 1 << MESH_FILE_TOPOLOGY_JSON);
+    /* Becoming incomplete: the env files disappear from the set. */
+    ib.complete = false;
+    assert_int_equal(mesh_render_diff(&ia, &ib, NULL), all_text);
+    /* A hostile value is an error, not a difference. */
+    ib.complete = true;
+    snprintf(b[0].host, sizeof(b[0].host), "$(id)");
+    struct mesh_err err;
+    assert_int_equal(mesh_render_diff(&ia, &ib, &err), -MESH_E_INVAL);
+    assert_non_null(strstr(err.msg, "worker 0"));
+    mesh_free(a);
+    mesh_free(b);
+}
+
+static void test_render_all_complete(void **state)
+{
+    (void)state;
+    struct mesh_slice s = slice_v4_32();
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+    struct mesh_render_input in = input_of(w, 4, 3, &s);
+    struct mesh_render_out out;
+    mesh_render_out_init(&out);
+    assert_int_equal(mesh_render_all(&in, &out, NULL), 0);
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (i == MESH_FILE_TOPOLOGY_PB) {
+            assert_null(out.data[i]);
+            continue;
+        }
+        assert_non_null(out.data[i]);
+        assert_int_equal(out.len[i], strlen(out.data[i]));
+        assert_int_equal(out.data[i][out.len[i] - 1], '\n');
+    }
+    assert_string_equal(mesh_render_file_name(MESH_FILE_TF_CONFIG), "tf_config.json");
+    assert_string_equal(mesh_render_file_name(MESH_FILE_TOPOLOGY_PB), "topology.pb");
+    assert_null(mesh_render_file_name(MESH_FILE__COUNT));
+    mesh_render_out_cleanup(&out);
+    mesh_render_out_cleanup(&out); /* idempotent */
+    mesh_free(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_v4_32_dns),
+        cmocka_unit_test(test_golden_topology_json),
+        cmocka_unit_test(test_topology_json_incomplete),
+        cmocka_unit_test(test_dtensor_table),
+        cmocka_unit_test(test_bad_inputs_table),
+        cmocka_unit_test(test_hostile_table),
+        cmocka_unit_test(test_validators_table),
+        cmocka_unit_test(test_shell_quote),
+        cmocka_unit_test(test_cluster_spec),
+        cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_render_all_complete),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

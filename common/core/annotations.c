@@ -1,0 +1,430 @@
+/*
+ * annotations.c - parser for the downward-API annotations file (Go %q
+ * values, see annotations.h) and validation of tpumesh's tpumesh.dev keys.
+ * Pure: no I/O.
+ */
+#include "annotations.h"
+
+#include <string.h>
+
+#include "json.h"
+#include "mem.h"
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+/* Append code point cp as UTF-8 (cp already checked to be a scalar value). */
+static size_t put_utf8(char *o, unsigned long cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Decode one escape at s[*i] (just after the backslash) into o. Returns the
+ * number of bytes written or -1 with *why set. */
+static int unescape(const char *s, size_t end, size_t *i, char *o, const char **why)
+{
+    char c = s[*i];
+    static const char simple_in[] = "abfnrtv\\\"";
+    static const char simple_out[] = "\a\b\f\n\r\t\v\\\"";
+    const char *p = strchr(simple_in, c);
+    if (c != '\0' && p != NULL) {
+        o[0] = simple_out[p - simple_in];
+        (*i)++;
+        return 1;
+    }
+    if (c >= '0' && c <= '7') {
+        /* Octal \NNN: exactly three digits, value <= 255. */
+        if (*i + 3 > end) {
+            *why = "short octal escape";
+            return -1;
+        }
+        int v = 0;
+        for (int k = 0; k < 3; k++) {
+            char d = s[*i + (size_t)k];
+            if (d < '0' || d > '7') {
+                *why = "bad octal escape";
+                return -1;
+            }
+            v = v * 8 + (d - '0');
+        }
+        if (v > 255) {
+            *why = "octal escape above \\377";
+            return -1;
+        }
+        o[0] = (char)v;
+        *i += 3;
+        return 1;
+    }
+    int digits = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
+    if (digits == 0) {
+        *why = "unknown escape";
+        return -1;
+    }
+    if (*i + 1 + (size_t)digits > end) {
+        *why = "short hex escape";
+        return -1;
+    }
+    unsigned long v = 0;
+    for (int k = 0; k < digits; k++) {
+        int h = hexval(s[*i + 1 + (size_t)k]);
+        if (h < 0) {
+            *why = "bad hex digit in escape";
+            return -1;
+        }
+        v = v * 16 + (unsigned long)h;
+    }
+    *i += 1 + (size_t)digits;
+    if (c == 'x') {
+        o[0] = (char)v; /* a raw byte, as in Go */
+        return 1;
+    }
+    if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+        *why = "escape is not a Unicode scalar value";
+        return -1;
+    }
+    return (int)put_utf8(o, v);
+}
+
+int mesh_annotations_unquote(const char *s, size_t len, char **out, struct mesh_err *err)
+{
+    if (len < 2 || s[0] != '"' || s[len - 1] != '"') {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "value is not a \"double-quoted\" string");
+    }
+    /* Every escape decodes to no more bytes than its source text. */
+    char *o = mesh_malloc(len);
+    size_t n = 0, end = len - 1;
+    const char *why = NULL;
+    for (size_t i = 1; i < end;) {
+        char c = s[i];
+        if (c == '"' || c == '\n') {
+            why = c == '"' ? "unescaped '\"' inside the value" : "raw newline inside the value";
+            break;
+        }
+        if (c != '\\') {
+            o[n++] = c;
+            i++;
+            continue;
+        }
+        i++;
+        if (i >= end) {
+            why = "backslash at the end of the value";
+            break;
+        }
+        int w = unescape(s, end, &i, o + n, &why);
+        if (w < 0) {
+            break;
+        }
+        n += (size_t)w;
+    }
+    if (why == NULL && memchr(o, '\0', n) != NULL) {
+        why = "value contains a NUL byte";
+    }
+    if (why != NULL) {
+        mesh_free(o);
+        return mesh_err_set(err, MESH_E_PARSE, 0, "%s", why);
+    }
+    o[n] = '\0';
+    *out = o;
+    return 0;
+}
+
+void mesh_annotations_cleanup(struct mesh_annotations *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        mesh_free(a->items[i].key);
+        mesh_free(a->items[i].value);
+    }
+    mesh_free(a->items);
+    a->items = NULL;
+    a->n = 0;
+}
+
+const char *mesh_annotations_get(const struct mesh_annotations *a, const char *key)
+{
+    if (a == NULL || key == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        if (strcmp(a->items[i].key, key) == 0) {
+            return a->items[i].value;
+        }
+    }
+    return NULL;
+}
+
+/* Annotation keys: [prefix/]name, where Kubernetes allows [A-Za-z0-9._-] and
+ * one '/'; anything else cannot come from the kubelet. */
+static bool is_key(const char *k, size_t len)
+{
+    if (len == 0 || len > 317) {
+        return false;
+    }
+    int slashes = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = k[i];
+        if (c == '/') {
+            slashes++;
+            continue;
+        }
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_')) {
+            return false;
+        }
+    }
+    return slashes <= 1;
+}
+
+static int parse_line(const char *line, size_t llen, size_t lineno, struct mesh_annotations *a,
+                      size_t *cap, struct mesh_err *err)
+{
+    if (llen > 0 && line[llen - 1] == '\r') {
+        llen--;
+    }
+    if (llen == 0) {
+        return 0;
+    }
+    const char *eq = memchr(line, '=', llen);
+    if (eq == NULL) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "line %zu has no '=' (want key=\"value\")",
+                            lineno);
+    }
+    size_t klen = (size_t)(eq - line);
+    if (!is_key(line, klen)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "line %zu: '%.*s' is not an annotation key",
+                            lineno, (int)(klen > 64 ? 64 : klen), line);
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        if (strlen(a->items[i].key) == klen && memcmp(a->items[i].key, line, klen) == 0) {
+            return mesh_err_set(err, MESH_E_PARSE, 0, "line %zu: duplicate key '%.*s'", lineno,
+                                (int)klen, line);
+        }
+    }
+    if (a->n >= MESH_ANNOTATIONS_MAX_ITEMS) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %d annotations",
+                            MESH_ANNOTATIONS_MAX_ITEMS);
+    }
+    char *value = NULL;
+    int rc = mesh_annotations_unquote(eq + 1, llen - klen - 1, &value, err);
+    if (rc < 0) {
+        return mesh_err_prefix(err, "line %zu (%.*s)", lineno, (int)(klen > 64 ? 64 : klen), line);
+    }
+    if (a->n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        a->items = mesh_reallocarray(a->items, *cap, sizeof(*a->items));
+    }
+    a->items[a->n].key = mesh_strndup(line, klen);
+    a->items[a->n].value = value;
+    a->n++;
+    return 0;
+}
+
+int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out,
+                           struct mesh_err *err)
+{
+    struct mesh_annotations a = {0};
+    size_t cap = 0, pos = 0, lineno = 1;
+    if (len > MESH_ANNOTATIONS_MAX_INPUT) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "annotations file is larger than %d bytes",
+                            MESH_ANNOTATIONS_MAX_INPUT);
+    }
+    while (pos < len) {
+        const char *line = buf + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t llen = nl ? (size_t)(nl - line) : len - pos;
+        int rc = parse_line(line, llen, lineno, &a, &cap, err);
+        if (rc < 0) {
+            mesh_annotations_cleanup(&a);
+            return rc;
+        }
+        pos += llen + (nl ? 1 : 0);
+        lineno++;
+    }
+    *out = a;
+    return 0;
+}
+
+/* ---- tpumesh.dev keys ---------------------------------------------------- */
+
+#define KEYS_TEXT                                                                                  \
+    "tpu, zone, project, job-name, port, address-mode, expected-workers, timeout, inject"
+
+static bool all_chars(const char *s, const char *extra, bool upper, bool underscore)
+{
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  (upper && c >= 'A' && c <= 'Z') || (underscore && c == '_') ||
+                  (extra && c != '\0' && strchr(extra, c) != NULL);
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool is_lower_start(const char *s)
+{
+    return s[0] >= 'a' && s[0] <= 'z';
+}
+
+static int want_int(const char *key, const char *v, long long min, long long max, int *out,
+                    struct mesh_err *err)
+{
+    long long x;
+    if (mesh_parse_ll(v, strlen(v), min, max, &x, NULL) != 0) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "annotation %s=\"%.32s\" is not an integer in %lld..%lld", key, v, min,
+                            max);
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* One tpumesh.dev/<name> key. */
+static int config_key(const char *key, const char *name, const char *v,
+                      struct mesh_annotations_config *c, struct mesh_err *err)
+{
+    size_t vlen = strlen(v);
+    if (strcmp(name, "tpu") == 0) {
+        if (vlen == 0 || vlen > 4096 || !all_chars(v, "-,:/.[]", true, true)) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "annotation %s=\"%.32s\" must be 'local', grpc://IP:PORT[,...] "
+                                "or Cloud TPU name(s), without spaces",
+                                key, v);
+        }
+        c->tpu = mesh_strdup(v);
+    } else if (strcmp(name, "zone") == 0) {
+        if (vlen == 0 || vlen > 63 || !is_lower_start(v) || !all_chars(v, "-", false, false)) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "annotation %s=\"%.32s\" is not a zone (e.g. us-central2-b)", key,
+                                v);
+        }
+        c->zone = mesh_strdup(v);
+    } else if (strcmp(name, "project") == 0) {
+        if (vlen == 0 || vlen > 100 || !is_lower_start(v) || !all_chars(v, "-.:", false, false)) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "annotation %s=\"%.32s\" is not a project ID (lower-case "
+                                "letters, digits, '-')",
+                                key, v);
+        }
+        c->project = mesh_strdup(v);
+    } else if (strcmp(name, "job-name") == 0) {
+        /* TensorFlow job names: a letter, then letters, digits and '_'. */
+        bool letter = (v[0] >= 'a' && v[0] <= 'z') || (v[0] >= 'A' && v[0] <= 'Z');
+        if (vlen == 0 || vlen > MESH_JOB_NAME_MAX - 1 || !letter ||
+            !all_chars(v, NULL, true, true)) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "annotation %s=\"%.32s\" is not a TensorFlow job name (a letter, "
+                                "then letters, digits, '_'; at most %d)",
+                                key, v, MESH_JOB_NAME_MAX - 1);
+        }
+        if (strcmp(v, "tpu_worker") == 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "annotation %s=\"tpu_worker\" is reserved for the TPU's own "
+                                "servers; use e.g. worker",
+                                key);
+        }
+        c->job_name = mesh_strdup(v);
+    } else if (strcmp(name, "port") == 0) {
+        return want_int(key, v, 1, 65535, &c->port, err);
+    } else if (strcmp(name, "expected-workers") == 0) {
+        return want_int(key, v, 1, 65536, &c->expected_workers, err);
+    } else if (strcmp(name, "timeout") == 0) {
+        return want_int(key, v, 1, 86400, &c->timeout_s, err);
+    } else if (strcmp(name, "address-mode") == 0) {
+        static const char *const modes[] = {"auto", "dns", "ip"};
+        for (size_t i = 0; i < 3; i++) {
+            if (strcmp(v, modes[i]) == 0) {
+                c->has_address_mode = true;
+                c->address_mode = (enum mesh_addr_mode)i;
+                return 0;
+            }
+        }
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "annotation %s=\"%.32s\": accepted values are auto, dns, ip", key, v);
+    } else if (strcmp(name, "inject") != 0) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "unknown annotation %.80s: accepted tpumesh.dev/ keys are " KEYS_TEXT,
+                            key);
+    }
+    return 0;
+}
+
+_Static_assert(MESH_ADDR_AUTO == 0 && MESH_ADDR_DNS == 1 && MESH_ADDR_IP == 2,
+               "address-mode table order");
+
+void mesh_annotations_config_cleanup(struct mesh_annotations_config *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    mesh_free(c->tpu);
+    mesh_free(c->zone);
+    mesh_free(c->project);
+    mesh_free(c->job_name);
+    mesh_free(c->tf_version);
+    memset(c, 0, sizeof(*c));
+}
+
+int mesh_annotations_config(const struct mesh_annotations *a, struct mesh_annotations_config *out,
+                            struct mesh_err *err)
+{
+    struct mesh_annotations_config c = {0};
+    const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
+    for (size_t i = 0; i < a->n; i++) {
+        const char *key = a->items[i].key;
+        const char *v = a->items[i].value;
+        int rc = 0;
+        if (strncmp(key, MESH_ANNOTATION_PREFIX, plen) == 0) {
+            rc = config_key(key, key + plen, v, &c, err);
+        } else if (strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0) {
+            if (*v == '\0' || strlen(v) > 128 || !all_chars(v, "-._+", true, true)) {
+                rc = mesh_err_set(err, MESH_E_CONFIG, 0,
+                                  "annotation %s=\"%.32s\" is not a TensorFlow version (e.g. "
+                                  "2.12.0 or nightly)",
+                                  key, v);
+            } else {
+                c.tf_version = mesh_strdup(v);
+            }
+        }
+        if (rc < 0) {
+            mesh_annotations_config_cleanup(&c);
+            return rc;
+        }
+    }
+    *out = c;
+    return 0;
+}

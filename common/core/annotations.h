@@ -1,0 +1,82 @@
+/*
+ * annotations.h - the pod annotations file a downward-API volume projects
+ * (`metadata.annotations`), and tpumesh's configuration keys in it.
+ *
+ * File format (spec/gke-and-peers.md §5.2; kubernetes pkg/fieldpath
+ * FormatMap): one line per annotation, sorted by key, written with Go's
+ * `%v=%q`: the key verbatim, '=', then the value as a Go double-quoted string
+ * literal (escapes \a \b \f \n \r \t \v \\ \" \xNN \uNNNN \UNNNNNNNN; octal
+ * \NNN is accepted too, as Go's strconv.Unquote does). Lines are joined by
+ * '\n' with no newline after the last; we also accept a trailing newline,
+ * CRLF and blank lines.
+ *
+ * Pure (STYLE.md R8): the caller reads the file and hands over (buf, len).
+ */
+#ifndef MESH_ANNOTATIONS_H
+#define MESH_ANNOTATIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "err.h"
+#include "model.h"
+
+/* Kubernetes caps all annotations of an object at 256 KiB. */
+#define MESH_ANNOTATIONS_MAX_INPUT (256 * 1024)
+#define MESH_ANNOTATIONS_MAX_ITEMS 1024
+
+struct mesh_annotation {
+    char *key;   /* owned */
+    char *value; /* owned, decoded; never contains NUL */
+};
+
+struct mesh_annotations {
+    struct mesh_annotation *items; /* owned, file order */
+    size_t n;
+};
+
+/* Parse buf[0..len) into out (which need not be initialised). Errors:
+ * -MESH_E_TOOBIG (input above MESH_ANNOTATIONS_MAX_INPUT or more than
+ * MESH_ANNOTATIONS_MAX_ITEMS lines), -MESH_E_PARSE naming the line and the
+ * problem (no '=', value not a "quoted string", bad escape, NUL, duplicate
+ * key). On failure out is empty. Free with mesh_annotations_cleanup. */
+int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out,
+                           struct mesh_err *err);
+/* The decoded value of key, or NULL. Borrowed from a. */
+const char *mesh_annotations_get(const struct mesh_annotations *a, const char *key);
+/* Free what a owns; a is empty afterwards. NULL is fine. */
+void mesh_annotations_cleanup(struct mesh_annotations *a);
+
+/* Decode one Go double-quoted string literal s[0..len) (with its quotes)
+ * into an owned NUL-terminated string. -MESH_E_PARSE with the reason. */
+int mesh_annotations_unquote(const char *s, size_t len, char **out, struct mesh_err *err);
+
+/* The prefix of our keys and the legacy TPU Node key (spec §1.1, gke §2.1). */
+#define MESH_ANNOTATION_PREFIX "tpumesh.dev/"
+#define MESH_ANNOTATION_TF_VERSION "tf-version.cloud-tpus.google.com"
+
+/* tpumesh's configuration from annotations. Strings owned (NULL = absent);
+ * numbers 0 = absent; has_address_mode says whether address_mode is set. */
+struct mesh_annotations_config {
+    char *tpu;        /* tpumesh.dev/tpu: 'local', grpc://..., or Cloud TPU name(s) */
+    char *zone;       /* tpumesh.dev/zone */
+    char *project;    /* tpumesh.dev/project */
+    char *job_name;   /* tpumesh.dev/job-name */
+    char *tf_version; /* tf-version.cloud-tpus.google.com */
+    int port;         /* tpumesh.dev/port, 1-65535 */
+    bool has_address_mode;
+    enum mesh_addr_mode address_mode; /* tpumesh.dev/address-mode auto|dns|ip */
+    int expected_workers;             /* tpumesh.dev/expected-workers, 1-65536 */
+    int timeout_s;                    /* tpumesh.dev/timeout, whole seconds 1-86400 */
+};
+
+/* Extract and validate tpumesh's keys from a. Keys outside tpumesh.dev/ are
+ * ignored except tf-version.cloud-tpus.google.com. tpumesh.dev/inject (the
+ * webhook's switch) is accepted and ignored. Any other tpumesh.dev/ key, or a
+ * bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.
+ * out is filled only on success; free with mesh_annotations_config_cleanup. */
+int mesh_annotations_config(const struct mesh_annotations *a, struct mesh_annotations_config *out,
+                            struct mesh_err *err);
+void mesh_annotations_config_cleanup(struct mesh_annotations_config *c);
+
+#endif

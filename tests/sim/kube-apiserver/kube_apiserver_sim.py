@@ -1,0 +1,2461 @@
+#!/usr/bin/python3
+"""kube-apiserver simulator for tpumesh tests (Pods only).
+
+A standalone, loopback-only fake of the parts of the Kubernetes API that a
+Pod list/watch client uses, written to be byte-faithful where it matters.
+Facts come from /work/shared/spec/kubernetes-api.md (cited as "spec §N").
+
+Run `kube_apiserver_sim.py --help` for the server options and
+`kube_apiserver_sim.py ctl --help` for the control CLI. The control API is
+described in README.md next to this file.
+
+Standard library only (http.server, ssl, json, threading); the `openssl`
+CLI makes the test CA for --tls.
+"""
+
+import argparse
+import base64
+import bisect
+import collections
+import gzip
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SIM_VERSION = "1.0"
+
+# ---------------------------------------------------------------------------
+# JSON as Go's encoding/json writes it: compact, UTF-8, HTML-escaped
+# (json.Encoder has SetEscapeHTML(true) by default) - spec §2.2.
+
+_ENC = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
+def gojson(obj):
+    s = _ENC.encode(obj)
+    if "<" in s or ">" in s or "&" in s or "\u2028" in s or "\u2029" in s:
+        s = (s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return s
+
+
+def gojson_b(obj):
+    return gojson(obj).encode("utf-8")
+
+
+def now_rfc3339(t=None):
+    """metav1.Time: RFC3339, UTC, seconds precision (spec §3.1)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
+
+
+def parse_rfc3339(s):
+    try:
+        return time.mktime(time.strptime(s, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    except (TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Status bodies (apimachinery meta/v1 Status; field order = Go struct order:
+# kind, apiVersion, metadata, status, message, reason, details, code).
+
+
+def status_obj(code, reason, message, details=None, meta=None):
+    st = {"kind": "Status", "apiVersion": "v1", "metadata": meta or {}, "status": "Failure",
+          "message": message, "reason": reason}
+    if details is not None:
+        st["details"] = details
+    st["code"] = code
+    return st
+
+
+def details_obj(name=None, group=None, kind=None, causes=None, retry_after=None):
+    d = {}
+    if name:
+        d["name"] = name
+    if group:
+        d["group"] = group
+    if kind:
+        d["kind"] = kind
+    if causes:
+        d["causes"] = causes
+    if retry_after:
+        d["retryAfterSeconds"] = retry_after
+    return d
+
+
+class ApiError(Exception):
+    """An error answered as a Status body (or plain text for APF 429)."""
+
+    def __init__(self, status, headers=None, plain=None):
+        super().__init__(status.get("message") if status else plain)
+        self.status = status
+        self.headers = headers or {}
+        self.plain = plain
+
+    @property
+    def code(self):
+        return self.status["code"] if self.status else 429
+
+
+def err_bad_request(msg):
+    return ApiError(status_obj(400, "BadRequest", msg))
+
+
+def err_invalid_listoptions(field, kind, detail, value=None):
+    """422 ListOptions validation error (spec §1.5)."""
+    types = {"Forbidden": "FieldValueForbidden", "Unsupported value": "FieldValueNotSupported",
+             "Invalid value": "FieldValueInvalid"}
+    if kind == "Forbidden":
+        part = "Forbidden: " + detail
+    else:
+        part = "%s: %s: %s" % (kind, gojson(value), detail)
+    msg = 'ListOptions.meta.k8s.io "" is invalid: %s: %s' % (field, part)
+    cause = {"reason": types.get(kind, "FieldValueInvalid"), "message": part, "field": field}
+    return ApiError(status_obj(422, "Invalid", msg, details_obj(group="meta.k8s.io", kind="ListOptions",
+                                                                 causes=[cause])))
+
+
+def err_not_found_pod(name):
+    return ApiError(status_obj(404, "NotFound", 'pods "%s" not found' % name,
+                               details_obj(name=name, kind="pods")))
+
+
+def err_not_found_path():
+    return ApiError(status_obj(404, "NotFound", "the server could not find the requested resource",
+                               {}))
+
+
+def err_expired_list():
+    return ApiError(status_obj(410, "Expired", "The resourceVersion for the provided list is too old."))
+
+
+EXPIRED_CONTINUE_MSG = (
+    "The provided continue parameter is too old to display a consistent list result. You can start"
+    " a new list without the continue parameter, or use the continue token in this response to"
+    " retrieve the remainder of the results. Continuing with the provided token results in an"
+    " inconsistent list - objects that were created, modified, or deleted between the time the"
+    " first chunk was returned and now may show up in the list.")
+
+
+def err_too_large_rv(req, cur):
+    """504 for a resourceVersion from the future (spec §1.5)."""
+    st = status_obj(504, "Timeout", "Timeout: Too large resource version: %d, current: %d" % (req, cur),
+                    details_obj(causes=[{"reason": "ResourceVersionTooLarge",
+                                         "message": "Too large resource version"}], retry_after=1))
+    return ApiError(st, {"Retry-After": "1"})
+
+
+UNAUTHORIZED_BODY = gojson_b(status_obj(401, "Unauthorized", "Unauthorized")) + b"\n"
+
+# ---------------------------------------------------------------------------
+# Selectors (spec §1.1).
+
+_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                           r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VAL_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class Requirement:
+    __slots__ = ("key", "op", "values")
+
+    def __init__(self, key, op, values):
+        self.key, self.op, self.values = key, op, values
+
+    def matches(self, labels):
+        has = self.key in labels
+        if self.op in ("=", "=="):
+            return has and labels[self.key] == self.values[0]
+        if self.op == "!=":
+            return not has or labels[self.key] != self.values[0]
+        if self.op == "in":
+            return has and labels[self.key] in self.values
+        if self.op == "notin":
+            return not has or labels[self.key] not in self.values
+        if self.op == "exists":
+            return has
+        if self.op == "!":
+            return not has
+        if self.op in ("gt", "lt"):
+            if not has:
+                return False
+            try:
+                v = int(labels[self.key])
+            except ValueError:
+                return False
+            return v > int(self.values[0]) if self.op == "gt" else v < int(self.values[0])
+        return False
+
+
+def _split_top(s):
+    """Split on commas that are not inside parentheses."""
+    out, depth, cur = [], 0, []
+    for ch in s:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+def parse_label_selector(sel):
+    """Parse labelSelector; raises ApiError 400 with the reason."""
+    reqs = []
+    if sel is None or sel.strip() == "":
+        return reqs
+    for part in _split_top(sel):
+        p = part.strip()
+        if not p:
+            raise err_bad_request("unable to parse requirement: found '', expected: identifier")
+        m = re.match(r"^(\S+)\s+(in|notin)\s*\((.*)\)$", p)
+        if m:
+            key, op = m.group(1), m.group(2)
+            vals = [v.strip() for v in m.group(3).split(",")]
+            vals = [v for v in vals if v != ""] if len(vals) > 1 else vals
+        elif p.startswith("!"):
+            key, op, vals = p[1:].strip(), "!", []
+        else:
+            m = re.match(r"^([^=!<>\s]+)\s*(==|=|!=|>|<)\s*(.*)$", p)
+            if m:
+                key, o, v = m.group(1), m.group(2), m.group(3).strip()
+                op = {">": "gt", "<": "lt"}.get(o, o)
+                vals = [v]
+                if op in ("gt", "lt"):
+                    try:
+                        int(v)
+                    except ValueError:
+                        raise err_bad_request("unable to parse requirement: for 'gt', 'lt' operators,"
+                                              " the value must be an integer")
+            elif re.match(r"^\S+$", p):
+                key, op, vals = p, "exists", []
+            else:
+                raise err_bad_request("unable to parse requirement: found '%s', expected: "
+                                      "'=', '!=', '==', 'in', notin'" % p)
+        if not _LABEL_KEY_RE.match(key):
+            raise err_bad_request("unable to parse requirement: invalid label key \"%s\": name part must "
+                                  "consist of alphanumeric characters, '-', '_' or '.'" % key)
+        for v in vals:
+            if len(v) > 63 or not _LABEL_VAL_RE.match(v):
+                raise err_bad_request("unable to parse requirement: invalid label value: \"%s\": a valid label"
+                                      " must be an empty string or consist of alphanumeric characters,"
+                                      " '-', '_' or '.'" % v)
+        reqs.append(Requirement(key, op, vals))
+    return reqs
+
+
+def _pod_field(pod, field):
+    md, sp, st = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    if field == "metadata.name":
+        return md.get("name", "")
+    if field == "metadata.namespace":
+        return md.get("namespace", "")
+    if field in ("spec.nodeName", "spec.host"):
+        return sp.get("nodeName", "")
+    if field == "spec.restartPolicy":
+        return sp.get("restartPolicy", "")
+    if field == "spec.schedulerName":
+        return sp.get("schedulerName", "")
+    if field == "spec.serviceAccountName":
+        return sp.get("serviceAccountName", "")
+    if field == "spec.hostNetwork":
+        return "true" if sp.get("hostNetwork") else "false"
+    if field == "status.phase":
+        return st.get("phase", "")
+    if field == "status.podIP":
+        return st.get("podIP", "")
+    if field == "status.nominatedNodeName":
+        return st.get("nominatedNodeName", "")
+    return None
+
+
+POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.host", "spec.restartPolicy",
+              "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
+              "status.podIP", "status.nominatedNodeName")
+
+
+def parse_field_selector(sel):
+    reqs = []
+    if sel is None or sel.strip() == "":
+        return reqs
+    for part in sel.split(","):
+        p = part.strip()
+        m = re.match(r"^([^=!]+?)\s*(==|=|!=)\s*(.*)$", p)
+        if not m:
+            raise err_bad_request("invalid selector: '%s'; can't understand '%s'" % (sel, p))
+        field, op, val = m.group(1).strip(), m.group(2), m.group(3).strip()
+        if field not in POD_FIELDS:
+            raise err_bad_request("field label not supported: %s" % field)
+        reqs.append((field, op != "!=", val))
+    return reqs
+
+
+class Filter:
+    """Namespace + label + field filter of one request."""
+
+    def __init__(self, ns, labels, fields):
+        self.ns, self.labels, self.fields = ns, labels, fields
+
+    @property
+    def has_selectors(self):
+        return bool(self.labels or self.fields)
+
+    def matches(self, rec):
+        pod = rec.pod
+        md = pod["metadata"]
+        if self.ns is not None and md.get("namespace") != self.ns:
+            return False
+        if self.labels:
+            lab = md.get("labels") or {}
+            for r in self.labels:
+                if not r.matches(lab):
+                    return False
+        for field, eq, val in self.fields:
+            if (_pod_field(pod, field) == val) != eq:
+                return False
+        return True
+
+
+def parse_bool_param(q, name):
+    """Convert_Slice_string_To_bool (spec §1.1): absent/0/false -> False, anything else True."""
+    if name not in q:
+        return False
+    v = q[name][0]
+    return v.lower() not in ("0", "false")
+
+
+# ---------------------------------------------------------------------------
+# Pod records and store.
+
+POD_TOP = ("metadata", "spec", "status")
+META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+              "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+              "annotations", "ownerReferences", "finalizers", "managedFields")
+
+
+def order_meta(md):
+    out = {}
+    for k in META_ORDER:
+        if k in md:
+            out[k] = md[k]
+    for k, v in md.items():
+        if k not in out:
+            out[k] = v
+    return out
+
+
+class Rec:
+    """One immutable version of a pod: the dict and its cached JSON."""
+
+    __slots__ = ("pod", "core", "rv", "key")
+
+    def __init__(self, pod, rv):
+        self.pod = pod
+        self.rv = rv
+        md = pod["metadata"]
+        self.key = (md["namespace"], md["name"])
+        body = gojson_b({"metadata": md, "spec": pod.get("spec", {}), "status": pod.get("status", {})})
+        self.core = body[1:-1]
+
+    def item(self):
+        return b"{" + self.core + b"}"
+
+    def full(self):
+        return b'{"kind":"Pod","apiVersion":"v1",' + self.core + b"}"
+
+    def full_obj(self):
+        o = {"kind": "Pod", "apiVersion": "v1"}
+        o.update(self.pod)
+        return o
+
+
+def with_rv(pod, rv, **meta_changes):
+    """A new pod dict sharing spec/status with `pod`, with metadata.resourceVersion=rv."""
+    md = dict(pod["metadata"])
+    md["resourceVersion"] = str(rv)
+    md.update(meta_changes)
+    md = order_meta(md)
+    return {"metadata": md, "spec": pod.get("spec", {}), "status": pod.get("status", {})}
+
+
+class Event:
+    __slots__ = ("rv", "type", "key", "new", "old", "_lines", "_old_at")
+
+    def __init__(self, rv, etype, key, new, old):
+        self.rv, self.type, self.key, self.new, self.old = rv, etype, key, new, old
+        self._lines = {}
+        self._old_at = None
+
+    def line(self, etype, which):
+        """Compact JSON + "\\n" of this event as seen by one watcher (spec §2.2, §2.3)."""
+        k = (etype, which)
+        b = self._lines.get(k)
+        if b is None:
+            if which == "new":
+                rec = self.new
+            else:
+                if self._old_at is None:
+                    self._old_at = Rec(with_rv(self.old.pod, self.rv), self.rv)
+                rec = self._old_at
+            b = b'{"type":"' + etype.encode() + b'","object":' + rec.full() + b"}\n"
+            self._lines[k] = b
+        return b
+
+    def view(self, flt):
+        """(type, which) for a watcher with filter flt, or None (spec §2.3 selector transitions)."""
+        if flt is None:
+            return (self.type, "new")
+        if self.type == "ADDED":
+            return ("ADDED", "new") if flt.matches(self.new) else None
+        if self.type == "DELETED":
+            return ("DELETED", "new") if flt.matches(self.old) else None
+        o, n = flt.matches(self.old), flt.matches(self.new)
+        if o and n:
+            return ("MODIFIED", "new")
+        if n:
+            return ("ADDED", "new")
+        if o:
+            return ("DELETED", "old")
+        return None
+
+
+def bookmark_line(rv, initial_end=False):
+    md = {"resourceVersion": str(rv)}
+    if initial_end:
+        md["annotations"] = {"k8s.io/initial-events-end": "true"}
+    obj = {"kind": "Pod", "apiVersion": "v1", "metadata": md, "spec": {"containers": None}, "status": {}}
+    return gojson_b({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+
+def error_line(status):
+    return gojson_b({"type": "ERROR", "object": status}) + b"\n"
+
+
+class Snapshot:
+    """A consistent view of the store at one resourceVersion, with sorted views per scope."""
+
+    def __init__(self, rv, recs):
+        self.rv = rv
+        self.recs = recs  # dict key -> Rec
+        self.views = {}
+
+    def view(self, ns):
+        v = self.views.get(ns)
+        if v is None:
+            if ns is None:
+                items = sorted(((k[0] + "/" + k[1]), r) for k, r in self.recs.items())
+            else:
+                items = sorted((k[1], r) for k, r in self.recs.items() if k[0] == ns)
+            v = ([k for k, _ in items], [r for _, r in items])
+            self.views[ns] = v
+        return v
+
+
+class Watcher:
+    __slots__ = ("flt", "cursor", "inject", "bookmarks", "cut", "table", "id", "bytes", "events",
+                 "bookmark_now")
+
+    def __init__(self, flt, cursor, bookmarks, table, wid):
+        self.flt, self.cursor, self.bookmarks, self.table, self.id = flt, cursor, bookmarks, table, wid
+        self.inject = []
+        self.cut = None
+        self.bytes = 0
+        self.events = 0
+        self.bookmark_now = False
+
+
+class FaultRule:
+    def __init__(self, code, count, retry_after, match, kind, message):
+        self.code, self.count, self.retry_after, self.match = code, count, retry_after, match
+        self.kind, self.message = kind, message
+
+    def describe(self):
+        return {"code": self.code, "remaining": self.count, "retryAfter": self.retry_after,
+                "match": self.match, "kind": self.kind}
+
+
+class State:
+    """Everything the simulator knows, guarded by one condition variable."""
+
+    def __init__(self, args):
+        self.args = args
+        self.cond = threading.Condition(threading.Lock())
+        self.rv = max(1, int(args.initial_rv))
+        self.compacted = self.rv  # every event with rv > compacted is in hist
+        self.hist = []  # hist[i].rv == compacted + 1 + i
+        self.pods = {}
+        self.keys_gen = 0
+        self.snaps = collections.OrderedDict()
+        self.watchers = set()
+        self.next_wid = 1
+        self.tokens = set()
+        self.token_file = args.token_file
+        self.token_file_mtime = None
+        if args.token:
+            self.tokens.add(args.token)
+        if args.token_file:
+            self._reload_token_file()
+        self.auth = bool(self.tokens) or bool(args.token_file)
+        self.faults = []
+        self.forbid = []  # (namespace or "*", set of verbs)
+        self.stall_until = 0.0
+        self.unavailable_until = 0.0
+        self.unavailable_start = 0.0
+        self.chunking = {"mode": args.chunking, "max": args.chunk_max, "delay": args.chunk_delay_ms / 1000.0}
+        self.rng = random.Random(args.seed)
+        self.bookmark_interval = float(args.bookmark_interval)
+        self.expired_watch = args.expired_watch
+        self.watchlist = args.watchlist == "on"
+        self.history_cap = int(args.history)
+        self.stats = {"requests": collections.Counter(), "codes": collections.Counter(),
+                      "watches_total": 0, "bytes_sent": 0, "events_sent": 0, "bookmarks_sent": 0,
+                      "started": time.time()}
+        self.stats_lock = threading.Lock()
+        self.churn = {"running": False, "done": 0, "target": 0, "started": None, "finished": None}
+        self.churn_stop = threading.Event()
+        self.restarts = 0
+        self.job_uids = {}
+        self.timers = []
+
+    # -- auth ------------------------------------------------------------
+    def _reload_token_file(self):
+        try:
+            st = os.stat(self.token_file)
+            if self.token_file_mtime == st.st_mtime_ns:
+                return
+            with open(self.token_file, "r", encoding="utf-8") as f:
+                tok = f.read().strip()
+            self.token_file_mtime = st.st_mtime_ns
+            self.tokens = {tok} if tok else set()
+        except OSError:
+            pass
+
+    def check_token(self, header):
+        if self.token_file:
+            self._reload_token_file()
+        if not header or not header.startswith("Bearer "):
+            return None if header is None else False
+        return header[7:].strip() in self.tokens
+
+    # -- stats -----------------------------------------------------------
+    def count(self, verb, code=None, nbytes=0):
+        with self.stats_lock:
+            if verb:
+                self.stats["requests"][verb] += 1
+            if code:
+                self.stats["codes"][str(code)] += 1
+            self.stats["bytes_sent"] += nbytes
+
+    def add_bytes(self, n, events=0, bookmarks=0):
+        with self.stats_lock:
+            self.stats["bytes_sent"] += n
+            self.stats["events_sent"] += events
+            self.stats["bookmarks_sent"] += bookmarks
+
+    # -- mutation (call with cond held) ----------------------------------
+    def _emit(self, etype, key, new, old):
+        ev = Event(self.rv, etype, key, new, old)
+        self.hist.append(ev)
+        if len(self.hist) > self.history_cap + max(64, self.history_cap // 8):
+            self._trim_to(len(self.hist) - self.history_cap)
+        self.cond.notify_all()
+        return ev
+
+    def _trim_to(self, n):
+        """Drop the n oldest history events."""
+        n = min(n, len(self.hist))
+        if n <= 0:
+            return
+        del self.hist[:n]
+        self.compacted += n
+        for rv in [r for r in self.snaps if r < self.compacted]:
+            del self.snaps[rv]
+
+    def compact(self, upto=None):
+        with self.cond:
+            target = self.rv if upto is None else min(int(upto), self.rv)
+            if target > self.compacted:
+                self._trim_to(target - self.compacted)
+            return self.compacted
+
+    def put(self, pod, etype_hint=None):
+        """Create or replace a pod (cond held). Returns the new Rec."""
+        md = pod["metadata"]
+        key = (md["namespace"], md["name"])
+        old = self.pods.get(key)
+        self.rv += 1
+        pod = with_rv(pod, self.rv)
+        rec = Rec(pod, self.rv)
+        self.pods[key] = rec
+        if old is None:
+            self.keys_gen += 1
+            self._emit("ADDED", key, rec, None)
+        else:
+            self._emit("MODIFIED", key, rec, old)
+        return rec
+
+    def remove(self, key):
+        old = self.pods.pop(key, None)
+        if old is None:
+            return None
+        self.keys_gen += 1
+        self.rv += 1
+        gone = Rec(with_rv(old.pod, self.rv), self.rv)
+        self._emit("DELETED", key, gone, old)
+        return gone
+
+    # -- snapshots -------------------------------------------------------
+    def snapshot_at(self, rv):
+        """Snapshot at rv (cond held). None if rv is compacted away."""
+        s = self.snaps.get(rv)
+        if s is not None:
+            self.snaps.move_to_end(rv)
+            return s
+        if rv > self.rv or rv < self.compacted:
+            return None
+        recs = dict(self.pods)
+        if rv < self.rv:
+            start = rv - self.compacted  # index of event rv+1
+            for ev in reversed(self.hist[start:]):
+                if ev.type == "ADDED":
+                    recs.pop(ev.key, None)
+                else:
+                    recs[ev.key] = ev.old
+        s = Snapshot(rv, recs)
+        self.snaps[rv] = s
+        while len(self.snaps) > 16:
+            self.snaps.popitem(last=False)
+        return s
+
+    def restart(self, new_rv=None, unavailable=0.0):
+        """etcd restore / apiserver restart with history lost: RVs restart lower (spec §6)."""
+        with self.cond:
+            old = self.rv
+            if new_rv is None:
+                new_rv = max(1, old // 2)
+            new_rv = max(1, min(int(new_rv), old))
+            self.rv = new_rv
+            for key, rec in list(self.pods.items()):
+                self.pods[key] = Rec(with_rv(rec.pod, new_rv), new_rv)
+            self.hist = []
+            self.compacted = new_rv
+            self.snaps.clear()
+            self.keys_gen += 1
+            self.restarts += 1
+            for w in self.watchers:
+                w.cut = "abrupt"
+            if unavailable > 0:
+                self.unavailable_start = time.time()
+                self.unavailable_until = time.time() + unavailable
+            self.cond.notify_all()
+            return {"oldRv": old, "rv": new_rv}
+
+
+# ---------------------------------------------------------------------------
+# Pod construction helpers.
+
+
+def _uid(seed=None):
+    if seed is None:
+        return str(uuid.uuid4())
+    return str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16], version=4))
+
+
+def _rand_suffix(rng, n=5):
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def ready_conditions(ready, t):
+    v = "True" if ready else "False"
+    conds = [
+        {"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None, "lastTransitionTime": t},
+        {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": t},
+        {"type": "Ready", "status": v, "lastProbeTime": None, "lastTransitionTime": t},
+        {"type": "ContainersReady", "status": v, "lastProbeTime": None, "lastTransitionTime": t},
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": t},
+    ]
+    if not ready:
+        for c in conds[2:4]:
+            c["reason"] = "ContainersNotReady"
+            c["message"] = "containers with unready status: [trainer]"
+    return conds
+
+
+def auto_ip(index):
+    """A unique pod IP per index: 10.64.0.2, 10.64.0.3, ... (250 per /24)."""
+    n = int(index)
+    return "10.%d.%d.%d" % (64 + (n // 64000) % 64, (n // 250) % 256, n % 250 + 2)
+
+
+def make_job_pod(state, a):
+    """An Indexed-Job pod as the Job controller and kubelet would leave it (spec §3.4, §3.6)."""
+    ns = a.get("namespace") or "default"
+    job = a.get("job") or "trainer"
+    index = a.get("index")
+    name = a.get("name")
+    if index is None and name:
+        m = re.search(r"-(\d+)(-[a-z0-9]{5})?$", name)
+        index = int(m.group(1)) if m else None
+    if index is None:
+        index = 0
+    index = int(index)
+    if not name:
+        name = "%s-%d-%s" % (job, index, _rand_suffix(state.rng))
+    juid = state.job_uids.setdefault((ns, job), _uid("job/%s/%s/%d" % (ns, job, state.restarts)))
+    t = a.get("created") or now_rfc3339()
+    labels = {
+        "batch.kubernetes.io/controller-uid": juid,
+        "batch.kubernetes.io/job-completion-index": str(index),
+        "batch.kubernetes.io/job-name": job,
+        "controller-uid": juid,
+        "job-name": job,
+    }
+    labels.update(a.get("labels") or {})
+    annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
+    annotations.update(a.get("annotations") or {})
+    md = {"name": name, "generateName": "%s-%d-" % (job, index), "namespace": ns, "uid": _uid(),
+          "resourceVersion": "0", "creationTimestamp": t, "labels": labels, "annotations": annotations,
+          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": juid,
+                               "controller": True, "blockOwnerDeletion": True}],
+          "finalizers": ["batch.kubernetes.io/job-tracking"]}
+    hostname = a.get("hostname", "%s-%d" % (job, index))
+    subdomain = a.get("subdomain", job)
+    node = a.get("node", "gke-tpu-%s-%04d" % (hashlib.sha1(job.encode()).hexdigest()[:8], index))
+    ip = a.get("ip", "auto")
+    if ip == "auto":
+        ip = auto_ip(index)
+    ready = a.get("ready", True)
+    if isinstance(ready, str):
+        ready = ready.lower() in ("1", "true", "yes")
+    phase = a.get("phase", "Running" if ip else "Pending")
+    spec = {
+        "volumes": [{"name": "tpumesh", "emptyDir": {"medium": "Memory"}}],
+        "initContainers": [{"name": "tpumesh-sidecar", "image": "tpumesh:dev", "restartPolicy": "Always",
+                            "resources": {}, "terminationMessagePath": "/dev/termination-log",
+                            "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+        "containers": [{"name": "trainer", "image": "trainer:dev",
+                        "env": [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                            "apiVersion": "v1",
+                            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}],
+                        "resources": {"limits": {"google.com/tpu": "4"}, "requests": {"google.com/tpu": "4"}},
+                        "volumeMounts": [{"name": "tpumesh", "mountPath": "/var/run/tpumesh"}],
+                        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                        "imagePullPolicy": "IfNotPresent"}],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+                         "cloud.google.com/gke-tpu-topology": "2x2x2"},
+        "serviceAccountName": "default",
+        "serviceAccount": "default",
+    }
+    if node:
+        spec["nodeName"] = node
+    if hostname:
+        spec["hostname"] = hostname
+    if subdomain:
+        spec["subdomain"] = subdomain
+    spec.update({"securityContext": {}, "schedulerName": "default-scheduler",
+                 "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+                 "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"})
+    status = pod_status(phase, ip, ready, t, node)
+    return {"metadata": md, "spec": spec, "status": status}
+
+
+def pod_status(phase, ip, ready, t, node, restarts=0):
+    st = {"phase": phase}
+    if phase != "Pending" or ip:
+        st["conditions"] = ready_conditions(bool(ready) and phase == "Running", t)
+    else:
+        st["conditions"] = [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                             "lastTransitionTime": t}]
+    if node:
+        hip = "10.128.%d.%d" % ((len(node) * 7) % 256, (sum(node.encode()) % 250) + 2)
+        st["hostIP"] = hip
+        st["hostIPs"] = [{"ip": hip}]
+    if ip:
+        st["podIP"] = ip
+        st["podIPs"] = [{"ip": ip}]
+    st["startTime"] = t
+    if phase == "Running":
+        running = bool(ready)
+        st["initContainerStatuses"] = [{"name": "tpumesh-sidecar", "state": {"running": {"startedAt": t}},
+                                        "lastState": {}, "ready": running, "restartCount": 0,
+                                        "image": "tpumesh:dev", "imageID": "", "containerID":
+                                        "containerd://" + hashlib.sha256((t + "s").encode()).hexdigest(),
+                                        "started": True}]
+        st["containerStatuses"] = [{"name": "trainer", "state": {"running": {"startedAt": t}},
+                                    "lastState": {}, "ready": running, "restartCount": restarts,
+                                    "image": "trainer:dev", "imageID": "", "containerID":
+                                    "containerd://" + hashlib.sha256((t + "t").encode()).hexdigest(),
+                                    "started": True}]
+    st["qosClass"] = "BestEffort"
+    return st
+
+
+def normalize_pod(pod, default_ns):
+    """Fill what the apiserver would (uid, namespace, creationTimestamp) into a user-given pod."""
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise ValueError("pod JSON needs a metadata object")
+    md = dict(pod["metadata"])
+    if not md.get("name"):
+        if md.get("generateName"):
+            md["name"] = md["generateName"] + _rand_suffix(random)
+        else:
+            raise ValueError("pod JSON needs metadata.name (or metadata.generateName)")
+    md.setdefault("namespace", default_ns or "default")
+    md.setdefault("uid", _uid())
+    md.setdefault("creationTimestamp", now_rfc3339())
+    spec = pod.get("spec") or {}
+    if "containers" not in spec:
+        spec = dict(spec)
+        spec["containers"] = [{"name": "main", "image": "busybox"}]
+    return {"metadata": order_meta(md), "spec": spec, "status": pod.get("status") or {"phase": "Pending"}}
+
+
+def set_ready(pod, ready):
+    t = now_rfc3339()
+    st = dict(pod.get("status") or {})
+    conds = []
+    seen = False
+    for c in st.get("conditions") or []:
+        c = dict(c)
+        if c.get("type") in ("Ready", "ContainersReady"):
+            seen = True
+            want = "True" if ready else "False"
+            if c.get("status") != want:
+                c["status"] = want
+                c["lastTransitionTime"] = t
+            if ready:
+                c.pop("reason", None)
+                c.pop("message", None)
+            else:
+                c["reason"] = "ContainersNotReady"
+                c["message"] = "containers with unready status: [trainer]"
+        conds.append(c)
+    if not seen:
+        conds.append({"type": "Ready", "status": "True" if ready else "False", "lastProbeTime": None,
+                      "lastTransitionTime": t})
+    st["conditions"] = conds
+    for k in ("containerStatuses", "initContainerStatuses"):
+        if k in st:
+            st[k] = [dict(cs, ready=bool(ready)) for cs in st[k]]
+    return {"metadata": pod["metadata"], "spec": pod.get("spec", {}), "status": st}
+
+
+def set_ip(pod, ip):
+    st = dict(pod.get("status") or {})
+    if ip:
+        st["podIP"] = ip
+        st["podIPs"] = [{"ip": ip}]
+    else:
+        st.pop("podIP", None)
+        st.pop("podIPs", None)
+    return {"metadata": pod["metadata"], "spec": pod.get("spec", {}), "status": st}
+
+
+def set_meta_map(pod, field, set_map, remove):
+    md = dict(pod["metadata"])
+    m = dict(md.get(field) or {})
+    m.update(set_map or {})
+    for k in remove or []:
+        m.pop(k, None)
+    md[field] = m
+    return {"metadata": order_meta(md), "spec": pod.get("spec", {}), "status": pod.get("status", {})}
+
+
+# ---------------------------------------------------------------------------
+# Table output for kubectl (application/json;as=Table;g=meta.k8s.io;v=v1).
+
+TABLE_COLUMNS = [
+    {"name": "Name", "type": "string", "format": "name",
+     "description": "Name must be unique within a namespace. Is required when creating resources, although"
+                    " some resources may allow a client to request the generation of an appropriate name"
+                    " automatically. Name is primarily intended for creation idempotence and configuration"
+                    " definition. Cannot be updated. More info:"
+                    " https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+     "priority": 0},
+    {"name": "Ready", "type": "string", "format": "",
+     "description": "The aggregate readiness state of this pod for accepting traffic.", "priority": 0},
+    {"name": "Status", "type": "string", "format": "",
+     "description": "The aggregate status of the containers in this pod.", "priority": 0},
+    {"name": "Restarts", "type": "string", "format": "",
+     "description": "The number of times the containers in this pod have been restarted and when the last"
+                    " container in this pod has restarted.", "priority": 0},
+    {"name": "Age", "type": "string", "format": "",
+     "description": "CreationTimestamp is a timestamp representing the server time when this object was"
+                    " created.", "priority": 0},
+    {"name": "IP", "type": "string", "format": "", "description": "podIP is the IP address allocated to the"
+                                                                   " pod.", "priority": 1},
+    {"name": "Node", "type": "string", "format": "",
+     "description": "nodeName indicates in which node this pod is scheduled.", "priority": 1},
+    {"name": "Nominated Node", "type": "string", "format": "",
+     "description": "nominatedNodeName is set only when this pod preempts other pods on the node.",
+     "priority": 1},
+    {"name": "Readiness Gates", "type": "string", "format": "",
+     "description": "If specified, all readiness gates will be evaluated for pod readiness.", "priority": 1},
+]
+
+
+def human_age(sec):
+    sec = max(0, int(sec))
+    if sec < 120:
+        return "%ds" % sec
+    if sec < 600:
+        return "%dm%ds" % (sec // 60, sec % 60) if sec % 60 else "%dm" % (sec // 60)
+    if sec < 3 * 3600:
+        return "%dm" % (sec // 60)
+    if sec < 48 * 3600:
+        return "%dh" % (sec // 3600)
+    return "%dd" % (sec // 86400)
+
+
+def table_row(pod, include):
+    md, sp, st = pod["metadata"], pod.get("spec", {}), pod.get("status", {})
+    cs = st.get("containerStatuses") or []
+    total = len(sp.get("containers") or [])
+    ready = sum(1 for c in cs if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in cs)
+    phase = st.get("reason") or st.get("phase") or "Unknown"
+    if md.get("deletionTimestamp"):
+        phase = "Terminating"
+    created = parse_rfc3339(md.get("creationTimestamp", "")) or time.time()
+    cells = [md.get("name"), "%d/%d" % (ready, total), phase, str(restarts), human_age(time.time() - created),
+             st.get("podIP") or "<none>", sp.get("nodeName") or "<none>",
+             st.get("nominatedNodeName") or "<none>", "<none>"]
+    row = {"cells": cells}
+    if include == "Object":
+        o = {"kind": "Pod", "apiVersion": "v1"}
+        o.update(pod)
+        row["object"] = o
+    elif include != "None":
+        row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": md}
+    return row
+
+
+def table_obj(pods, meta, include, headers=True):
+    t = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+    if headers:
+        t["columnDefinitions"] = TABLE_COLUMNS
+    t["rows"] = [table_row(p, include) for p in pods]
+    return t
+
+
+# ---------------------------------------------------------------------------
+# Chunked-transfer writers.
+
+
+class GoBufWriter:
+    """Go's http response path: a 2048-byte bufio.Writer over the chunk writer; each flush or large
+    direct write is one HTTP chunk (net/http server.go bufferBeforeChunkingSize)."""
+
+    SIZE = 2048
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.chunks = []
+
+    def write(self, p):
+        while len(p) > self.SIZE - len(self.buf):
+            if not self.buf:
+                self.chunks.append(bytes(p))
+                return
+            n = self.SIZE - len(self.buf)
+            self.buf += p[:n]
+            self.flush()
+            p = p[n:]
+        self.buf += p
+
+    def flush(self):
+        if self.buf:
+            self.chunks.append(bytes(self.buf))
+            self.buf = bytearray()
+
+
+def plan_chunks(lines, mode, maxsize, rng):
+    """Turn event lines (each ends in \\n) into a list of chunk payloads per the chunking mode."""
+    if not lines:
+        return []
+    if mode == "natural":
+        w = GoBufWriter()
+        for ln in lines:
+            w.write(ln)
+        w.flush()
+        return w.chunks
+    if mode == "event":
+        return list(lines)
+    if mode == "coalesce":
+        data = b"".join(lines)
+        if maxsize and len(data) > maxsize:
+            return [data[i:i + maxsize] for i in range(0, len(data), maxsize)]
+        return [data]
+    if mode == "split":
+        out = []
+        for ln in lines:
+            if len(ln) < 4:
+                out.append(ln)
+                continue
+            cut = rng.randint(1, len(ln) - 2)
+            out.append(ln[:cut])
+            out.append(ln[cut:])
+        return out
+    if mode == "random":
+        data = b"".join(lines)
+        out, i = [], 0
+        top = max(1, maxsize or 4096)
+        while i < len(data):
+            n = rng.randint(1, top)
+            out.append(data[i:i + n])
+            i += n
+        return out
+    if mode == "bytes":
+        data = b"".join(lines)
+        n = max(1, maxsize or 1)
+        return [data[i:i + n] for i in range(0, len(data), n)]
+    raise ValueError("unknown chunking mode %r" % mode)
+
+
+def encode_chunks(chunks):
+    return b"".join(b"%x\r\n" % len(c) + c + b"\r\n" for c in chunks if c)
+
+
+# ---------------------------------------------------------------------------
+# HTTP handler.
+
+
+class StreamClosed(Exception):
+    pass
+
+
+API_RESOURCES = {
+    "kind": "APIResourceList", "groupVersion": "v1", "resources": [
+        {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace",
+         "verbs": ["get", "list"], "shortNames": ["ns"]},
+        {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod",
+         "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]},
+        {"name": "pods/status", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
+    ]}
+
+POD_PATH = re.compile(r"^/api/v1/(?:(watch)/)?(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?(/status)?/?$")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kube-apiserver-sim"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):
+        if self.server.verbose:
+            sys.stderr.write("%s %s\n" % (now_rfc3339(), fmt % args))
+
+    @property
+    def st(self):
+        return self.server.state
+
+    # -- low-level responses ---------------------------------------------
+    def _start(self, code, ctype, extra=None):
+        self.send_response_only(code)
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.send_header("Cache-Control", "no-cache, private")
+        if ctype:
+            self.send_header("Content-Type", ctype)
+        if code != 401:
+            # APF classifies only authenticated requests (spec §4.4).
+            self.send_header("X-Kubernetes-Pf-Flowschema-Uid", self.server.fs_uid)
+            self.send_header("X-Kubernetes-Pf-Prioritylevel-Uid", self.server.pl_uid)
+        self.send_header("Date", self.date_time_string())
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+
+    def send_body(self, code, body, ctype="application/json", extra=None, verb=None, gzip_ok=True):
+        extra = dict(extra or {})
+        if (gzip_ok and self.server.gzip_min and len(body) >= self.server.gzip_min
+                and "gzip" in (self.headers.get("Accept-Encoding") or "")):
+            body = gzip.compress(body, compresslevel=1)
+            extra["Content-Encoding"] = "gzip"
+        self._start(code, ctype, extra)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self.st.count(None, code, len(body))
+
+    def send_json(self, code, obj, extra=None):
+        self.send_body(code, gojson_b(obj) + b"\n", extra=extra)
+
+    def send_api_error(self, e):
+        if e.plain is not None:
+            body = e.plain.encode() + b"\n"
+            hdr = {"X-Content-Type-Options": "nosniff"}
+            hdr.update(e.headers)
+            self.send_body(429, body, ctype="text/plain; charset=utf-8", extra=hdr, gzip_ok=False)
+            return
+        hdr = dict(e.headers)
+        if e.code == 403:
+            hdr.setdefault("X-Content-Type-Options", "nosniff")
+        self.send_body(e.code, gojson_b(e.status) + b"\n", extra=hdr, gzip_ok=False)
+
+    # -- dispatch --------------------------------------------------------
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_HEAD(self):
+        self._dispatch("HEAD")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    def do_PATCH(self):
+        self._dispatch("PATCH")
+
+    def _read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n > 64 * 1024 * 1024:
+            raise ValueError("request body too large")
+        return self.rfile.read(n) if n > 0 else b""
+
+    def _dispatch(self, method):
+        url = urllib.parse.urlsplit(self.path)
+        path = url.path
+        q = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+        try:
+            if path.startswith("/_sim/") or path == "/_sim":
+                self.st.count("sim")
+                body = self._read_body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
+                self.server.control.handle(self, method, path, q, body)
+                return
+            if method in ("POST", "PUT", "PATCH", "DELETE"):
+                self._read_body()
+            self._api(method, path, q)
+        except ApiError as e:
+            self.send_api_error(e)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, StreamClosed, socket.timeout):
+            self.close_connection = True
+        except OSError:
+            self.close_connection = True
+
+    def _verb_of(self, path, q, method):
+        m = POD_PATH.match(path)
+        if not m:
+            return "other", m
+        if method != "GET" and method != "HEAD":
+            return method.lower(), m
+        if m.group(1) or parse_bool_param(q, "watch"):
+            return "watch", m
+        if m.group(3):
+            return "get", m
+        return "list", m
+
+    def _api(self, method, path, q):
+        st = self.st
+        verb, m = self._verb_of(path, q, method)
+        if path in ("/version", "/healthz", "/livez", "/readyz") or path.startswith(("/healthz/", "/livez/",
+                                                                                      "/readyz/")):
+            verb = "discovery" if path == "/version" else "health"
+        elif m is None and (path in ("/api", "/apis", "/api/v1") or path.startswith("/apis/")
+                            or path.startswith("/openapi")):
+            verb = "discovery"
+        st.count(verb)
+        # Authentication (spec §4.4): a bad token is always 401; a missing one is 401 unless
+        # --anonymous, where it becomes system:anonymous (403 below).
+        user = self.server.user
+        if st.auth:
+            ok = st.check_token(self.headers.get("Authorization"))
+            if ok is False or (ok is None and not self.server.anonymous):
+                self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
+                return
+            if ok is None:
+                user = "system:anonymous"
+        if verb == "health":
+            self.send_body(200, b"ok", ctype="text/plain; charset=utf-8")
+            return
+        if verb == "discovery" and path == "/version":
+            self.send_json(200, self.server.version_info)
+            return
+        self._faults(verb, path)
+        if verb == "discovery":
+            return self._discovery(path)
+        if m is None:
+            raise err_not_found_path()
+        ns, name = m.group(2), m.group(3)
+        if ns is not None:
+            ns = urllib.parse.unquote(ns)
+        if name is not None:
+            name = urllib.parse.unquote(name)
+        self._authorize(user, verb, ns, name)
+        if verb not in ("get", "list", "watch"):
+            raise ApiError(status_obj(405, "MethodNotAllowed",
+                                      "the server does not allow this method on the requested resource",
+                                      details_obj(kind="pods")))
+        if name is not None and verb == "get":
+            return self._get_pod(ns, name, q)
+        if name is not None and verb == "watch":
+            # A watch of one object is a watch with metadata.name=<name>.
+            fs = q.get("fieldSelector", [""])[0]
+            q["fieldSelector"] = [("metadata.name=%s" % name) + ("," + fs if fs else "")]
+        accept = self.headers.get("Accept") or "application/json"
+        table = self._want_table(accept)
+        if table is None:
+            raise ApiError(status_obj(406, "NotAcceptable",
+                                      "only the following media types are accepted: application/json,"
+                                      " application/yaml, application/vnd.kubernetes.protobuf"))
+        if verb == "watch":
+            return self._watch(ns, q, table)
+        return self._list(ns, q, table)
+
+    def _want_table(self, accept):
+        """'' for plain JSON, 'Table' for a Table, None when nothing acceptable."""
+        ok_json = False
+        for part in accept.split(","):
+            params = [x.strip() for x in part.split(";")]
+            mt = params[0].lower()
+            kv = dict(p.split("=", 1) for p in params[1:] if "=" in p)
+            if mt in ("application/json", "*/*", "application/*", ""):
+                if kv.get("as") == "Table" and kv.get("g") == "meta.k8s.io" and kv.get("v") in ("v1", "v1beta1"):
+                    return "Table"
+                if "as" not in kv:
+                    ok_json = True
+        return "" if ok_json else None
+
+    def _faults(self, verb, path):
+        st = self.st
+        now = time.time()
+        with st.cond:
+            if now < st.unavailable_until:
+                # The watch cache re-initialising (spec §2.7): 429 with a growing Retry-After.
+                import math
+                down = now - st.unavailable_start
+                ra = int(min(30, max(1, math.exp(0.06 * down))))
+                raise ApiError(status_obj(429, "TooManyRequests", "storage is (re)initializing",
+                                          details_obj(retry_after=ra)), {"Retry-After": str(ra)})
+            rule = None
+            for r in st.faults:
+                if r.count > 0 and (r.match == "any" or r.match == verb or (r.match == "pods" and verb in (
+                        "list", "watch", "get"))):
+                    rule = r
+                    r.count -= 1
+                    break
+            st.faults = [r for r in st.faults if r.count > 0]
+        if rule is None:
+            return
+        hdr = {}
+        if rule.retry_after is not None:
+            hdr["Retry-After"] = str(rule.retry_after)
+        if rule.code == 429 and rule.kind == "apf":
+            raise ApiError(None, hdr, plain=rule.message or "Too many requests, please try again later.")
+        reasons = {429: ("TooManyRequests", "storage is (re)initializing"),
+                   500: ("InternalError", "Internal error occurred: injected by kube-apiserver-sim"),
+                   503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+                   504: ("Timeout", "Timeout: request did not complete within the allotted timeout"),
+                   403: ("Forbidden", "forbidden: injected by kube-apiserver-sim"),
+                   401: ("Unauthorized", "Unauthorized"),
+                   410: ("Expired", "The resourceVersion for the provided list is too old."),
+                   404: ("NotFound", "the server could not find the requested resource")}
+        reason, msg = reasons.get(rule.code, ("InternalError", "injected error"))
+        if rule.code == 401:
+            hdr_only = hdr
+            self.send_body(401, UNAUTHORIZED_BODY, extra=hdr_only, gzip_ok=False)
+            raise StreamClosed()
+        det = details_obj(retry_after=rule.retry_after) if rule.retry_after else None
+        raise ApiError(status_obj(rule.code, reason, rule.message or msg, det), hdr)
+
+    def _authorize(self, user, verb, ns, name):
+        for fns, verbs in self.st.forbid:
+            if (fns == "*" or fns == ns) and (not verbs or verb in verbs):
+                break
+        else:
+            if user != "system:anonymous":
+                return
+        scope = 'in the namespace "%s"' % ns if ns is not None else "at the cluster scope"
+        who = 'pods "%s" is forbidden' % name if name else "pods is forbidden"
+        msg = '%s: User "%s" cannot %s resource "pods" in API group "" %s' % (who, user, verb, scope)
+        raise ApiError(status_obj(403, "Forbidden", msg, details_obj(name=name, kind="pods")))
+
+    def _discovery(self, path):
+        if path == "/api":
+            self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % self.server.port}]})
+        elif path == "/apis":
+            self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+        elif path == "/api/v1":
+            self.send_json(200, API_RESOURCES)
+        else:
+            raise err_not_found_path()
+
+    # -- GET one pod -----------------------------------------------------
+    def _get_pod(self, ns, name, q):
+        st = self.st
+        with st.cond:
+            rec = st.pods.get((ns, name))
+        if rec is None:
+            raise err_not_found_pod(name)
+        self.send_body(200, rec.full() + b"\n")
+
+    # -- LIST ------------------------------------------------------------
+    def _list_params(self, q):
+        rv_s = q.get("resourceVersion", [""])[0]
+        match = q.get("resourceVersionMatch", [""])[0]
+        cont = q.get("continue", [""])[0]
+        limit_s = q.get("limit", [""])[0]
+        if parse_bool_param(q, "sendInitialEvents"):
+            raise err_invalid_listoptions("sendInitialEvents", "Forbidden", "sendInitialEvents is forbidden for list")
+        if match:
+            if match not in ("Exact", "NotOlderThan"):
+                raise err_invalid_listoptions("resourceVersionMatch", "Unsupported value",
+                                              'supported values: "Exact", "NotOlderThan", ""', match)
+            if rv_s == "":
+                raise err_invalid_listoptions("resourceVersionMatch", "Forbidden",
+                                              "resourceVersionMatch is forbidden unless resourceVersion is provided")
+            if cont:
+                raise err_invalid_listoptions("resourceVersionMatch", "Forbidden",
+                                              "resourceVersionMatch is forbidden when continue is provided")
+            if match == "Exact" and rv_s == "0":
+                raise err_invalid_listoptions("resourceVersionMatch", "Forbidden",
+                                              'resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+        rv = None
+        if rv_s != "":
+            if not re.match(r"^[0-9]+$", rv_s) or int(rv_s) >= 1 << 64:
+                raise err_bad_request('invalid resource version: strconv.ParseUint: parsing "%s": invalid syntax'
+                                      % rv_s)
+            rv = int(rv_s)
+        limit = 0
+        if limit_s != "":
+            try:
+                limit = int(limit_s)
+            except ValueError:
+                raise err_bad_request('invalid limit: strconv.ParseInt: parsing "%s": invalid syntax' % limit_s)
+            limit = max(0, limit)
+        if cont and rv_s not in ("", "0"):
+            raise err_bad_request("specifying resource version is not allowed when using continue")
+        return rv, match, cont, limit
+
+    def _wait_rv(self, rv):
+        """Wait up to 3 s for a future resourceVersion (blockTimeout, spec §1.5)."""
+        st = self.st
+        deadline = time.time() + 3.0
+        with st.cond:
+            while st.rv < rv:
+                left = deadline - time.time()
+                if left <= 0:
+                    raise err_too_large_rv(rv, st.rv)
+                st.cond.wait(left)
+
+    def _list(self, ns, q, table):
+        st = self.st
+        flt = Filter(ns, parse_label_selector(q.get("labelSelector", [""])[0]),
+                     parse_field_selector(q.get("fieldSelector", [""])[0]))
+        rv, match, cont, limit = self._list_params(q)
+        start = None
+        inconsistent = False
+        if cont:
+            tok = decode_continue(cont)
+            start = tok["start"]
+            snap_rv = tok["rv"]
+            with st.cond:
+                if snap_rv == -1:
+                    inconsistent = True
+                    snap = st.snapshot_at(st.rv)
+                else:
+                    snap = st.snapshot_at(snap_rv) if snap_rv <= st.rv else None
+                if snap is None:
+                    newtok = encode_continue(-1, start)
+                    raise ApiError(status_obj(410, "Expired", EXPIRED_CONTINUE_MSG, meta={"continue": newtok}))
+        else:
+            exact = rv is not None and rv != 0 and (match == "Exact" or (match == "" and limit > 0))
+            if rv is not None and rv > 0:
+                self._wait_rv(rv)
+            with st.cond:
+                if exact:
+                    snap = st.snapshot_at(rv)
+                    if snap is None:
+                        raise err_expired_list()
+                else:
+                    snap = st.snapshot_at(st.rv)
+        keys, recs = snap.view(ns)
+        i = 0
+        if start is not None:
+            i = bisect.bisect_left(keys, start)
+        items = []
+        n = len(keys)
+        last = None
+        while i < n:
+            r = recs[i]
+            if flt.matches(r):
+                items.append(r)
+                last = keys[i]
+                if limit and len(items) >= limit:
+                    i += 1
+                    break
+            i += 1
+        meta = {"resourceVersion": str(snap.rv)}
+        if limit and i < n and last is not None:
+            meta["continue"] = encode_continue(-1 if inconsistent else snap.rv, last + "\x00")
+            if not flt.has_selectors:
+                meta["remainingItemCount"] = n - i
+        if table:
+            include = q.get("includeObject", ["Metadata"])[0] or "Metadata"
+            body = gojson_b(table_obj([r.pod for r in items], meta, include)) + b"\n"
+        else:
+            body = (b'{"kind":"PodList","apiVersion":"v1","metadata":' + gojson_b(meta) + b',"items":['
+                    + b",".join(r.item() for r in items) + b"]}\n")
+        self.send_body(200, body)
+
+    # -- WATCH -----------------------------------------------------------
+    def _watch(self, ns, q, table):
+        st = self.st
+        flt = Filter(ns, parse_label_selector(q.get("labelSelector", [""])[0]),
+                     parse_field_selector(q.get("fieldSelector", [""])[0]))
+        rv_s = q.get("resourceVersion", [""])[0]
+        match = q.get("resourceVersionMatch", [""])[0]
+        bookmarks = parse_bool_param(q, "allowWatchBookmarks")
+        send_initial = parse_bool_param(q, "sendInitialEvents") if "sendInitialEvents" in q else None
+        if "continue" in q and q["continue"][0]:
+            raise err_bad_request("continue is not supported with watch")
+        timeout = None
+        ts = q.get("timeoutSeconds", [""])[0]
+        if ts != "":
+            try:
+                timeout = int(ts)
+            except ValueError:
+                raise err_bad_request('invalid timeoutSeconds: strconv.ParseInt: parsing "%s": invalid syntax' % ts)
+        if timeout is None or timeout <= 0:
+            mrt = self.server.min_request_timeout
+            timeout = mrt * (1 + random.random())
+        rv = None
+        if rv_s != "":
+            if not re.match(r"^[0-9]+$", rv_s):
+                raise err_invalid_listoptions("resourceVersion", "Invalid value", "invalid resource version",
+                                              rv_s)
+            rv = int(rv_s)
+        # sendInitialEvents / resourceVersionMatch validation (spec §2.6).
+        if send_initial is not None:
+            if not st.watchlist:
+                raise err_invalid_listoptions("sendInitialEvents", "Forbidden",
+                                              "sendInitialEvents is forbidden for watch unless the WatchList"
+                                              " feature gate is enabled")
+            if send_initial and match != "NotOlderThan":
+                raise err_invalid_listoptions("resourceVersionMatch", "Forbidden",
+                                              "sendInitialEvents requires setting resourceVersionMatch to"
+                                              " NotOlderThan")
+        elif match:
+            raise err_invalid_listoptions("resourceVersionMatch", "Forbidden",
+                                          "resourceVersionMatch is forbidden for watch unless sendInitialEvents"
+                                          " is provided")
+        if match and match not in ("NotOlderThan",):
+            raise err_invalid_listoptions("resourceVersionMatch", "Unsupported value",
+                                          'supported values: "NotOlderThan"', match)
+        # Server-side defaulting with the WatchList gate on (spec §2.6).
+        if send_initial is None and st.watchlist and (rv is None or rv == 0):
+            send_initial = True
+        if send_initial is None:
+            send_initial = rv is None or rv == 0
+        initial_end = send_initial and bookmarks and st.watchlist
+        if rv is not None and rv > 0 and send_initial:
+            self._wait_rv(rv)  # NotOlderThan
+        # Register under the lock: the snapshot and the cursor are consistent.
+        initial = []
+        too_old = None
+        future = False
+        with st.cond:
+            if send_initial:
+                snap = st.snapshot_at(st.rv)
+                keys, recs = snap.view(ns)
+                initial = [r for r in recs if flt.matches(r)]
+                cursor = st.rv
+            else:
+                cursor = rv
+                if rv < st.compacted:
+                    too_old = (rv, st.compacted)
+                elif rv > st.rv:
+                    future = True
+            w = None
+            if too_old is None:
+                w = Watcher(flt if (flt.ns is not None or flt.has_selectors) else None, cursor, bookmarks,
+                            table, st.next_wid)
+                st.next_wid += 1
+                st.watchers.add(w)
+                with st.stats_lock:
+                    st.stats["watches_total"] += 1
+        if too_old is not None and st.expired_watch == "http410":
+            raise ApiError(status_obj(410, "Expired", "too old resource version: %d (%d)" % too_old))
+        self._start(200, "application/json", {"Transfer-Encoding": "chunked"})
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        try:
+            if too_old is not None:
+                # Too-old RV: 200 + one in-stream ERROR 410 + end (spec §2.7, §8 item 4).
+                ln = error_line(status_obj(410, "Expired", "too old resource version: %d (%d)" % too_old))
+                self._send_lines([ln], None)
+                self._end_stream()
+                return
+            self._stream(w, initial, initial_end, timeout, future)
+        finally:
+            if w is not None:
+                with st.cond:
+                    st.watchers.discard(w)
+
+    def _send_lines(self, lines, w, events=0, bookmarks=0):
+        st = self.st
+        with st.cond:
+            mode, maxsize, delay = st.chunking["mode"], st.chunking["max"], st.chunking["delay"]
+        chunks = plan_chunks(lines, mode, maxsize, st.rng)
+        if delay > 0 or mode in ("split", "random", "bytes", "event"):
+            for c in chunks:
+                self.wfile.write(b"%x\r\n" % len(c) + c + b"\r\n")
+                if delay > 0:
+                    time.sleep(delay)
+        else:
+            self.wfile.write(encode_chunks(chunks))
+        n = sum(len(c) for c in chunks)
+        if w is not None:
+            w.bytes += n
+            w.events += events
+        st.add_bytes(n, events, bookmarks)
+
+    def _end_stream(self):
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass
+
+    def _abort(self):
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        raise StreamClosed()
+
+    def _table_line(self, etype, rec, first):
+        meta = {"resourceVersion": str(rec.rv)}
+        obj = table_obj([rec.pod], meta, "Metadata", headers=first)
+        return gojson_b({"type": etype, "object": obj}) + b"\n"
+
+    def _stream(self, w, initial, initial_end, timeout, future):
+        st = self.st
+        start = time.time()
+        deadline = start + timeout
+        bm_every = st.bookmark_interval
+        next_bm = start + bm_every if bm_every > 0 else float("inf")
+        final_bm = deadline - 2.0
+        first_table = True
+        # Synthetic ADDED events for the initial state (object RVs need not be ordered).
+        if initial:
+            batch = []
+            for r in initial:
+                if w.table:
+                    batch.append(self._table_line("ADDED", r, first_table))
+                    first_table = False
+                else:
+                    batch.append(b'{"type":"ADDED","object":' + r.full() + b"}\n")
+                if len(batch) >= 256:
+                    self._send_lines(batch, w, events=len(batch))
+                    batch = []
+            if batch:
+                self._send_lines(batch, w, events=len(batch))
+        if initial_end:
+            self._send_lines([bookmark_line(w.cursor, True)], w, bookmarks=1)
+        future_deadline = time.time() + 3.0 if future else None
+        while True:
+            now = time.time()
+            lines = []
+            nev = nbm = 0
+            cut = None
+            inject = []
+            pending = []
+            with st.cond:
+                while True:
+                    now = time.time()
+                    if w.cut:
+                        cut = w.cut
+                        w.cut = None
+                        break
+                    if now >= deadline:
+                        break
+                    stalled = now < st.stall_until
+                    if not stalled:
+                        if w.inject or w.bookmark_now:
+                            break
+                        if w.cursor < st.rv:
+                            break
+                        if w.bookmarks and (now >= next_bm or (now >= final_bm and final_bm > start)):
+                            break
+                    if future_deadline is not None and now >= future_deadline:
+                        break
+                    wake = deadline
+                    if stalled:
+                        wake = min(wake, st.stall_until)
+                    elif w.bookmarks:
+                        wake = min(wake, next_bm, final_bm if final_bm > now else deadline)
+                    if future_deadline is not None:
+                        wake = min(wake, future_deadline)
+                    st.cond.wait(max(0.001, wake - now))
+                if cut is None and now < deadline:
+                    if future_deadline is not None:
+                        if w.cursor > st.rv and now >= future_deadline:
+                            status = err_too_large_rv(w.cursor, st.rv).status
+                            lines = [error_line(status)]
+                            cut = "clean"
+                        elif w.cursor <= st.rv:
+                            future_deadline = None
+                    if cut is None and w.cursor < st.compacted:
+                        # Fell behind the bounded history: the cacher closes a slow watcher (spec §2.8).
+                        cut = "clean"
+                    elif cut is None and w.cursor < st.rv and now >= st.stall_until:
+                        i0 = w.cursor - st.compacted
+                        evs = st.hist[i0:i0 + 2000]
+                        if evs:
+                            w.cursor = evs[-1].rv
+                        pending = evs
+                    else:
+                        pending = []
+                    inject, w.inject = w.inject, []
+                else:
+                    pending = []
+            if cut is None and pending:
+                for ev in pending:
+                    v = ev.view(w.flt)
+                    if v is None:
+                        continue
+                    if w.table:
+                        rec = ev.new if v[1] == "new" else Rec(with_rv(ev.old.pod, ev.rv), ev.rv)
+                        lines.append(self._table_line(v[0], rec, first_table))
+                        first_table = False
+                    else:
+                        lines.append(ev.line(v[0], v[1]))
+                    nev += 1
+            now = time.time()
+            if cut is None and now < deadline and now >= st.stall_until and w.bookmarks and (
+                    w.bookmark_now or now >= next_bm or (now >= final_bm > start)):
+                lines.append(bookmark_line(w.cursor))
+                nbm += 1
+                w.bookmark_now = False
+                if now >= final_bm:
+                    final_bm = start - 1  # the pre-deadline bookmark is sent once
+                next_bm = now + bm_every if bm_every > 0 else float("inf")
+            w.bookmark_now = False
+            if lines:
+                self._send_lines(lines, w, events=nev, bookmarks=nbm)
+            for item in inject:
+                kind, data = item
+                if kind == "raw":
+                    self.wfile.write(encode_chunks([data]))
+                    st.add_bytes(len(data))
+                elif kind == "lines":
+                    self._send_lines([data], w)
+            if cut is not None:
+                if cut == "clean":
+                    self._end_stream()
+                    return
+                if cut == "mid-event":
+                    half = self._half_event(w)
+                    self.wfile.write(encode_chunks([half]))
+                    st.add_bytes(len(half))
+                self._abort()
+            if time.time() >= deadline:
+                # timeoutSeconds: end the body with no final event (spec §2.8).
+                self._end_stream()
+                return
+
+    def _half_event(self, w):
+        st = self.st
+        with st.cond:
+            rec = None
+            for r in st.pods.values():
+                if w.flt is None or w.flt.matches(r):
+                    rec = r
+                    break
+        if rec is None:
+            line = bookmark_line(w.cursor)
+        else:
+            line = b'{"type":"MODIFIED","object":' + rec.full() + b"}\n"
+        return line[:max(1, len(line) // 2)]
+
+
+def encode_continue(rv, start):
+    raw = gojson_b({"v": "meta.k8s.io/v1", "rv": rv, "start": start})
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_continue(tok):
+    """Decode a continue token (spec §1.3); 400 on a malformed one."""
+    try:
+        pad = "=" * (-len(tok) % 4)
+        raw = base64.urlsafe_b64decode(tok + pad)
+        d = json.loads(raw)
+        if d.get("v") != "meta.k8s.io/v1" or not isinstance(d.get("rv"), int) or not isinstance(d.get("start"), str):
+            raise ValueError
+        if d["start"] == "" or d["start"].startswith("/"):
+            raise ValueError
+        return d
+    except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+        raise err_bad_request("invalid continue token: continue key is not valid: %s" % tok[:64])
+
+
+# ---------------------------------------------------------------------------
+# Control API (/_sim/<verb>).
+
+
+def _as_bool(v, default=None):
+    if v is None:
+        return default
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return bool(v)
+    return str(v).lower() in ("1", "true", "yes", "on")
+
+
+def _as_int(v, name, default=None):
+    if v is None:
+        return default
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise ValueError("%s must be an integer, got %r" % (name, v))
+
+
+def _as_map(v):
+    """A label/annotation map from a dict or 'k=v,k2=v2'."""
+    if v is None:
+        return {}
+    if isinstance(v, dict):
+        return {str(k): str(x) for k, x in v.items()}
+    out = {}
+    for part in str(v).split(","):
+        if part.strip():
+            if "=" not in part:
+                raise ValueError("expected key=value, got %r" % part)
+            k, x = part.split("=", 1)
+            out[k.strip()] = x.strip()
+    return out
+
+
+def _as_list(v):
+    if v is None:
+        return []
+    if isinstance(v, list):
+        return [str(x) for x in v]
+    return [x.strip() for x in str(v).split(",") if x.strip()]
+
+
+class Control:
+    VERBS = ("state", "pods", "get", "create", "make", "update", "delete", "ready", "ip", "labels",
+             "annotate", "phase", "cut", "malformed", "oversize", "stall", "token", "fail", "forbid",
+             "compact", "restart", "stats", "reset-stats", "bookmark", "chunking", "config", "bulk-create",
+             "churn", "churn-stop", "batch", "clear")
+
+    def __init__(self, server):
+        self.server = server
+
+    @property
+    def st(self):
+        return self.server.state
+
+    def handle(self, h, method, path, q, body):
+        verb = path[len("/_sim/"):].strip("/") if path.startswith("/_sim/") else ""
+        args = {k: v[0] for k, v in q.items()}
+        if body:
+            try:
+                parsed = json.loads(body)
+            except json.JSONDecodeError as e:
+                h.send_json(400, {"ok": False, "error": "control body is not JSON: %s" % e})
+                return
+            if not isinstance(parsed, dict):
+                h.send_json(400, {"ok": False, "error": "control body must be a JSON object"})
+                return
+            args.update(parsed)
+        if verb not in self.VERBS:
+            h.send_json(404, {"ok": False, "error": "unknown control verb %r; verbs: %s" % (
+                verb, ", ".join(self.VERBS))})
+            return
+        try:
+            res = getattr(self, "v_" + verb.replace("-", "_"))(args)
+        except KeyError as e:
+            h.send_json(404, {"ok": False, "error": "not found: %s" % e.args[0]})
+            return
+        except ValueError as e:
+            h.send_json(400, {"ok": False, "error": str(e)})
+            return
+        out = {"ok": True}
+        if res:
+            out.update(res)
+        h.send_body(200, json.dumps(out).encode() + b"\n", gzip_ok=False)
+
+    # -- helpers ---------------------------------------------------------
+    def _key(self, a):
+        name = a.get("name")
+        if not name:
+            raise ValueError("name is required")
+        return (a.get("namespace") or "default", name)
+
+    def _mutate(self, a, fn):
+        st = self.st
+        with st.cond:
+            key = self._key(a)
+            rec = st.pods.get(key)
+            if rec is None:
+                raise KeyError("pod %s/%s" % key)
+            new = st.put(fn(rec.pod))
+            return {"rv": new.rv, "pod": new.full_obj()}
+
+    # -- verbs -------------------------------------------------------------
+    def v_state(self, a):
+        st = self.st
+        with st.cond:
+            return {"rv": st.rv, "compacted": st.compacted, "history": len(st.hist), "pods": len(st.pods),
+                    "watchers": len(st.watchers), "restarts": st.restarts,
+                    "faults": [r.describe() for r in st.faults], "chunking": st.chunking,
+                    "stallUntil": st.stall_until, "auth": st.auth}
+
+    def v_pods(self, a):
+        st = self.st
+        ns = a.get("namespace")
+        with st.cond:
+            recs = [r for k, r in sorted(st.pods.items()) if ns is None or k[0] == ns]
+            rv = st.rv
+        return {"rv": rv, "items": [r.full_obj() for r in recs]}
+
+    def v_get(self, a):
+        st = self.st
+        with st.cond:
+            key = self._key(a)
+            rec = st.pods.get(key)
+            if rec is None:
+                raise KeyError("pod %s/%s" % key)
+            return {"rv": st.rv, "pod": rec.full_obj()}
+
+    def v_create(self, a):
+        pod = a.get("pod")
+        if isinstance(pod, str):
+            pod = json.loads(pod)
+        pod = normalize_pod(pod, a.get("namespace"))
+        st = self.st
+        with st.cond:
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if key in st.pods:
+                raise ValueError('pods "%s" already exists' % key[1])
+            rec = st.put(pod)
+            return {"rv": rec.rv, "pod": rec.full_obj()}
+
+    def v_make(self, a):
+        st = self.st
+        with st.cond:
+            pod = make_job_pod(st, a)
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if key in st.pods:
+                raise ValueError('pods "%s" already exists' % key[1])
+            rec = st.put(pod)
+            return {"rv": rec.rv, "pod": rec.full_obj()}
+
+    def v_update(self, a):
+        pod = a.get("pod")
+        if isinstance(pod, str):
+            pod = json.loads(pod)
+        if not isinstance(pod, dict) or "metadata" not in pod:
+            raise ValueError("update needs pod JSON with metadata")
+        st = self.st
+        with st.cond:
+            md = pod["metadata"]
+            key = (md.get("namespace") or a.get("namespace") or "default", md.get("name"))
+            old = st.pods.get(key)
+            if old is None:
+                raise KeyError("pod %s/%s" % key)
+            md = dict(md)
+            md.setdefault("namespace", key[0])
+            md.setdefault("uid", old.pod["metadata"].get("uid"))
+            md.setdefault("creationTimestamp", old.pod["metadata"].get("creationTimestamp"))
+            rec = st.put({"metadata": order_meta(md), "spec": pod.get("spec", old.pod.get("spec", {})),
+                          "status": pod.get("status", old.pod.get("status", {}))})
+            return {"rv": rec.rv, "pod": rec.full_obj()}
+
+    def v_delete(self, a):
+        """grace=0 (default): DELETED now. grace>0: MODIFIED with deletionTimestamp, then DELETED after
+        `after` seconds (if given) or on a second delete with grace=0 (spec §3.7)."""
+        st = self.st
+        grace = _as_int(a.get("grace"), "grace", 0)
+        after = a.get("after")
+        with st.cond:
+            key = self._key(a)
+            rec = st.pods.get(key)
+            if rec is None:
+                raise KeyError("pod %s/%s" % key)
+            if grace > 0 and not rec.pod["metadata"].get("deletionTimestamp"):
+                md = dict(rec.pod["metadata"])
+                md["deletionTimestamp"] = now_rfc3339(time.time() + grace)
+                md["deletionGracePeriodSeconds"] = grace
+                new = st.put({"metadata": order_meta(md), "spec": rec.pod.get("spec", {}),
+                              "status": rec.pod.get("status", {})})
+                res = {"rv": new.rv, "terminating": True, "pod": new.full_obj()}
+            else:
+                gone = st.remove(key)
+                return {"rv": gone.rv, "deleted": True}
+        if after is not None:
+            def finish():
+                with st.cond:
+                    if key in st.pods:
+                        st.remove(key)
+            t = threading.Timer(float(after), finish)
+            t.daemon = True
+            t.start()
+        return res
+
+    def v_ready(self, a):
+        ready = _as_bool(a.get("ready"), True)
+        return self._mutate(a, lambda p: set_ready(p, ready))
+
+    def v_ip(self, a):
+        ip = a.get("ip") or ""
+        return self._mutate(a, lambda p: set_ip(p, ip))
+
+    def v_labels(self, a):
+        return self._mutate(a, lambda p: set_meta_map(p, "labels", _as_map(a.get("set")), _as_list(a.get("remove"))))
+
+    def v_annotate(self, a):
+        return self._mutate(a, lambda p: set_meta_map(p, "annotations", _as_map(a.get("set")),
+                                                      _as_list(a.get("remove"))))
+
+    def v_phase(self, a):
+        phase = a.get("phase")
+        if phase not in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            raise ValueError("phase must be Pending, Running, Succeeded, Failed or Unknown")
+
+        def fn(p):
+            s = dict(p.get("status") or {})
+            s["phase"] = phase
+            return {"metadata": p["metadata"], "spec": p.get("spec", {}), "status": s}
+        return self._mutate(a, fn)
+
+    def v_batch(self, a):
+        """Apply several control operations at once, under one lock hold, so that watchers receive
+        all their events together (several events per chunk)."""
+        ops = a.get("ops")
+        if isinstance(ops, str):
+            ops = json.loads(ops)
+        if not isinstance(ops, list):
+            raise ValueError("batch needs ops: a list of {\"verb\":..., args...}")
+        allowed = ("create", "make", "update", "delete", "ready", "ip", "labels", "annotate", "phase")
+        st = self.st
+        results = []
+        with st.cond:
+            for op in ops:
+                v = op.get("verb")
+                if v not in allowed:
+                    raise ValueError("batch verb must be one of %s" % ", ".join(allowed))
+                results.append(getattr(self, "v_" + v)(op).get("rv"))
+        return {"rvs": results}
+
+    def v_clear(self, a):
+        """Delete every pod (DELETED events)."""
+        st = self.st
+        with st.cond:
+            keys = list(st.pods)
+            for k in keys:
+                st.remove(k)
+            return {"deleted": len(keys), "rv": st.rv}
+
+    def v_cut(self, a):
+        mode = a.get("mode") or ("mid-event" if _as_bool(a.get("mid_event")) else "clean")
+        if mode not in ("clean", "abrupt", "mid-event"):
+            raise ValueError("cut mode must be clean, abrupt or mid-event")
+        st = self.st
+        with st.cond:
+            for w in st.watchers:
+                w.cut = mode
+            n = len(st.watchers)
+            st.cond.notify_all()
+        return {"cut": n, "mode": mode}
+
+    def _inject(self, item):
+        st = self.st
+        with st.cond:
+            for w in st.watchers:
+                w.inject.append(item)
+            n = len(st.watchers)
+            st.cond.notify_all()
+        return n
+
+    def v_malformed(self, a):
+        line = a.get("line")
+        data = (line.encode() if line else b'{"type":"MODIFIED","object":{"kind":"Pod",,"apiVersion":"v1"}}') + b"\n"
+        return {"watchers": self._inject(("lines", data))}
+
+    def v_oversize(self, a):
+        """Send one MODIFIED event of about `mib` MiB (a real pod padded with an annotation) to every watch.
+        The store is not changed, so a relist shows the real pod."""
+        mib = float(a.get("mib", 1))
+        if mib <= 0 or mib > 1024:
+            raise ValueError("mib must be in (0, 1024]")
+        st = self.st
+        with st.cond:
+            key = (a.get("namespace") or "default", a["name"]) if a.get("name") else None
+            rec = st.pods.get(key) if key else next(iter(st.pods.values()), None)
+            pod = rec.pod if rec is not None else normalize_pod(
+                {"metadata": {"name": "oversize", "namespace": "default"}}, "default")
+            pod = set_meta_map(pod, "annotations", {"sim.tpumesh.dev/padding": "x" * int(mib * 1024 * 1024)}, [])
+            pod = with_rv(pod, st.rv)
+        line = b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1",' + gojson_b(pod)[1:] + b"}\n"
+        return {"watchers": self._inject(("lines", line)), "bytes": len(line)}
+
+    def v_stall(self, a):
+        sec = float(a.get("seconds", 5))
+        st = self.st
+        with st.cond:
+            st.stall_until = time.time() + sec
+            st.cond.notify_all()
+        return {"until": st.stall_until}
+
+    def v_token(self, a):
+        st = self.st
+        tok = a.get("token")
+        with st.cond:
+            if a.get("reload"):
+                st.token_file_mtime = None
+                st._reload_token_file()
+            elif tok:
+                if _as_bool(a.get("keep_old"), False):
+                    st.tokens.add(tok)
+                else:
+                    st.tokens = {tok}
+                st.token_file = None
+                st.auth = True
+            elif _as_bool(a.get("disable"), False):
+                st.tokens = set()
+                st.token_file = None
+                st.auth = False
+            else:
+                raise ValueError("token needs token=T (optional keep_old=true), reload=true or disable=true")
+            return {"accepted": len(st.tokens), "auth": st.auth}
+
+    def v_fail(self, a):
+        code = _as_int(a.get("code"), "code", 429)
+        count = _as_int(a.get("count"), "count", 1)
+        ra = a.get("retry_after")
+        ra = _as_int(ra, "retry_after") if ra not in (None, "") else (1 if code == 429 else None)
+        match = a.get("match") or "any"
+        if match not in ("any", "pods", "list", "watch", "get", "discovery"):
+            raise ValueError("match must be any, pods, list, watch, get or discovery")
+        kind = a.get("kind") or ("apf" if code == 429 else "status")
+        if kind not in ("apf", "status"):
+            raise ValueError("kind must be apf (plain-text APF 429) or status (a Status body)")
+        st = self.st
+        with st.cond:
+            if count <= 0:
+                st.faults = []
+            else:
+                st.faults.append(FaultRule(code, count, ra, match, kind, a.get("message")))
+            return {"faults": [r.describe() for r in st.faults]}
+
+    def v_forbid(self, a):
+        st = self.st
+        with st.cond:
+            if _as_bool(a.get("clear"), False):
+                st.forbid = []
+            else:
+                st.forbid.append((a.get("namespace") or "*", set(_as_list(a.get("verbs")))))
+            return {"rules": [{"namespace": n, "verbs": sorted(v)} for n, v in st.forbid]}
+
+    def v_compact(self, a):
+        c = self.st.compact(a.get("rv"))
+        return {"compacted": c}
+
+    def v_restart(self, a):
+        return self.st.restart(a.get("rv"), float(a.get("unavailable", 0) or 0))
+
+    def v_stats(self, a):
+        st = self.st
+        with st.stats_lock:
+            s = {"requests": dict(st.stats["requests"]), "codes": dict(st.stats["codes"]),
+                 "watchesTotal": st.stats["watches_total"], "bytesSent": st.stats["bytes_sent"],
+                 "eventsSent": st.stats["events_sent"], "bookmarksSent": st.stats["bookmarks_sent"],
+                 "uptime": time.time() - st.stats["started"]}
+        with st.cond:
+            s["watchesActive"] = len(st.watchers)
+            s["rv"] = st.rv
+            s["churn"] = dict(st.churn)
+        return s
+
+    def v_reset_stats(self, a):
+        st = self.st
+        with st.stats_lock:
+            st.stats.update({"requests": collections.Counter(), "codes": collections.Counter(),
+                             "watches_total": 0, "bytes_sent": 0, "events_sent": 0, "bookmarks_sent": 0,
+                             "started": time.time()})
+        return {}
+
+    def v_bookmark(self, a):
+        st = self.st
+        with st.cond:
+            n = 0
+            for w in st.watchers:
+                if w.bookmarks:
+                    w.bookmark_now = True
+                    n += 1
+            st.cond.notify_all()
+        return {"watchers": n}
+
+    def v_chunking(self, a):
+        st = self.st
+        mode = a.get("mode")
+        if mode is not None and mode not in ("natural", "event", "coalesce", "split", "random", "bytes"):
+            raise ValueError("mode must be natural, event, coalesce, split, random or bytes")
+        with st.cond:
+            if mode is not None:
+                st.chunking["mode"] = mode
+            if a.get("max") is not None:
+                st.chunking["max"] = _as_int(a.get("max"), "max")
+            if a.get("delay_ms") is not None:
+                st.chunking["delay"] = float(a.get("delay_ms")) / 1000.0
+            if a.get("seed") is not None:
+                st.rng.seed(_as_int(a.get("seed"), "seed"))
+            return {"chunking": dict(st.chunking)}
+
+    def v_config(self, a):
+        st = self.st
+        with st.cond:
+            if a.get("bookmark_interval") is not None:
+                st.bookmark_interval = float(a["bookmark_interval"])
+            if a.get("expired_watch") is not None:
+                if a["expired_watch"] not in ("event", "http410"):
+                    raise ValueError("expired_watch must be event or http410")
+                st.expired_watch = a["expired_watch"]
+            if a.get("watchlist") is not None:
+                st.watchlist = _as_bool(a["watchlist"])
+            if a.get("history") is not None:
+                st.history_cap = max(1, _as_int(a["history"], "history"))
+            if a.get("min_request_timeout") is not None:
+                self.server.min_request_timeout = float(a["min_request_timeout"])
+            st.cond.notify_all()
+            return {"bookmarkInterval": st.bookmark_interval, "expiredWatch": st.expired_watch,
+                    "watchlist": st.watchlist, "history": st.history_cap,
+                    "minRequestTimeout": self.server.min_request_timeout}
+
+    def v_bulk_create(self, a):
+        """Create `count` Indexed-Job pods (index start..start+count-1), one ADDED event each."""
+        count = _as_int(a.get("count"), "count", 0)
+        if count <= 0 or count > 1_000_000:
+            raise ValueError("count must be in 1..1000000")
+        start = _as_int(a.get("start"), "start", 0)
+        base = {k: v for k, v in a.items() if k in ("namespace", "job", "ready", "phase", "labels",
+                                                   "annotations")}
+        st = self.st
+        t0 = time.time()
+        created = 0
+        step = 512
+        for off in range(0, count, step):
+            with st.cond:
+                for i in range(start + off, start + min(count, off + step)):
+                    b = dict(base)
+                    b["index"] = i
+                    job = b.get("job") or "trainer"
+                    b["name"] = "%s-%d-%s" % (job, i, _rand_suffix(st.rng))
+                    b["ip"] = "auto"
+                    st.put(make_job_pod(st, b))
+                    created += 1
+        with st.cond:
+            rv = st.rv
+        return {"created": created, "rv": rv, "seconds": time.time() - t0}
+
+    def v_churn(self, a):
+        """Modify random pods `events` times at `rate` events/s (0 = as fast as possible) in the background.
+        kind: annotate (irrelevant change, default), ready (flip readiness), ip (new IP), mixed."""
+        events = _as_int(a.get("events"), "events", 1000)
+        rate = float(a.get("rate", 0) or 0)
+        kind = a.get("kind") or "annotate"
+        ns = a.get("namespace")
+        if kind not in ("annotate", "ready", "ip", "mixed"):
+            raise ValueError("kind must be annotate, ready, ip or mixed")
+        st = self.st
+        with st.cond:
+            if st.churn["running"]:
+                raise ValueError("a churn is already running (churn-stop first)")
+            if not st.pods:
+                raise ValueError("no pods to churn (bulk-create first)")
+            st.churn = {"running": True, "done": 0, "target": events, "started": time.time(), "finished": None,
+                        "kind": kind, "rate": rate}
+        st.churn_stop.clear()
+        th = threading.Thread(target=self._churn_run, args=(events, rate, kind, ns), daemon=True)
+        th.start()
+        if _as_bool(a.get("wait"), False):
+            th.join()
+            with st.cond:
+                return {"churn": dict(st.churn)}
+        return {"started": True}
+
+    def _churn_run(self, events, rate, kind, ns):
+        st = self.st
+        rng = random.Random(st.rng.random())
+        t0 = time.time()
+        done = 0
+        keys = None
+        keys_gen = -1
+        batch = 64 if rate <= 0 else max(1, min(64, int(rate / 100)))
+        while done < events and not st.churn_stop.is_set():
+            if rate > 0:
+                due = t0 + done / rate
+                d = due - time.time()
+                if d > 0:
+                    time.sleep(min(d, 0.5))
+                    continue
+            with st.cond:
+                if keys_gen != st.keys_gen:
+                    keys = [k for k in st.pods if ns is None or k[0] == ns]
+                    keys_gen = st.keys_gen
+                if not keys:
+                    break
+                for _ in range(min(batch, events - done)):
+                    key = keys[rng.randrange(len(keys))]
+                    rec = st.pods[key]
+                    k = kind if kind != "mixed" else rng.choice(("annotate", "annotate", "ready", "ip"))
+                    if k == "annotate":
+                        pod = set_meta_map(rec.pod, "annotations", {"sim.tpumesh.dev/churn": str(st.rv + 1)}, [])
+                    elif k == "ready":
+                        cur = any(c.get("type") == "Ready" and c.get("status") == "True"
+                                  for c in rec.pod.get("status", {}).get("conditions") or [])
+                        pod = set_ready(rec.pod, not cur)
+                    else:
+                        pod = set_ip(rec.pod, "10.%d.%d.%d" % (rng.randrange(64, 128), rng.randrange(256),
+                                                               rng.randrange(1, 255)))
+                    st.put(pod)
+                    done += 1
+                st.churn["done"] = done
+        with st.cond:
+            st.churn["running"] = False
+            st.churn["done"] = done
+            st.churn["finished"] = time.time()
+            st.churn["seconds"] = time.time() - t0
+
+    def v_churn_stop(self, a):
+        self.st.churn_stop.set()
+        return {}
+
+
+# ---------------------------------------------------------------------------
+# Server.
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    allow_reuse_address = True
+
+    def __init__(self, addr, args, state):
+        super().__init__(addr, Handler)
+        self.state = state
+        self.verbose = args.verbose
+        self.anonymous = args.anonymous
+        self.user = args.user
+        self.ssl_ctx = None
+        self.gzip_min = args.gzip_min
+        self.min_request_timeout = float(args.min_request_timeout)
+        self.port = self.server_address[1]
+        self.fs_uid = _uid("flowschema")
+        self.pl_uid = _uid("prioritylevel")
+        major, minor = re.match(r"^v?(\d+)\.(\d+)", args.k8s_version).groups()
+        self.version_info = {"major": major, "minor": minor, "emulationMajor": major, "emulationMinor": minor,
+                             "minCompatibilityMajor": major, "minCompatibilityMinor": str(max(0, int(minor) - 1)),
+                             "gitVersion": args.k8s_version, "gitCommit": hashlib.sha1(
+                                 args.k8s_version.encode()).hexdigest(), "gitTreeState": "clean",
+                             "buildDate": "2026-07-01T00:00:00Z", "goVersion": "go1.24.6", "compiler": "gc",
+                             "platform": "linux/amd64"}
+        self.control = Control(self)
+
+    def finish_request(self, request, client_address):
+        try:
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        if self.ssl_ctx is None:
+            self.RequestHandlerClass(request, client_address, self)
+            return
+        request.settimeout(10)
+        try:
+            conn = self.ssl_ctx.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        conn.settimeout(None)
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request, client_address):
+        if self.verbose:
+            super().handle_error(request, client_address)
+
+
+def make_tls(state_dir):
+    """A test CA and a server certificate for 127.0.0.1/localhost, made with the openssl CLI."""
+    os.makedirs(state_dir, exist_ok=True)
+    ca_key, ca_crt = os.path.join(state_dir, "ca.key"), os.path.join(state_dir, "ca.crt")
+    key, csr, crt = (os.path.join(state_dir, n) for n in ("server.key", "server.csr", "server.crt"))
+    ext = os.path.join(state_dir, "server.ext")
+
+    def run(*cmd):
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        if r.returncode != 0:
+            raise SystemExit("kube-apiserver-sim: openssl failed: %s\n%s" % (" ".join(cmd),
+                                                                           r.stderr.decode(errors="replace")))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca_crt, "-days", "2", "-subj",
+        "/CN=kube-apiserver-sim-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("openssl", "req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=kube-apiserver")
+    with open(ext, "w", encoding="ascii") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\n"
+                "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default\n")
+    run("openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial", "-out", crt,
+        "-days", "2", "-extfile", ext)
+    return ca_crt, crt, key
+
+
+HELP_EPILOG = """
+control API (unauthenticated, same port, see README.md):
+  GET  /_sim/state | /_sim/stats | /_sim/pods[?namespace=NS]
+  POST /_sim/<verb> with a JSON object of arguments (query parameters also work):
+    make        name namespace index job hostname subdomain ip ready phase node labels annotations
+    create      pod (JSON)            update   pod (JSON, replaces spec/status/metadata)
+    delete      name namespace [grace S: MODIFIED with deletionTimestamp first] [after T: DELETED after T s]
+    ready       name namespace ready=true|false      ip  name namespace ip=ADDR ('' clears)
+    labels / annotate  name namespace set=k=v,... remove=k,...      phase name namespace phase=P
+    batch       ops=[{verb:...,...},...]  (one lock hold: watchers get the events together)
+    clear       delete every pod
+    cut         mode=clean|abrupt|mid-event   (end every watch; mid-event closes inside a JSON line)
+    malformed   [line=TEXT]  inject a malformed line into every watch
+    oversize    mib=N [name namespace]  inject one MODIFIED event of N MiB into every watch
+    stall       seconds=N    watches send nothing for N s (events are delivered afterwards)
+    token       token=T [keep_old=true] | reload=true | disable=true
+    fail        code=429|500|503|... count=N [retry_after=S] [match=any|pods|list|watch|get|discovery]
+                [kind=apf|status] [message=...]   (count=0 clears)
+    forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message)
+    compact     [rv=N]       expire history (and continue tokens) up to rv (default: now)
+    restart     [rv=N] [unavailable=S]  history lost, resourceVersions restart lower (etcd restore);
+                every watch is cut; 429 'storage is (re)initializing' for S s
+    bookmark    send a BOOKMARK now on every watch that allows them
+    chunking    mode=natural|event|coalesce|split|random|bytes [max=N] [delay_ms=N] [seed=N]
+    config      bookmark_interval=S expired_watch=event|http410 watchlist=true|false history=N
+                min_request_timeout=S
+    bulk-create count=N [start=I namespace job ready]   churn events=N [rate=R kind=annotate|ready|ip|mixed
+                wait=true]   churn-stop   stats   reset-stats
+  CLI: kube_apiserver_sim.py ctl --url URL <verb> [--key value ...]   (values parsed as JSON when they can be)
+"""
+
+
+def server_main(argv):
+    p = argparse.ArgumentParser(
+        prog="kube_apiserver_sim.py",
+        description="Loopback-only kube-apiserver simulator (Pods: list, get, watch) for tpumesh tests. "
+                    "Prints 'READY port=<p> url=<url> ca=<path or ->' on stdout when serving.",
+        epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: pick a free one)")
+    p.add_argument("--tls", action="store_true", help="serve HTTPS with a test CA made by openssl into --state-dir")
+    p.add_argument("--state-dir", help="directory for ready.json and the TLS files (a temp dir if omitted)")
+    p.add_argument("--token", help="accepted bearer token (no auth when neither --token nor --token-file)")
+    p.add_argument("--token-file", help="file holding the accepted bearer token (re-read when it changes)")
+    p.add_argument("--anonymous", action="store_true",
+                   help="treat requests without a token as system:anonymous (403) instead of 401")
+    p.add_argument("--user", default="system:serviceaccount:default:default",
+                   help="user name in 403 messages for authenticated requests")
+    p.add_argument("--initial-rv", type=int, default=1000, help="first resourceVersion (default 1000)")
+    p.add_argument("--history", type=int, default=50000,
+                   help="events kept for watch resumption; older RVs get 410 (default 50000)")
+    p.add_argument("--bookmark-interval", type=float, default=60.0,
+                   help="seconds between bookmarks on watches that allow them (default 60, spec §2.5)")
+    p.add_argument("--min-request-timeout", type=float, default=1800.0,
+                   help="watch without timeoutSeconds lasts this x (1+rand) seconds (default 1800)")
+    p.add_argument("--chunking", default="natural",
+                   choices=("natural", "event", "coalesce", "split", "random", "bytes"),
+                   help="how watch events map to HTTP chunks (default natural = Go's 2 KiB bufio behaviour)")
+    p.add_argument("--chunk-max", type=int, default=0, help="max chunk size for coalesce/random/bytes modes")
+    p.add_argument("--chunk-delay-ms", type=float, default=0.0, help="sleep between chunks (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (chunking, names, churn)")
+    p.add_argument("--expired-watch", default="event", choices=("event", "http410"),
+                   help="too-old watch RV: 200 + ERROR event (default, as the apiserver) or HTTP 410")
+    p.add_argument("--watchlist", default="on", choices=("on", "off"),
+                   help="WatchList feature gate: sendInitialEvents allowed (on, 1.34+ default) or 422 (off)")
+    p.add_argument("--gzip-min", type=int, default=128 * 1024,
+                   help="gzip list/get bodies at least this big when asked (0 = never; default 128 KiB)")
+    p.add_argument("--k8s-version", default="v1.34.1", help="version reported by /version")
+    p.add_argument("--pods", type=int, default=0, help="bulk-create this many Indexed-Job pods at start-up")
+    p.add_argument("--namespace", default="default", help="namespace for --pods (default 'default')")
+    p.add_argument("--job", default="trainer", help="job name for --pods (default 'trainer')")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every request to stderr")
+    args = p.parse_args(argv)
+
+    import tempfile
+    state_dir = args.state_dir or tempfile.mkdtemp(prefix="kube-apiserver-sim.")
+    os.makedirs(state_dir, exist_ok=True)
+    state = State(args)
+    srv = Server(("127.0.0.1", args.port), args, state)
+    ca = "-"
+    scheme = "http"
+    if args.tls:
+        ca, crt, key = make_tls(state_dir)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        ctx.set_alpn_protocols(["http/1.1"])
+        srv.ssl_ctx = ctx
+        scheme = "https"
+    if args.pods > 0:
+        srv.control.v_bulk_create({"count": args.pods, "namespace": args.namespace, "job": args.job})
+    url = "%s://127.0.0.1:%d" % (scheme, srv.port)
+    ready = {"port": srv.port, "url": url, "ca": ca, "pid": os.getpid(), "stateDir": state_dir}
+    tmp = os.path.join(state_dir, "ready.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(ready, f)
+    os.replace(tmp, os.path.join(state_dir, "ready.json"))
+
+    def stop(signum, frame):
+        threading.Thread(target=srv.shutdown, daemon=True).start()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print("READY port=%d url=%s ca=%s" % (srv.port, url, ca), flush=True)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    finally:
+        srv.server_close()
+    return 0
+
+
+def ctl_main(argv):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import simctl
+    return simctl.cli(argv)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "ctl":
+        return ctl_main(sys.argv[2:])
+    return server_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

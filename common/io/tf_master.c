@@ -394,6 +394,20 @@ static void close_session(struct mesh_tf_master *m, const char *handle)
     mesh_tf_call_result_cleanup(&r);
 }
 
+/* A reply we could not decode is the server's failure, not a configuration
+ * error of ours: report it as an API failure (exit 5) naming the server. */
+static int bad_reply(struct mesh_tf_master *m, int rc, struct mesh_err *err)
+{
+    if (rc != -MESH_E_PARSE && rc != -MESH_E_TOOBIG) {
+        return rc;
+    }
+    if (err != NULL) {
+        err->code = MESH_E_API;
+        mesh_err_prefix(err, "bad reply from the TPU server %s", m->target);
+    }
+    return -MESH_E_API;
+}
+
 /* CreateSession; on success *out_handle is owned by the caller. */
 static int create_session(struct mesh_tf_master *m, const char *const *tasks, size_t ntasks,
                           int64_t deadline_ms, char **out_handle, struct mesh_err *err)
@@ -414,6 +428,7 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
     } else if (rc == 0) {
         rc = mesh_tf_graph_parse_create_session_response(r.response, r.response_len, out_handle,
                                                          err);
+        rc = bad_reply(m, rc, err);
     }
     mesh_tf_call_result_cleanup(&r);
     return rc;
@@ -445,6 +460,7 @@ static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t d
     } else if (rc == 0) {
         rc = mesh_tf_graph_parse_run_step_response(
             r.response, r.response_len, MESH_TF_CONFIGURE_FETCH, out_topology, out_len, err);
+        rc = bad_reply(m, rc, err);
     }
     mesh_tf_call_result_cleanup(&r);
     return rc;

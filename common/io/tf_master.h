@@ -85,7 +85,8 @@ int64_t mesh_tf_master_now_ms(void);
  *                     answer in time (or the server's own DEADLINE_EXCEEDED);
  *   -MESH_E_NOTFOUND  "TPUs not found in the cluster. Failed in
  *                     initialization: ..." (InvalidArgument/NotFound);
- *   -MESH_E_AUTH, -MESH_E_API, -MESH_E_PARSE, -MESH_E_INVAL (bad tasks). */
+ *   -MESH_E_AUTH (UNAUTHENTICATED/PERMISSION_DENIED), -MESH_E_API (a reply
+ *                     we cannot decode, UNIMPLEMENTED, ...), -MESH_E_INVAL (bad tasks). */
 int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_t timeout_ms,
                                  uint8_t **out_topology, size_t *out_len, struct mesh_err *err);
 

@@ -7,11 +7,16 @@
  * winning string is converted once, so an error names exactly where the bad
  * value came from ("--port" or "TPUMESH_PORT").
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/annotations.h"
+#include "core/buf.h"
 #include "core/json.h"
 #include "core/logfmt.h"
 #include "core/mem.h"
@@ -266,6 +271,78 @@ static int scan_args(int argc, char *const argv[], const char *vals[NOPTS],
     return 0;
 }
 
+/* The pod-annotation layer (DESIGN.md §6: flag > annotation > environment).
+ * Reads the downward-API file at path into *out; a missing file is no
+ * layer (0, *out empty), an unreadable or malformed one is a configuration
+ * error. tpumesh.dev keys are validated (unknown keys, bad values) here. */
+static int load_annotations(const char *path, struct mesh_annotations *out,
+                            struct mesh_annotations_config *out_cfg, struct mesh_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    memset(out_cfg, 0, sizeof(*out_cfg));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        return 0;
+    }
+    if (fd < 0) {
+        return mesh_err_set(err, MESH_E_CONFIG, errno, "annotations file '%.128s'", path);
+    }
+    struct mesh_buf b;
+    mesh_buf_init(&b, MESH_ANNOTATIONS_MAX_INPUT);
+    char chunk[4096];
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            rc = mesh_err_set(err, MESH_E_CONFIG, errno, "annotations file '%.128s'", path);
+            break;
+        }
+        if (n == 0) {
+            break;
+        }
+        rc = mesh_buf_append(&b, chunk, (size_t)n, err);
+        if (rc < 0) {
+            break;
+        }
+    }
+    close(fd);
+    if (rc == 0) {
+        rc = mesh_annotations_parse(b.data ? b.data : "", b.len, out, err);
+    }
+    mesh_buf_cleanup(&b);
+    if (rc == 0) {
+        rc = mesh_annotations_config(out, out_cfg, err);
+        if (rc < 0) {
+            mesh_annotations_cleanup(out);
+        }
+    }
+    if (rc < 0) {
+        if (err != NULL) {
+            err->code = MESH_E_CONFIG; /* exit 2 even for a too-big file */
+        }
+        return mesh_err_prefix(err, "annotations file '%.128s' (--annotations-file)", path);
+    }
+    return 0;
+}
+
+/* The annotation tpumesh.dev/<flag> for the flags that have one, or NULL. */
+static const char *annotation_for(const struct mesh_annotations *a, const char *flag, char *key,
+                                  size_t keylen)
+{
+    static const char *const keyed[] = {"tpu",  "zone",         "project",          "job-name",
+                                        "port", "address-mode", "expected-workers", "timeout"};
+    for (size_t i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++) {
+        if (strcmp(flag, keyed[i]) == 0) {
+            snprintf(key, keylen, "annotation %s%s", MESH_ANNOTATION_PREFIX, flag);
+            return mesh_annotations_get(a, key + strlen("annotation "));
+        }
+    }
+    return NULL;
+}
+
 int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
                          struct mesh_init_cli *out_cli, struct mesh_err *err)
 {
@@ -279,12 +356,35 @@ int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
         *out_cli = cli;
         return 0;
     }
+    const struct opt_def *afd = find_opt("annotations-file", strlen("annotations-file"));
+    const char *apath = vals[afd - opt_defs];
+    if (apath == NULL) {
+        apath = getenv(afd->env);
+    }
+    if (apath == NULL || apath[0] == '\0') {
+        apath = afd->def;
+    }
+    struct mesh_annotations ann;
+    struct mesh_annotations_config acfg;
+    rc = load_annotations(apath, &ann, &acfg, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (acfg.tf_version != NULL) {
+        mesh_free(ctx->opts.tf_version);
+        ctx->opts.tf_version = acfg.tf_version;
+        acfg.tf_version = NULL;
+    }
+    mesh_annotations_config_cleanup(&acfg);
     for (size_t i = 0; i < NOPTS; i++) {
         const struct opt_def *d = &opt_defs[i];
         char src[64];
         const char *v = vals[i];
+        const char *av = NULL;
         if (v != NULL) {
             snprintf(src, sizeof(src), "--%s", d->flag);
+        } else if ((av = annotation_for(&ann, d->flag, src, sizeof(src))) != NULL) {
+            v = av;
         } else {
             v = getenv(d->env);
             if (v != NULL && v[0] == '\0') {
@@ -301,12 +401,16 @@ int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
         }
         rc = apply_opt(ctx, &cli, d, v, src, err);
         if (rc < 0) {
+            mesh_annotations_cleanup(&ann);
             return rc;
         }
         if (strcmp(d->flag, "tpu") == 0) {
-            ctx->opts.tpu_origin = vals[i] != NULL ? "flag --tpu" : "env TPUMESH_TPU";
+            ctx->opts.tpu_origin = vals[i] != NULL ? "flag --tpu"
+                                   : av != NULL    ? "annotation tpumesh.dev/tpu"
+                                                   : "env TPUMESH_TPU";
         }
     }
+    mesh_annotations_cleanup(&ann);
     *out_cli = cli;
     return 0;
 }

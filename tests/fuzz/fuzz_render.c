@@ -1,0 +1,176 @@
+/*
+ * fuzz_render.c - the renderers over arbitrary worker lists.
+ *
+ * Input: byte 0 = own index (signed), byte 1 = flags (bits 0-1 address
+ * mode, bit 2 complete, bit 3 with slice, bit 4 explicit job name), byte 2
+ * = expected count, bytes 3-4 = port (big endian); then lines
+ * "host|ip|pod[|job]" (one worker per line, index = line number, the job
+ * name taken from the first line that has a fourth field).
+ *
+ * Never crashes, and whatever renders keeps the promises of render.h: an
+ * env file is KEY='value' lines whose values carry no quote, newline or
+ * shell metacharacter, and JSON files parse. A broken promise aborts.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/mem.h"
+#include "core/render.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_WORKERS 64
+
+static void copy_field(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (n >= cap) {
+        n = cap - 1;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Split one line into up to 4 '|'-separated fields. */
+static size_t split_fields(const char *p, size_t n, const char *f[4], size_t fl[4])
+{
+    size_t k = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= n && k < 4; i++) {
+        if (i == n || p[i] == '|') {
+            f[k] = p + start;
+            fl[k] = i - start;
+            k++;
+            start = i + 1;
+        }
+    }
+    return k;
+}
+
+static void check_env(const char *s, size_t len)
+{
+    if (len == 0 || s[len - 1] != '\n' || strlen(s) != len) {
+        abort();
+    }
+    const char *line = s;
+    while (*line != '\0') {
+        const char *nl = strchr(line, '\n');
+        const char *eq = memchr(line, '=', (size_t)(nl - line));
+        if (eq == NULL || eq == line || eq[1] != '\'' || nl[-1] != '\'' || nl - eq < 3) {
+            abort();
+        }
+        for (const char *k = line; k < eq; k++) {
+            if (!((*k >= 'A' && *k <= 'Z') || *k == '_')) {
+                abort();
+            }
+        }
+        /* Validated values never need the '\'' escape or contain
+         * anything sh would interpret even unquoted. */
+        for (const char *v = eq + 2; v < nl - 1; v++) {
+            if (strchr("'\"`$\\;&|<>(){}*?! \t\r", *v) != NULL) {
+                abort();
+            }
+        }
+        line = nl + 1;
+    }
+}
+
+static void check_json(const char *s, size_t len)
+{
+    cJSON *j = cJSON_ParseWithLength(s, len);
+    if (j == NULL) {
+        abort();
+    }
+    cJSON_Delete(j);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 5) {
+        return 0;
+    }
+    struct mesh_slice slice;
+    memset(&slice, 0, sizeof(slice));
+    memcpy(slice.accelerator_type, "v4-32", 6);
+    memcpy(slice.topology, "2x2x4", 6);
+    slice.hosts = 4;
+    slice.host_bounds[2] = 4;
+
+    struct mesh_worker *w = mesh_calloc(MAX_WORKERS, sizeof(*w));
+    const char *hosts[MAX_WORKERS];
+    char job[MESH_JOB_NAME_MAX + 8] = "";
+    size_t n = 0;
+    const char *p = (const char *)data + 5;
+    size_t left = size - 5;
+    while (left > 0 && n < MAX_WORKERS) {
+        const char *nl = memchr(p, '\n', left);
+        size_t ll = nl != NULL ? (size_t)(nl - p) : left;
+        const char *f[4] = {0};
+        size_t fl[4] = {0};
+        size_t k = split_fields(p, ll, f, fl);
+        w[n].index = (int)n;
+        w[n].ready = (ll & 1) != 0;
+        copy_field(w[n].host, sizeof(w[n].host), f[0], fl[0]);
+        if (k > 1) {
+            copy_field(w[n].ip, sizeof(w[n].ip), f[1], fl[1]);
+        }
+        if (k > 2) {
+            copy_field(w[n].pod, sizeof(w[n].pod), f[2], fl[2]);
+        }
+        if (k > 3 && job[0] == '\0') {
+            copy_field(job, sizeof(job), f[3], fl[3]);
+        }
+        hosts[n] = w[n].host;
+        n++;
+        p += ll + (nl != NULL ? 1 : 0);
+        left -= ll + (nl != NULL ? 1 : 0);
+    }
+
+    struct mesh_render_input in;
+    memset(&in, 0, sizeof(in));
+    in.workers = w;
+    in.nworkers = n;
+    in.self_index = (int8_t)data[0];
+    in.mode = (enum mesh_addr_mode)(data[1] & 3);
+    in.complete = (data[1] & 4) != 0;
+    in.slice = (data[1] & 8) != 0 ? &slice : NULL;
+    in.job_name = (data[1] & 16) != 0 ? job : NULL;
+    in.expected = data[2];
+    in.port = (data[3] << 8) | data[4];
+    in.generation = size;
+
+    struct mesh_render_out out;
+    mesh_render_out_init(&out);
+    if (mesh_render_all(&in, &out, NULL) == 0) {
+        check_json(out.data[MESH_FILE_TOPOLOGY_JSON], out.len[MESH_FILE_TOPOLOGY_JSON]);
+        if (out.data[MESH_FILE_TF_CONFIG] != NULL) {
+            check_json(out.data[MESH_FILE_TF_CONFIG], out.len[MESH_FILE_TF_CONFIG]);
+        }
+        static const enum mesh_render_file_id envs[] = {MESH_FILE_DTENSOR_ENV, MESH_FILE_TPU_ENV,
+                                                        MESH_FILE_JAX_ENV};
+        for (size_t i = 0; i < 3; i++) {
+            if (out.data[envs[i]] != NULL) {
+                check_env(out.data[envs[i]], out.len[envs[i]]);
+            }
+        }
+    }
+    mesh_render_out_cleanup(&out);
+
+    /* The diff against the same list with one worker dropped. */
+    struct mesh_render_input in2 = in;
+    if (n > 0) {
+        in2.nworkers = n - 1;
+    }
+    (void)mesh_render_diff(&in, &in2, NULL);
+
+    char *cs = NULL;
+    size_t cs_len = 0;
+    if (mesh_render_cluster_spec(hosts, NULL, n, &cs, &cs_len, NULL) == 0) {
+        check_json(cs, cs_len);
+        mesh_free(cs);
+    }
+    mesh_free(w);
+    return 0;
+}

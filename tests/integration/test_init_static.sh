@@ -1,0 +1,145 @@
+#!/bin/bash
+# test_init_static.sh - tpumesh-init end to end on GKE's static TPU VM path
+# (TPU_WORKER_ID / TPU_WORKER_HOSTNAMES, --skip-init): the files against the
+# golden fixtures, generation continuity, unchanged files, flag/env
+# precedence, --help/--version, and the exit codes for bad flags (2),
+# invalid worker values (2) and an unwritable --out-dir (6).
+. "$(dirname "$0")/lib.sh"
+INIT=$BIN/tpumesh-init
+FIX=$ROOT/tests/fixtures/render
+NOANN=(--annotations-file "$TMP/no-annotations")
+
+# Everything that could steer resolve from outside the test is cleared.
+unset KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS TPU_NAME TPU_CONFIG TPU_ACCELERATOR_TYPE TPU_TOPOLOGY \
+    TPU_WORKER_ID TPU_WORKER_HOSTNAMES TPU_HOST_BOUNDS TPU_CHIPS_PER_HOST_BOUNDS \
+    GCE_METADATA_HOST GCE_METADATA_IP TPU_API_DISCOVERY_URL
+for v in $(env | sed -n 's/^\(TPUMESH_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+
+v4() { # v4 DIR [extra args...]: the issue's first runnable command
+    local d=$1; shift
+    TPU_WORKER_ID=${WID:-1} TPU_WORKER_HOSTNAMES=${HOSTS:-a.svc,b.svc,c.svc,d.svc} \
+        "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$d" \
+        "${NOANN[@]}" "$@"
+}
+last_line() { tail -n 1 "$1"; }
+same_files() { # same_files DIR FIXDIR: every text file equals its golden
+    local f
+    for f in dtensor.env tf_config.json tpu.env jax.env topology.json; do
+        cmp -s "$1/$f" "$2/$f" || { diff -u "$2/$f" "$1/$f" | head -20 >&2; return 1; }
+    done
+}
+gen_of() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["generation"])' "$1"; }
+
+# --version / --help
+out=$("$INIT" --version); rc=$?
+check_eq "--version exits 0" 0 "$rc"
+check "--version prints the version" grep -qx "tpumesh-init $(cat "$ROOT/VERSION")" <<<"$out"
+help=$("$INIT" --help); rc=$?
+check_eq "--help exits 0" 0 "$rc"
+missing=""
+for f in out-dir log-format log-level tpu zone project accelerator-type topology \
+    annotations-file dev-dir timeout metadata-host tpu-api-endpoint skip-init port version help; do
+    grep -q -- "--$f\b" <<<"$help" || missing="$missing --$f"
+    [ "$f" = version ] || [ "$f" = help ] && continue
+    env=TPUMESH_$(tr 'a-z-' 'A-Z_' <<<"$f")
+    grep -q "$env" <<<"$help" || missing="$missing $env"
+done
+check_eq "--help documents every flag and its TPUMESH_ variable" "" "$missing"
+check "--help documents the exit codes" grep -q "6  cannot publish" <<<"$help"
+check "--help documents the defaults" grep -q "default /var/run/tpumesh" <<<"$help"
+
+# The first runnable program (issue 2) against the golden files.
+D=$TMP/v4; mkdir -p "$D"
+v4 "$D" 2>"$TMP/log1"; rc=$?
+check_eq "static v4-32 exits 0" 0 "$rc"
+check "static v4-32 files equal the golden files" same_files "$D" "$FIX/v4-32"
+if [ -s "$D/topology.pb" ]; then ok "topology.pb written"; else
+    echo "# topology.pb not written (no topology builder in this build)"; fi
+check "no temp files left" test -z "$(find "$D" -name '.*' -type f)"
+check_eq "files are 0644" "644" "$(stat -c %a "$D/dtensor.env")"
+check "the log ends with the done line" grep -q "done: 4 worker(s), complete" <(last_line "$TMP/log1")
+
+ino=$(stat -c %i:%Y.%y "$D/dtensor.env" "$D/topology.json")
+sleep 0.05
+v4 "$D" 2>"$TMP/log2"
+check_eq "a second identical run rewrites nothing (inode+mtime)" "$ino" \
+    "$(stat -c %i:%Y.%y "$D/dtensor.env" "$D/topology.json")"
+check_eq "a second identical run keeps generation 1" 1 "$(gen_of "$D/topology.json")"
+WID=2 v4 "$D" 2>/dev/null
+check_eq "a changed input continues the generation" 2 "$(gen_of "$D/topology.json")"
+check "the changed input is in dtensor.env" grep -qx "DTENSOR_CLIENT_ID='2'" "$D/dtensor.env"
+echo 'garbage{' >"$D/topology.json"
+v4 "$D" 2>"$TMP/log3"; rc=$?
+check_eq "a garbage topology.json is tolerated" 0 "$rc"
+check "... with a warning" grep -q "WARN .*ignoring the previous" "$TMP/log3"
+check_eq "... and the generation restarts at 1" 1 "$(gen_of "$D/topology.json")"
+
+D5=$TMP/v5e; mkdir -p "$D5"
+TPU_WORKER_ID=3 TPU_WORKER_HOSTNAMES=10.8.0.2,10.8.0.3,10.8.0.4,10.8.0.5 "$INIT" --skip-init \
+    --accelerator-type=v5litepod-16 --topology=4x4 --port=10001 --out-dir="$D5" "${NOANN[@]}" \
+    2>/dev/null
+check "static v5litepod-16 (--flag=value form) equals the golden files" same_files "$D5" \
+    "$FIX/v5litepod-16"
+
+# Flag > TPUMESH_* environment.
+DP=$TMP/prec; mkdir -p "$DP"
+TPUMESH_PORT=2000 v4 "$DP" --port 3000 2>/dev/null
+check "--port wins over TPUMESH_PORT" grep -q "^DTENSOR_JOBS='a.svc:3000," "$DP/dtensor.env"
+TPUMESH_PORT=2000 TPUMESH_JOB_NAME=trainer v4 "$DP" 2>/dev/null
+check "TPUMESH_PORT applies without the flag" grep -q "^DTENSOR_JOBS='a.svc:2000," "$DP/dtensor.env"
+check "TPUMESH_JOB_NAME applies" grep -qx "DTENSOR_JOB_NAME='trainer'" "$DP/dtensor.env"
+TPUMESH_OUT_DIR=$DP TPUMESH_SKIP_INIT=true TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=x.svc \
+    TPUMESH_ACCELERATOR_TYPE=v4-8 TPUMESH_TOPOLOGY=2x2x1 "$INIT" "${NOANN[@]}" 2>/dev/null
+rc=$?
+check_eq "every option from TPUMESH_* alone (v4-8, one worker)" 0 "$rc"
+check "one worker gets DTensor's default job name localhost" \
+    grep -qx "DTENSOR_JOB_NAME='localhost'" "$DP/dtensor.env"
+
+# Exit 2: usage and configuration.
+expect_exit() { # expect_exit NAME CODE PATTERN-OF-LAST-LINE cmd...
+    local name=$1 code=$2 pat=$3; shift 3
+    "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    if [ "$rc" -ne "$code" ]; then fail "$name" "exit $rc, wanted $code" "$(tail -2 "$TMP/err")"
+    elif ! tail -n 1 "$TMP/err" | grep -q -- "$pat"; then
+        fail "$name" "last line: $(tail -n 1 "$TMP/err")" "wanted: $pat"
+    else ok "$name"; fi
+}
+DE=$TMP/err-dir; mkdir -p "$DE"
+expect_exit "unknown flag: exit 2" 2 "unknown option '--bogus'" v4 "$DE" --bogus
+expect_exit "missing value: exit 2" 2 "--port needs a value" v4 "$DE" --port
+expect_exit "bad --port: exit 2" 2 "--port: 'abc' is not a whole number in 1..65535" \
+    v4 "$DE" --port abc
+TPUMESH_PORT=0 expect_exit "bad TPUMESH_PORT: exit 2 naming the variable" 2 \
+    "TPUMESH_PORT: '0'" v4 "$DE"
+expect_exit "bad --address-mode: exit 2" 2 "is not auto, dns or ip" v4 "$DE" --address-mode x
+expect_exit "bad --log-format: exit 2" 2 "is not text or json" v4 "$DE" --log-format xml
+expect_exit "positional argument: exit 2" 2 "unexpected argument 'extra'" v4 "$DE" extra
+HOSTS='a.svc,$(touch /tmp/tpumesh-pwned),c.svc,d.svc' \
+    expect_exit "hostile worker host name: exit 2" 2 "not a valid RFC 1123 host name" v4 "$DE"
+expect_exit "hostile job name: exit 2 from the renderer" 2 "job name" \
+    v4 "$DE" --job-name "x';touch $TMP/pwned;'"
+check "nothing was executed" test ! -e "$TMP/pwned" -a ! -e /tmp/tpumesh-pwned
+check "nothing was published for rejected input" test -z "$(ls -A "$DE")"
+expect_exit "json log format: the last line is JSON" 2 '"level":"error"' \
+    v4 "$DE" --log-format json --job-name 'bad name'
+
+# Exit 6: cannot publish.
+expect_exit "missing --out-dir: exit 6" 6 "does not exist: create it" v4 "$TMP/nope"
+if mount -t tmpfs -o size=64k tmpfs "$DE" 2>/dev/null; then
+    on_exit "umount -l '$DE'"
+    v4 "$DE" 2>/dev/null
+    before=$(cat "$DE/dtensor.env")
+    mount -o remount,ro "$DE"
+    expect_exit "read-only --out-dir: exit 6" 6 "read-only; mount the shared volume read-write" \
+        v4 "$DE" --port 10002
+    check_eq "read-only: the previous files are intact" "$before" "$(cat "$DE/dtensor.env")"
+    mount -o remount,rw "$DE"
+    # Fill the volume to the last block, then ask for a change.
+    dd if=/dev/zero of="$DE/filler" bs=1k 2>/dev/null
+    expect_exit "full --out-dir: exit 6" 6 "no space left" v4 "$DE" --port 10003
+    check_eq "full: the previous files are intact" "$before" "$(cat "$DE/dtensor.env")"
+    check "full: no temp files left" test -z "$(find "$DE" -name '.*' -type f)"
+else
+    echo "# skipping read-only/full volume checks: cannot mount tmpfs here"
+fi
+done_testing

@@ -232,12 +232,19 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
                                 "topology '%s' has more than 3 dimensions: expected AxB or AxBxC",
                                 shown(s, show));
         }
-        int rc = mesh_parse_ll(s + start, i - start, 1, MESH_ACCEL_DIM_MAX, &v, &sub);
-        if (rc != 0) {
-            return mesh_err_set(err, rc == -MESH_E_RANGE ? MESH_E_RANGE : MESH_E_INVAL, 0,
-                                "topology '%s': dimension %d is not an integer in 1..%d: expected "
+        int prc = mesh_parse_ll(s + start, i - start, -1000000000LL, 1000000000LL, &v, &sub);
+        if (prc == -MESH_E_RANGE && s[start] != '-') {
+            v = MESH_ACCEL_DIM_MAX + 1LL; /* a huge positive number: a range error below */
+        } else if (prc != 0 || v < 1) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "topology '%s': dimension %d is not a positive integer: expected "
                                 "AxB or AxBxC (e.g. 2x2x4)",
-                                shown(s, show), nd + 1, MESH_ACCEL_DIM_MAX);
+                                shown(s, show), nd + 1);
+        }
+        if (v > MESH_ACCEL_DIM_MAX) {
+            return mesh_err_set(err, MESH_E_RANGE, 0,
+                                "topology '%s': dimension %d is larger than %d", shown(s, show),
+                                nd + 1, MESH_ACCEL_DIM_MAX);
         }
         dims[nd++] = (int)v;
         start = i + 1;
@@ -349,16 +356,47 @@ static int shape_min(const int d[3], int ndims)
     return m;
 }
 
+/* The canonical shapes of a slice, the most compact first. */
+struct shapes {
+    struct shape top[SHAPES_MAX]; /* most compact first (ties: lexicographic) */
+    int n;                        /* how many shapes exist in all */
+};
+
+/* a is more compact than b: smaller max/min ratio (compared without division). */
+static int compactness_cmp(const struct shape *a, const struct shape *b, int ndims)
+{
+    long long am = shape_max(a->d, ndims), an = shape_min(a->d, ndims);
+    long long bm = shape_max(b->d, ndims), bn = shape_min(b->d, ndims);
+    long long l = am * bn, r = bm * an;
+    return l < r ? -1 : (l > r ? 1 : 0);
+}
+
+static void shapes_add(struct shapes *sh, struct shape s, int ndims)
+{
+    int k = sh->n < SHAPES_MAX ? sh->n : SHAPES_MAX;
+    sh->n++;
+    /* insertion into the kept, compactness-ordered prefix; candidates come
+     * in lexicographic order, so equal ratios stay lexicographic */
+    while (k > 0 && compactness_cmp(&s, &sh->top[k - 1], ndims) < 0) {
+        if (k < SHAPES_MAX) {
+            sh->top[k] = sh->top[k - 1];
+        }
+        k--;
+    }
+    if (k < SHAPES_MAX) {
+        sh->top[k] = s;
+    }
+}
+
 /* The canonical shapes of `chips` chips in host blocks `block`: dimensions
  * non-decreasing (GKE writes 2x2x4, 4x8), each a multiple of the block;
- * a single host is exactly its block (2x2x1 for a 4-chip v4 VM). Returns the
- * number found (at most max). */
-static int candidates(int chips, int ndims, int cph, const int block[3], struct shape *out, int max)
+ * a single host is exactly its block (2x2x1 for a 4-chip v4 VM). */
+static void candidates(int chips, int ndims, int cph, const int block[3], struct shapes *out)
 {
-    int n = 0;
+    memset(out, 0, sizeof(*out));
     if (chips == cph) {
-        memcpy(out[0].d, block, sizeof(out[0].d));
-        return 1;
+        shapes_add(out, (struct shape){{block[0], block[1], block[2]}}, ndims);
+        return;
     }
     for (int x = block[0]; x <= chips; x += block[0]) {
         if (chips % x != 0) {
@@ -366,8 +404,8 @@ static int candidates(int chips, int ndims, int cph, const int block[3], struct 
         }
         int rest = chips / x;
         if (ndims == 2) {
-            if (rest >= x && rest % block[1] == 0 && n < max) {
-                out[n++] = (struct shape){{x, rest, 1}};
+            if (rest >= x && rest % block[1] == 0) {
+                shapes_add(out, (struct shape){{x, rest, 1}}, ndims);
             }
             continue;
         }
@@ -375,43 +413,28 @@ static int candidates(int chips, int ndims, int cph, const int block[3], struct 
             if (y % block[1] != 0 || rest % y != 0) {
                 continue;
             }
-            int z = rest / y;
-            if (z >= y && n < max) {
-                out[n++] = (struct shape){{x, y, z}};
-            }
+            shapes_add(out, (struct shape){{x, y, rest / y}}, ndims);
         }
     }
-    return n;
 }
 
-/* Index of the default among cands: the unique most compact shape whose
- * max/min ratio is at most 2, else -1 (ambiguous). */
-static int default_shape(const struct shape *c, int n, int ndims)
+/* The default shape: the unique most compact one, and only if its max/min
+ * ratio is at most 2 (or it is the only shape). Returns false when the
+ * choice is ambiguous or there is no shape. */
+static bool default_shape(const struct shapes *sh, int ndims, struct shape *out)
 {
-    int best = -1;
-    bool tie = false;
-    for (int i = 0; i < n; i++) {
-        long long mx = shape_max(c[i].d, ndims), mn = shape_min(c[i].d, ndims);
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        long long bmx = shape_max(c[best].d, ndims), bmn = shape_min(c[best].d, ndims);
-        /* compare mx/mn with bmx/bmn without division */
-        if (mx * bmn < bmx * mn) {
-            best = i;
-            tie = false;
-        } else if (mx * bmn == bmx * mn) {
-            tie = true;
-        }
+    if (sh->n == 0) {
+        return false;
     }
-    if (best < 0 || tie) {
-        return -1;
+    const struct shape *b = &sh->top[0];
+    if (sh->n > 1 && compactness_cmp(b, &sh->top[1], ndims) == 0) {
+        return false;
     }
-    if (shape_max(c[best].d, ndims) > 2 * shape_min(c[best].d, ndims) && n > 1) {
-        return -1;
+    if (sh->n > 1 && shape_max(b->d, ndims) > 2 * shape_min(b->d, ndims)) {
+        return false;
     }
-    return best;
+    *out = *b;
+    return true;
 }
 
 static bool shape_less(const struct shape *a, const struct shape *b)
@@ -445,18 +468,18 @@ static void appendf(char *buf, size_t cap, const char *fmt, ...)
 static bool describe_shapes(int chips, int ndims, int cph, const int block[3], char *out,
                             size_t cap)
 {
-    struct shape c[SHAPES_MAX + 1];
+    struct shapes sh;
+    struct shape def;
     char t[40];
-    int n = candidates(chips, ndims, cph, block, c, SHAPES_MAX + 1);
-    int def = default_shape(c, n, ndims);
+    candidates(chips, ndims, cph, block, &sh);
     out[0] = '\0';
-    if (n == 0) {
+    if (sh.n == 0) {
         appendf(out, cap, "no topology (%d chips do not fill hosts of %dx%dx%d chips)", chips,
                 block[0], block[1], block[2]);
         return false;
     }
-    if (def >= 0) {
-        const int *d = c[def].d;
+    if (default_shape(&sh, ndims, &def)) {
+        const int *d = def.d;
         format_topology(d, ndims, t, sizeof(t));
         appendf(out, cap, "%s", t);
         /* its distinct permutations that still divide into host blocks, in
@@ -501,11 +524,11 @@ static bool describe_shapes(int chips, int ndims, int cph, const int block[3], c
         return true;
     }
     appendf(out, cap, "one of ");
-    for (int i = 0; i < n && i < SHAPES_MAX; i++) {
-        format_topology(c[i].d, ndims, t, sizeof(t));
+    for (int i = 0; i < sh.n && i < SHAPES_MAX; i++) {
+        format_topology(sh.top[i].d, ndims, t, sizeof(t));
         appendf(out, cap, "%s%s", i == 0 ? "" : ", ", t);
     }
-    if (n > SHAPES_MAX) {
+    if (sh.n > SHAPES_MAX) {
         appendf(out, cap, ", ...");
     }
     return false;
@@ -823,17 +846,17 @@ static int derive_topology(struct derive *dv, struct mesh_err *err)
         }
         return 0;
     }
-    struct shape c[SHAPES_MAX + 1];
-    int n = candidates(dv->chips, gi->ndims, dv->cph, dv->block, c, SHAPES_MAX + 1);
-    int def = default_shape(c, n, gi->ndims);
-    if (def < 0) {
+    struct shapes sh;
+    struct shape def;
+    candidates(dv->chips, gi->ndims, dv->cph, dv->block, &sh);
+    if (!default_shape(&sh, gi->ndims, &def)) {
         describe_shapes(dv->chips, gi->ndims, dv->cph, dv->block, want, sizeof(want));
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "%s (%d chips, %d per host) has no single default topology; it could "
                             "be %s: set TPU_TOPOLOGY (the cloud.google.com/gke-tpu-topology label)",
                             type, dv->chips, dv->cph, want);
     }
-    memcpy(dv->dims, c[def].d, sizeof(dv->dims));
+    memcpy(dv->dims, def.d, sizeof(dv->dims));
     return 0;
 }
 

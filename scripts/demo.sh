@@ -1,0 +1,100 @@
+#!/bin/bash
+# scripts/demo.sh - `make demo`: the whole tpumesh flow on this machine, in
+# sections. Each section runs the real binaries and prints the files a
+# training container would read from the shared volume.
+#
+#   1. tpumesh-init, GKE TPU VM path, v4-32 (2x2x4, 4 hosts), worker 1
+#   2. tpumesh-init, GKE TPU VM path, v5litepod-16 (4x4, 4 hosts), worker 3,
+#      pod IPs in TPU_WORKER_HOSTNAMES
+#   3. a hostile worker name is refused (exit 2) and the volume keeps its
+#      last good files
+#
+# Env: BUILD (build dir, default build), PY (python with protobuf).
+# Add later flows (sidecar, legacy TPU Node) as further sections.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PY=${PY:-/usr/bin/python3}
+INIT=$BUILD/bin/tpumesh-init
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tpumesh-demo.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+# Nothing from the caller's environment steers the demo.
+unset KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS TPU_NAME TPU_CONFIG TPU_ACCELERATOR_TYPE TPU_TOPOLOGY \
+    TPU_WORKER_ID TPU_WORKER_HOSTNAMES TPU_HOST_BOUNDS TPU_CHIPS_PER_HOST_BOUNDS
+for v in $(env | sed -n 's/^\(TPUMESH_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+
+section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+
+# Print every file of a volume: env files as they are, JSON pretty-printed,
+# topology.pb decoded by Google's protobuf library when its module is built.
+show_volume() {
+    local d=$1 f
+    for f in dtensor.env tpu.env jax.env tf_config.json; do
+        [ -f "$d/$f" ] || continue
+        printf -- '--- %s\n' "$f"
+        if [ "${f##*.}" = json ]; then "$PY" -m json.tool --compact "$d/$f"; else cat "$d/$f"; fi
+    done
+    printf -- '--- topology.json\n'
+    "$PY" - "$d/topology.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+s = t["slice"] or {}
+print("generation %s, complete %s, job %s, client %s of %s, coordinator %s" % (
+    t["generation"], t["complete"], t["jobName"], t["clientId"], t["numClients"], t["coordinator"]))
+if s:
+    print("slice %s topology %s: %d chips, %d hosts x %d chips, %d cores/chip, "
+          "%d TF devices/host, mesh %s" % (s["acceleratorType"], s["topology"], s["chips"],
+          s["hosts"], s["chipsPerHost"], s["coresPerChip"], s["devicesPerHost"], s["meshShape"]))
+for w in t["workers"]:
+    print("  worker %-2d %-28s ip=%-15s ready=%s" % (w["index"], w["address"], w["ip"], w["ready"]))
+EOF
+    if [ -f "$d/topology.pb" ]; then
+        printf -- '--- topology.pb (%d bytes)\n' "$(stat -c %s "$d/topology.pb")"
+        PYTHONPATH=$BUILD/gen/py "$PY" - "$d/topology.pb" <<'EOF' 2>/dev/null ||
+import sys
+from tensorflow.core.protobuf.tpu import topology_pb2
+t = topology_pb2.TopologyProto()
+t.ParseFromString(open(sys.argv[1], "rb").read())
+c = list(t.device_coordinates)
+print("mesh_shape %s, %d tasks x %d devices; task 0 devices %s" % (
+    list(t.mesh_shape), t.num_tasks, t.num_tpu_devices_per_task,
+    [tuple(c[i:i + 4]) for i in range(0, 4 * t.num_tpu_devices_per_task, 4)]))
+EOF
+            echo "(decode with 'make gen-py' to see its fields)"
+    fi
+}
+
+[ -x "$INIT" ] || { echo "demo: $INIT is missing; run make first" >&2; exit 1; }
+
+section "1. tpumesh-init on GKE's TPU VM path: v4-32, topology 2x2x4, this pod is worker 1"
+V4=$WORK/v4-32
+mkdir -p "$V4"
+run env TPU_WORKER_ID=1 \
+    TPU_WORKER_HOSTNAMES=job-0.job.default.svc,job-1.job.default.svc,job-2.job.default.svc,job-3.job.default.svc \
+    "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$V4" \
+    --annotations-file "$WORK/none"
+echo "exit $?"
+show_volume "$V4"
+
+section "2. tpumesh-init: v5litepod-16, topology 4x4, worker 3, pod IPs, DTensor port 10001"
+V5=$WORK/v5litepod-16
+mkdir -p "$V5"
+run env TPU_WORKER_ID=3 TPU_WORKER_HOSTNAMES=10.8.0.2,10.8.0.3,10.8.0.4,10.8.0.5 \
+    "$INIT" --skip-init --accelerator-type v5litepod-16 --topology 4x4 --port 10001 \
+    --out-dir "$V5" --annotations-file "$WORK/none"
+echo "exit $?"
+show_volume "$V5"
+
+section "3. a hostile worker name is refused; the volume keeps its last good files"
+run env TPU_WORKER_ID=1 'TPU_WORKER_HOSTNAMES=a.svc,$(touch /tmp/pwned),c.svc,d.svc' \
+    "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$V4" \
+    --annotations-file "$WORK/none"
+echo "exit $? (2 = configuration error)"
+printf -- '--- dtensor.env still\n'
+cat "$V4/dtensor.env"
+echo
+echo "demo finished"

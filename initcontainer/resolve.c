@@ -67,20 +67,37 @@ static bool have_tpu_vm_env(const struct mesh_init *ctx)
     return ctx->opts.accelerator_type != NULL || ctx->opts.topology != NULL;
 }
 
-/* Parse an integer environment variable within [min, max]. Returns 0 and
- * *found = false when absent. */
-static int env_int(const char *name, long long min, long long max, bool *found, long long *out,
-                   struct mesh_err *err)
+/* A TPU VM value: the environment variable name, else (when the metadata
+ * server's tpu-env was read) its tpu-env key - name without a "TPU_" prefix
+ * (spec §4.4: HOST_BOUNDS, CHIPS_PER_HOST_BOUNDS, ACCELERATOR_TYPE,
+ * WORKER_ID, MEGASCALE_*). *used names where the value came from. */
+static const char *vm_get(const struct mesh_tpuenv *tenv, const char *name, const char **used)
 {
     const char *v = env_get(name);
+    *used = name;
+    if (v == NULL && tenv != NULL) {
+        const char *key = strncmp(name, "TPU_", 4) == 0 ? name + 4 : name;
+        v = mesh_tpuenv_get(tenv, key);
+        *used = "metadata tpu-env key";
+    }
+    return v;
+}
+
+/* Parse an integer TPU VM value within [min, max]. Returns 0 and *found =
+ * false when absent. */
+static int env_int(const struct mesh_tpuenv *tenv, const char *name, long long min, long long max,
+                   bool *found, long long *out, struct mesh_err *err)
+{
+    const char *used;
+    const char *v = vm_get(tenv, name, &used);
     *found = false;
     if (v == NULL) {
         return 0;
     }
     if (mesh_parse_ll(v, strlen(v), min, max, out, NULL) != 0) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "%s='%.32s' is not an integer in %lld..%lld; fix or unset it", name, v,
-                            min, max);
+                            "%s %s='%.32s' is not an integer in %lld..%lld; fix or unset it", used,
+                            name, v, min, max);
     }
     *found = true;
     return 0;
@@ -88,13 +105,14 @@ static int env_int(const char *name, long long min, long long max, bool *found, 
 
 /* Bounds from the first present of two variable names (TPU_HOST_BOUNDS or
  * HOST_BOUNDS, gke-and-peers.md §2.3). */
-static int env_bounds(const char *name, const char *alt, bool *found, int out[3],
-                      struct mesh_err *err)
+static int env_bounds(const struct mesh_tpuenv *tenv, const char *name, const char *alt,
+                      bool *found, int out[3], struct mesh_err *err)
 {
+    const char *used;
     const char *v = env_get(name);
-    const char *used = name;
+    used = name;
     if (v == NULL && alt != NULL) {
-        v = env_get(alt);
+        v = vm_get(tenv, alt, &used);
         used = alt;
     }
     *found = false;
@@ -115,13 +133,13 @@ static bool bounds_equal(const int a[3], const int b[3])
 
 /* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID (multislice, gke-and-peers.md
  * §2.3): validated and logged; the worker list stays this slice's. */
-static int check_megascale(struct mesh_err *err)
+static int check_megascale(const struct mesh_tpuenv *tenv, struct mesh_err *err)
 {
     bool have_n = false, have_id = false;
     long long n = 1, id = 0;
-    int rc = env_int("MEGASCALE_NUM_SLICES", 1, 4096, &have_n, &n, err);
+    int rc = env_int(tenv, "MEGASCALE_NUM_SLICES", 1, 4096, &have_n, &n, err);
     if (rc == 0) {
-        rc = env_int("MEGASCALE_SLICE_ID", 0, 4095, &have_id, &id, err);
+        rc = env_int(tenv, "MEGASCALE_SLICE_ID", 0, 4095, &have_id, &id, err);
     }
     if (rc < 0) {
         return rc;
@@ -133,7 +151,8 @@ static int check_megascale(struct mesh_err *err)
                             id, n, n - 1);
     }
     if (have_n && n > 1) {
-        const char *coord = env_get("MEGASCALE_COORDINATOR_ADDRESS");
+        const char *used;
+        const char *coord = vm_get(tenv, "MEGASCALE_COORDINATOR_ADDRESS", &used);
         mesh_info(MOD, "multislice: slice %lld of %lld, coordinator %s", id, n,
                   coord ? coord : "(not set)");
     }
@@ -142,16 +161,24 @@ static int check_megascale(struct mesh_err *err)
 
 /* Derive the slice from the accelerator model when anything names it, and
  * check the GKE bounds against it. */
-static int resolve_vm_slice(struct mesh_init *ctx, size_t nhosts_listed, struct mesh_err *err)
+static int resolve_vm_slice(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
+                            size_t nhosts_listed, struct mesh_err *err)
 {
-    const char *type =
-        ctx->opts.accelerator_type ? ctx->opts.accelerator_type : env_get("TPU_ACCELERATOR_TYPE");
-    const char *topo = ctx->opts.topology ? ctx->opts.topology : env_get("TPU_TOPOLOGY");
+    const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
+    const char *used;
+    const char *type = ctx->opts.accelerator_type ? ctx->opts.accelerator_type
+                                                  : vm_get(tenv, "TPU_ACCELERATOR_TYPE", &used);
+    const char *topo =
+        ctx->opts.topology ? ctx->opts.topology : vm_get(tenv, "TPU_TOPOLOGY", &used);
+    if (type == NULL && md != NULL) {
+        type = md->accelerator_type;
+    }
     int hb[3], cb[3];
     bool have_hb = false, have_cb = false;
-    int rc = env_bounds("TPU_HOST_BOUNDS", "HOST_BOUNDS", &have_hb, hb, err);
+    int rc = env_bounds(tenv, "TPU_HOST_BOUNDS", "HOST_BOUNDS", &have_hb, hb, err);
     if (rc == 0) {
-        rc = env_bounds("TPU_CHIPS_PER_HOST_BOUNDS", "CHIPS_PER_HOST_BOUNDS", &have_cb, cb, err);
+        rc = env_bounds(tenv, "TPU_CHIPS_PER_HOST_BOUNDS", "CHIPS_PER_HOST_BOUNDS", &have_cb, cb,
+                        err);
     }
     if (rc < 0) {
         return rc;
@@ -193,23 +220,19 @@ static int resolve_vm_slice(struct mesh_init *ctx, size_t nhosts_listed, struct 
     return 0;
 }
 
-static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
+static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
+                              struct mesh_err *err)
 {
-    ctx->kind = MESH_TPU_VM_LOCAL;
-    ctx->self_index = -1;
-    const char *hosts = env_get("TPU_WORKER_HOSTNAMES");
-    if (hosts != NULL) {
-        int rc = mesh_tpuenv_parse_hostnames(hosts, strlen(hosts), MESH_INIT_MAX_WORKERS,
-                                             &ctx->workers, &ctx->nworkers, err);
-        if (rc < 0) {
-            return mesh_err_prefix(err, "TPU_WORKER_HOSTNAMES");
-        }
-    }
+    const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
     bool have_id = false;
     long long id = -1;
-    int rc = env_int("TPU_WORKER_ID", 0, MESH_INIT_MAX_WORKERS - 1, &have_id, &id, err);
+    int rc = env_int(tenv, "TPU_WORKER_ID", 0, MESH_INIT_MAX_WORKERS - 1, &have_id, &id, err);
     if (rc < 0) {
         return rc;
+    }
+    if (!have_id && md != NULL && md->worker_number >= 0) {
+        id = md->worker_number;
+        have_id = true;
     }
     if (!have_id && ctx->nworkers == 1) {
         id = 0; /* a single-host slice: the only worker is this one */
@@ -229,9 +252,9 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
                             ctx->nworkers);
     }
     ctx->self_index = have_id ? (int)id : -1;
-    rc = check_megascale(err);
+    rc = check_megascale(tenv, err);
     if (rc == 0) {
-        rc = resolve_vm_slice(ctx, ctx->nworkers, err);
+        rc = resolve_vm_slice(ctx, md, ctx->nworkers, err);
     }
     if (rc < 0) {
         return rc;
@@ -256,11 +279,75 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
                             ctx->opts.expected_workers, ctx->nworkers);
     }
     ctx->complete = ctx->nworkers > 0;
-    mesh_info(MOD, "TPU VM: worker %d of %zu, slice %s %s, %s", ctx->self_index, ctx->nworkers,
-              ctx->have_slice ? ctx->slice.accelerator_type : "unknown",
-              ctx->have_slice ? ctx->slice.topology : "",
+    mesh_info(MOD, "TPU VM: worker %d of %zu, slice %s%s%s, worker list %s", ctx->self_index,
+              ctx->nworkers, ctx->have_slice ? ctx->slice.accelerator_type : "unknown",
+              ctx->have_slice ? " " : "", ctx->have_slice ? ctx->slice.topology : "",
               ctx->complete ? "complete" : "incomplete");
     return 0;
+}
+
+/* Without TPU_WORKER_HOSTNAMES, try the GCE metadata server's TPU VM
+ * attributes (spec §4.4; a plain TPU VM, not GKE, where they are hidden -
+ * spec §4.5). Not fatal: without them the worker list stays unknown. */
+static bool vm_from_metadata(struct mesh_init *ctx, struct mesh_gce_tpu_vm *out)
+{
+    struct mesh_gce_metadata md;
+    struct mesh_err merr;
+    if (mesh_gce_metadata_init(&md, ctx->opts.metadata_host, &merr) < 0) {
+        mesh_warn(MOD, "TPU VM attributes not read: %s", merr.msg);
+        return false;
+    }
+    md.attempts = 1;
+    md.timeout_ms = 1000;
+    int rc = mesh_gce_metadata_tpu_vm(&md, MESH_INIT_MAX_WORKERS, out, &merr);
+    mesh_gce_metadata_cleanup(&md);
+    if (rc < 0) {
+        mesh_info(MOD,
+                  "no TPU_WORKER_HOSTNAMES and no TPU VM metadata (%s): the worker list "
+                  "stays unknown",
+                  merr.msg);
+        return false;
+    }
+    mesh_info(MOD, "TPU VM attributes from the metadata server: %zu worker(s), type %s",
+              out->nworkers, out->accelerator_type ? out->accelerator_type : "?");
+    return true;
+}
+
+static int resolve_vm_workers(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
+                              struct mesh_err *err)
+{
+    const char *hosts = env_get("TPU_WORKER_HOSTNAMES");
+    if (hosts != NULL) {
+        int rc = mesh_tpuenv_parse_hostnames(hosts, strlen(hosts), MESH_INIT_MAX_WORKERS,
+                                             &ctx->workers, &ctx->nworkers, err);
+        if (rc < 0) {
+            return mesh_err_prefix(err, "TPU_WORKER_HOSTNAMES");
+        }
+    } else if (md != NULL && md->nworkers > 0) {
+        ctx->workers = mesh_calloc(md->nworkers, sizeof(*ctx->workers));
+        memcpy(ctx->workers, md->workers, md->nworkers * sizeof(*ctx->workers));
+        ctx->nworkers = md->nworkers;
+    }
+    return 0;
+}
+
+static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
+{
+    ctx->kind = MESH_TPU_VM_LOCAL;
+    ctx->self_index = -1;
+    struct mesh_gce_tpu_vm mdv;
+    const struct mesh_gce_tpu_vm *md = NULL;
+    if (env_get("TPU_WORKER_HOSTNAMES") == NULL && vm_from_metadata(ctx, &mdv)) {
+        md = &mdv;
+    }
+    int rc = resolve_vm_workers(ctx, md, err);
+    if (rc == 0) {
+        rc = resolve_vm_checked(ctx, md, err);
+    }
+    if (md != NULL) {
+        mesh_gce_metadata_tpu_vm_cleanup(&mdv);
+    }
+    return rc;
 }
 
 /* ---- legacy TPU Node: grpc:// endpoints -------------------------------- */

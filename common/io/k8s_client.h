@@ -141,10 +141,13 @@ struct mesh_k8s_watch_opts {
  * and calling fn for each. Blocks until the stream ends. Returns:
  *   0                the server ended the stream normally (timeoutSeconds,
  *                    EOF at an event boundary): re-watch from the last RV
+ *   -MESH_E_API with mesh_k8s_client_last_status() == 200: the stream was
+ *                    cut (connection lost, possibly in the middle of an
+ *                    event; the partial event is dropped): re-watch from
+ *                    the last RV, as client-go does on an unexpected EOF
  *   -MESH_E_TIMEOUT  stall: no byte for stall_ms
  *   -MESH_E_TOOBIG   one event exceeded max_event_bytes
- *   -MESH_E_PARSE    a malformed event line, or the stream was cut in the
- *                    middle of an event
+ *   -MESH_E_PARSE    a malformed event line
  *   fn's code        (e.g. -MESH_E_GONE for an in-stream ERROR 410)
  *   the HTTP errors above for a non-200 start (HTTP 410 -> -MESH_E_GONE). */
 int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query *q,

@@ -1,17 +1,273 @@
 /*
- * main.c - tpumesh-sidecar entry point (being built up; see the issues).
+ * main.c - tpumesh-sidecar: flags, identity, the informer and HTTP threads,
+ * and the main loop (DESIGN.md §1, §6; issue 5).
+ *
+ * The main thread polls three things: a signalfd (SIGTERM/SIGINT, blocked
+ * in every thread before any is created, STYLE.md R7/R18), the informer's
+ * notify eventfd (the store changed), and a one-second tick (retry a failed
+ * publish, re-check --verify-dns, track API progress for /healthz). On
+ * SIGTERM it stops the informer (which cancels its in-flight request within
+ * ~100 ms), lets the current publish (synchronous, on this thread) finish,
+ * stops the HTTP server and exits 0; the published files stay.
  */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/cleanup.h"
+#include "core/mem.h"
+#include "io/k8s_client.h"
+#include "io/k8s_informer.h"
+#include "io/log.h"
+#include "sidecar.h"
+
+#define MOD "sidecar"
+
+static int64_t now_ms(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *informer_thread(void *arg)
+{
+    struct mesh_k8s_informer *inf = arg;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    if (mesh_k8s_informer_run(inf, &err) < 0) {
+        mesh_error("k8s", "informer stopped: %s", err.msg);
+    }
+    return NULL;
+}
+
+static struct mesh_k8s_client *new_client(const struct mesh_sidecar_opts *o, struct mesh_err *err)
+{
+    struct mesh_k8s_client_opts co = {
+        .apiserver = o->apiserver,
+        .token_file = o->token_file,
+        .ca_file = o->ca_file,
+        .kubeconfig = o->kubeconfig,
+        .user_agent = "tpumesh-sidecar/" MESH_VERSION,
+    };
+    return mesh_k8s_client_new(&co, err);
+}
+
+/* Wait for SIGTERM/SIGINT while something slow runs on another thread. */
+struct stopper {
+    int sfd;
+    volatile int stop;
+    pthread_t thread;
+};
+
+static void *stopper_thread(void *arg)
+{
+    struct stopper *s = arg;
+    struct pollfd p = {s->sfd, POLLIN, 0};
+    while (!s->stop) {
+        if (poll(&p, 1, 100) > 0) {
+            s->stop = 1;
+        }
+    }
+    return NULL;
+}
+
+static int run_loop(struct mesh_sidecar *ctx, int sfd)
+{
+    int nfd = mesh_k8s_informer_notify_fd(ctx->inf);
+    uint64_t progress = 0;
+    int64_t last_tick = 0;
+    for (;;) {
+        struct pollfd p[2] = {{sfd, POLLIN, 0}, {nfd, POLLIN, 0}};
+        int n = poll(p, 2, 1000);
+        if (n < 0 && errno != EINTR) {
+            mesh_error(MOD, "poll: %s", strerror(errno));
+            return -1;
+        }
+        if (n > 0 && (p[0].revents & POLLIN)) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                mesh_info(MOD, "received %s: stopping the watch", strsignal((int)si.ssi_signo));
+            }
+            return 0;
+        }
+        if (n > 0 && (p[1].revents & POLLIN)) {
+            uint64_t v;
+            (void)!read(nfd, &v, sizeof(v));
+        }
+        int64_t mono = now_ms(CLOCK_MONOTONIC);
+        bool tick = mono - last_tick >= 1000;
+        if (tick) {
+            last_tick = mono;
+            struct mesh_k8s_informer_stats s;
+            mesh_k8s_informer_stats(ctx->inf, &s);
+            uint64_t pr = s.lists + s.watches + s.events + s.bookmarks + s.pages;
+            if (pr != progress) {
+                progress = pr;
+                pthread_mutex_lock(&ctx->mu);
+                ctx->st.last_progress_ms = mono;
+                pthread_mutex_unlock(&ctx->mu);
+            }
+        }
+        bool dirty = atomic_load(&ctx->changes) != ctx->changes_seen;
+        bool retry = tick && (ctx->publish_pending ||
+                              (ctx->opts.verify_dns && ctx->have_cur && !ctx->last_complete));
+        if (mesh_k8s_informer_has_synced(ctx->inf) && (dirty || retry)) {
+            (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME));
+        }
+    }
+}
+
+static int setup_signals(struct mesh_err *err)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    /* Blocked before any thread exists, so every thread inherits the mask
+     * and only the signalfd sees them. */
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0) {
+        return mesh_err_set(err, MESH_E_IO, errno, "block signals");
+    }
+    int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd < 0) {
+        return mesh_err_set(err, MESH_E_IO, errno, "signalfd");
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return fd;
+}
+
+static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **out_http,
+                 struct mesh_k8s_client **out_wclient, struct mesh_err *err)
+{
+    int port = 0;
+    *out_http = mesh_sidecar_http_start(ctx, ctx->opts.http_addr, &port, err);
+    if (*out_http == NULL) {
+        return -MESH_E_IO;
+    }
+    mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology on %s (port %d)",
+              ctx->opts.http_addr, port);
+    mesh_info(MOD, "grpc: %s reserved for grpc.health.v1 and tpumesh.v1.Topology (later release)",
+              ctx->opts.grpc_addr);
+
+    /* Own pod first, on a client of this thread; a signal stops the retries. */
+    struct mesh_k8s_client *c = new_client(&ctx->opts, err);
+    if (c == NULL) {
+        return -MESH_E_CONFIG;
+    }
+    mesh_info("k8s", "API server %s (%s)", mesh_k8s_client_server(c), mesh_k8s_client_source(c));
+    struct stopper st = {.sfd = sfd};
+    pthread_create(&st.thread, NULL, stopper_thread, &st);
+    int rc = mesh_sidecar_identify(ctx, c, &st.stop, err);
+    int stopped = st.stop;
+    st.stop = 1;
+    pthread_join(st.thread, NULL);
+    mesh_k8s_client_free(c);
+    if (rc < 0) {
+        return stopped ? 1 : rc;
+    }
+    rc = mesh_sidecar_load_state(ctx, err);
+    if (rc < 0) {
+        return rc;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "waiting for the first LIST of pods %.400s",
+             ctx->selector);
+    ctx->st.generation = ctx->generation;
+    pthread_mutex_unlock(&ctx->mu);
+
+    /* The informer gets its own client: a client serves one thread. */
+    *out_wclient = new_client(&ctx->opts, err);
+    if (*out_wclient == NULL) {
+        return -MESH_E_CONFIG;
+    }
+    struct mesh_k8s_informer_opts io = {
+        .query = {.ns = ctx->ns, .resource = "pods", .label_selector = ctx->selector},
+        .stall_timeout_s = ctx->opts.stall_timeout_s,
+        .extract = mesh_sidecar_extract,
+        .record_free = mesh_sidecar_record_free,
+        .equal = mesh_sidecar_record_equal,
+        .cb = {mesh_sidecar_on_add, mesh_sidecar_on_update, mesh_sidecar_on_delete,
+               mesh_sidecar_on_synced},
+        .ctx = ctx,
+    };
+    ctx->inf = mesh_k8s_informer_new(*out_wclient, &io, err);
+    return ctx->inf != NULL ? 0 : -MESH_E_CONFIG;
+}
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("tpumesh-sidecar %s\n", MESH_VERSION);
+    static struct mesh_sidecar ctx; /* large; zero-initialised */
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    int rc = mesh_sidecar_opts_parse(argc, argv, &ctx.opts, &err);
+    if (rc != 0) {
+        mesh_sidecar_opts_cleanup(&ctx.opts);
+        if (rc > 0) {
             return 0;
         }
+        fprintf(stderr, "tpumesh-sidecar: %s\n", err.msg);
+        return 2;
     }
-    fprintf(stderr, "usage: tpumesh-sidecar --version\n");
-    return 2;
+    mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
+    pthread_mutex_init(&ctx.mu, NULL);
+    mesh_info(MOD, "tpumesh-sidecar %s starting: out-dir %s, address mode %s, port %d",
+              MESH_VERSION, ctx.opts.out_dir,
+              ctx.opts.address_mode == MESH_ADDR_DNS
+                  ? "dns"
+                  : (ctx.opts.address_mode == MESH_ADDR_IP ? "ip" : "auto"),
+              ctx.opts.port);
+
+    int exit_code = 0;
+    struct mesh_sidecar_http *http = NULL;
+    struct mesh_k8s_client *wclient = NULL;
+    pthread_t inf_thread;
+    bool inf_running = false;
+    mesh_autoclose int sfd = setup_signals(&err);
+    if (sfd < 0) {
+        mesh_error(MOD, "%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
+    rc = start(&ctx, sfd, &http, &wclient, &err);
+    if (rc == 1) {
+        mesh_info(MOD, "stopped before the first LIST; exiting");
+        goto out;
+    }
+    if (rc < 0) {
+        mesh_error(MOD, "%s", err.msg);
+        exit_code = rc == -MESH_E_CONFIG ? 2 : 1;
+        goto out;
+    }
+    if (pthread_create(&inf_thread, NULL, informer_thread, ctx.inf) != 0) {
+        mesh_error(MOD, "cannot start the watch thread");
+        exit_code = 1;
+        goto out;
+    }
+    inf_running = true;
+    if (run_loop(&ctx, sfd) < 0) {
+        exit_code = 1;
+    }
+
+out:
+    if (inf_running) {
+        int64_t t0 = now_ms(CLOCK_MONOTONIC);
+        mesh_k8s_informer_stop(ctx.inf);
+        pthread_join(inf_thread, NULL);
+        mesh_info(MOD, "watch stopped in %lld ms; files stay at generation %llu",
+                  (long long)(now_ms(CLOCK_MONOTONIC) - t0), (unsigned long long)ctx.generation);
+    }
+    mesh_sidecar_http_stop(http);
+    mesh_k8s_informer_free(ctx.inf);
+    mesh_k8s_client_free(wclient);
+    mesh_sidecar_topology_cleanup(&ctx);
+    mesh_sidecar_opts_cleanup(&ctx.opts);
+    pthread_mutex_destroy(&ctx.mu);
+    return exit_code;
 }

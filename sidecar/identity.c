@@ -1,0 +1,297 @@
+/*
+ * identity.c - who this pod is, which pods are its peers, how many workers
+ * to expect, and what tpumesh-init already published.
+ *
+ * Selector derivation (issue 5; spec/gke-and-peers.md §2.4, §3.5, §5.5;
+ * spec/kubernetes-api.md §3.5-§3.6), first match wins:
+ *   JobSet       jobset.sigs.k8s.io/jobset-name=<n>   (all slices, multi-slice)
+ *   Indexed Job  batch.kubernetes.io/job-name=<n>
+ *   StatefulSet  the pod's template labels (its labels minus the per-pod
+ *                ones the controller adds), and only pods whose controller
+ *                is the same StatefulSet are kept
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/accel.h"
+#include "io/k8s_client.h"
+#include "io/log.h"
+#include "io/publish.h"
+#include "sidecar.h"
+
+#define MOD "sidecar"
+
+/* Labels a StatefulSet controller puts on each pod: they differ per pod, so
+ * they cannot be part of a selector for all of them. */
+static const char *const per_pod_labels[] = {
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "controller-revision-hash",
+    "pod-template-hash",
+};
+
+static bool is_per_pod(const char *key)
+{
+    for (size_t i = 0; i < sizeof(per_pod_labels) / sizeof(per_pod_labels[0]); i++) {
+        if (strcmp(key, per_pod_labels[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Label keys and values reaching a selector: [A-Za-z0-9._/-] only, so the
+ * selector needs no quoting and cannot smuggle selector syntax. */
+static bool is_selector_safe(const char *s)
+{
+    if (s[0] == '\0' || strlen(s) > 316) {
+        return false;
+    }
+    for (const char *p = s; *p != '\0'; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-' || c == '/';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int statefulset_selector(struct mesh_sidecar *ctx, const cJSON *pod, struct mesh_err *err)
+{
+    const cJSON *labels = mesh_json_path(pod, "metadata.labels");
+    struct mesh_buf b;
+    mesh_buf_init(&b, sizeof(ctx->selector) - 1);
+    const cJSON *l = NULL;
+    int rc = 0;
+    if (!cJSON_IsObject(labels)) {
+        labels = NULL;
+    }
+    cJSON_ArrayForEach(l, labels)
+    {
+        if (!cJSON_IsString(l) || is_per_pod(l->string)) {
+            continue;
+        }
+        if (!is_selector_safe(l->string) || !is_selector_safe(l->valuestring)) {
+            continue;
+        }
+        rc = mesh_buf_printf(&b, err, "%s%s=%s", b.len ? "," : "", l->string, l->valuestring);
+        if (rc < 0) {
+            break;
+        }
+    }
+    if (rc == 0 && b.len == 0) {
+        rc = mesh_err_set(err, MESH_E_CONFIG, 0,
+                          "StatefulSet pod %s has no template labels to select its peers by; "
+                          "pass --selector",
+                          ctx->pod_name);
+    }
+    if (rc == 0) {
+        snprintf(ctx->selector, sizeof(ctx->selector), "%s", mesh_buf_str(&b));
+        snprintf(ctx->owner_filter, sizeof(ctx->owner_filter), "%s", ctx->self.owner_name);
+    }
+    mesh_buf_cleanup(&b);
+    return rc;
+}
+
+static int derive_selector(struct mesh_sidecar *ctx, const cJSON *pod, struct mesh_err *err)
+{
+    if (ctx->opts.selector != NULL) {
+        snprintf(ctx->selector, sizeof(ctx->selector), "%s", ctx->opts.selector);
+        mesh_info(MOD, "peers: selector %s (from --selector)", ctx->selector);
+        return 0;
+    }
+    const struct mesh_k8s_pod *s = &ctx->self;
+    if (s->jobset_name[0] != '\0') {
+        snprintf(ctx->selector, sizeof(ctx->selector), "%s=%s", MESH_K8S_KEY_JOBSET_NAME,
+                 s->jobset_name);
+        mesh_info(MOD, "peers: selector %s (this pod belongs to JobSet %s: every slice)",
+                  ctx->selector, s->jobset_name);
+        return 0;
+    }
+    if (s->job_name[0] != '\0') {
+        snprintf(ctx->selector, sizeof(ctx->selector), "%s=%s", MESH_K8S_KEY_JOB_NAME, s->job_name);
+        mesh_info(MOD, "peers: selector %s (this pod belongs to Indexed Job %s)", ctx->selector,
+                  s->job_name);
+        return 0;
+    }
+    if (strcmp(s->owner_kind, "StatefulSet") == 0) {
+        int rc = statefulset_selector(ctx, pod, err);
+        if (rc == 0) {
+            mesh_info(MOD,
+                      "peers: selector %s (template labels of StatefulSet %s; pods owned by "
+                      "another controller are ignored)",
+                      ctx->selector, ctx->owner_filter);
+        }
+        return rc;
+    }
+    return mesh_err_set(err, MESH_E_CONFIG, 0,
+                        "cannot tell which pods are this pod's peers: pod %s has no %s or %s "
+                        "label and no StatefulSet owner; pass --selector",
+                        ctx->pod_name, MESH_K8S_KEY_JOBSET_NAME, MESH_K8S_KEY_JOB_NAME);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
+                          volatile int *stop, struct mesh_err *err)
+{
+    if (ctx->opts.pod_name == NULL) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "this pod's name is unknown: pass --pod-name or set POD_NAME from "
+                            "the downward API (fieldRef metadata.name)");
+    }
+    snprintf(ctx->pod_name, sizeof(ctx->pod_name), "%s", ctx->opts.pod_name);
+    const char *ns = ctx->opts.ns ? ctx->opts.ns : mesh_k8s_client_namespace(client);
+    if (!mesh_k8s_is_dns_label(ns, strlen(ns))) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "namespace '%s' is not an RFC 1123 label", ns);
+    }
+    snprintf(ctx->ns, sizeof(ctx->ns), "%s", ns);
+
+    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
+    mesh_autocjson cJSON *pod = NULL;
+    long delay = 500;
+    char last[MESH_ERR_MSG_MAX] = "";
+    for (;;) {
+        struct mesh_err e;
+        mesh_err_clear(&e);
+        int rc = mesh_k8s_client_get(client, &q, ctx->pod_name, &pod, &e);
+        if (rc == 0) {
+            break;
+        }
+        /* Transient until proven otherwise: the pod may not be visible yet
+         * and the API may be restarting. Log each distinct failure once. */
+        if (strcmp(e.msg, last) != 0) {
+            mesh_warn(MOD, "GET own pod %s/%s failed (%s), retrying: %s", ctx->ns, ctx->pod_name,
+                      mesh_strerror(rc), e.msg);
+            snprintf(last, sizeof(last), "%s", e.msg);
+        }
+        for (long waited = 0; waited < delay && !*stop; waited += 50) {
+            sleep_ms(50);
+        }
+        if (*stop) {
+            return mesh_err_set(err, MESH_E_IO, 0, "stopped while reading own pod");
+        }
+        delay = delay * 2 > 5000 ? 5000 : delay * 2;
+    }
+    if (mesh_k8s_pod_extract(pod, &ctx->self, err) < 0 || ctx->self.invalid) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "own pod %s cannot be used: %s", ctx->pod_name,
+                            ctx->self.reason);
+    }
+    mesh_info(MOD, "this pod: %s/%s uid=%s ip=%s", ctx->ns, ctx->pod_name, ctx->self.uid,
+              ctx->self.ip[0] ? ctx->self.ip : "(none yet)");
+    return derive_selector(ctx, pod, err);
+}
+
+/* Slice and job name from an existing topology.json (DESIGN.md §4). */
+static void load_topology(struct mesh_sidecar *ctx, const char *path)
+{
+    mesh_autofclose FILE *f = fopen(path, "rbe");
+    if (f == NULL) {
+        if (errno != ENOENT) {
+            mesh_warn(MOD, "cannot read %s: %s; starting without the init container's slice", path,
+                      strerror(errno));
+        }
+        return;
+    }
+    struct mesh_buf b;
+    mesh_buf_init(&b, MESH_PUBLISH_MAX_FILE);
+    char chunk[16384];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (mesh_buf_append(&b, chunk, n, NULL) < 0) {
+            break;
+        }
+    }
+    struct mesh_err e;
+    mesh_autocjson cJSON *j = mesh_json_parse(b.data ? b.data : "", b.len, b.max, &e);
+    mesh_buf_cleanup(&b);
+    if (j == NULL) {
+        mesh_warn(MOD, "%s is not usable (%s); starting without its slice", path, e.msg);
+        return;
+    }
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "slice");
+    if (cJSON_IsObject(s)) {
+        long long cph = 0, hosts = 0;
+        (void)mesh_json_int(s, "chipsPerHost", 0, 64, false, &cph, NULL);
+        (void)mesh_json_int(s, "hosts", 0, MESH_WORKERS_MAX, false, &hosts, NULL);
+        struct mesh_slice_spec spec = {
+            .accelerator_type = mesh_json_str(s, "acceleratorType"),
+            .topology = mesh_json_str(s, "topology"),
+            .chips_per_host = (int)cph,
+            .hosts = (int)hosts,
+        };
+        if (mesh_slice_derive(&spec, &ctx->slice, &e) == 0) {
+            ctx->have_slice = true;
+            mesh_info(MOD, "slice from %s: %s topology %s, %d hosts of %d chips", path,
+                      ctx->slice.accelerator_type, ctx->slice.topology, ctx->slice.hosts,
+                      ctx->slice.chips_per_host);
+        } else {
+            mesh_warn(MOD, "slice in %s ignored: %s", path, e.msg);
+        }
+    }
+    /* DTensor's defaults ("localhost" for one client, "worker" otherwise)
+     * are not a choice worth keeping: the worker count may differ now. */
+    const char *jn = mesh_json_str(j, "jobName");
+    if (ctx->opts.job_name == NULL && jn != NULL && mesh_render_is_job_name(jn) &&
+        strcmp(jn, "localhost") != 0 && strcmp(jn, "worker") != 0) {
+        snprintf(ctx->job_name, sizeof(ctx->job_name), "%s", jn);
+    }
+}
+
+int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
+{
+    if (ctx->opts.job_name != NULL) {
+        if (!mesh_render_is_job_name(ctx->opts.job_name)) {
+            return mesh_err_set(
+                err, MESH_E_CONFIG, 0,
+                "--job-name '%s' is not a TensorFlow job name ([A-Za-z][A-Za-z0-9_]*)",
+                ctx->opts.job_name);
+        }
+        snprintf(ctx->job_name, sizeof(ctx->job_name), "%s", ctx->opts.job_name);
+    }
+    mesh_autofree char *path = mesh_asprintf("%s/topology.json", ctx->opts.out_dir);
+    bool found = false;
+    (void)mesh_publish_read_generation(ctx->opts.out_dir, &ctx->generation, &found, NULL);
+    if (found) {
+        mesh_info(MOD, "continuing from generation %llu in %s", (unsigned long long)ctx->generation,
+                  path);
+    }
+    load_topology(ctx, path);
+
+    bool multislice = ctx->self.job_global_index >= 0 || ctx->self.job_index >= 0;
+    if (multislice && ctx->have_slice) {
+        ctx->per_slice = ctx->slice.hosts;
+    }
+    const char *src;
+    if (ctx->opts.expected_workers > 0) {
+        ctx->expected = ctx->opts.expected_workers;
+        src = "--expected-workers";
+    } else if (ctx->self.expected_workers > 0) {
+        ctx->expected = ctx->self.expected_workers;
+        src = "annotation " MESH_K8S_KEY_EXPECTED;
+    } else if (ctx->have_slice && !multislice) {
+        ctx->expected = ctx->slice.hosts;
+        src = "the slice's host count in topology.json";
+    } else {
+        ctx->expected = 0;
+        src = multislice ? "all selected pods (multi-slice: slices x hosts per slice)"
+                         : "all selected pods";
+    }
+    if (ctx->expected > 0) {
+        mesh_info(MOD, "expecting %d workers (from %s)", ctx->expected, src);
+    } else {
+        mesh_info(MOD, "expecting as many workers as %s", src);
+    }
+    return 0;
+}

@@ -1,0 +1,179 @@
+/*
+ * sidecar.h - tpumesh-sidecar's context and the contracts between its files
+ * (DESIGN.md §1, §4-§7; issue 5):
+ *
+ *   main.c      flags -> context, identity, threads, the event loop, SIGTERM
+ *   opts.c      command line + TPUMESH_* variables -> struct mesh_sidecar_opts
+ *   identity.c  own pod (GET), selector derivation, expected count, the init
+ *               container's topology.json (slice, job name, generation)
+ *   topology.c  store -> workers -> render -> publish, only when outputs change;
+ *               transition logs; the status the HTTP server serves
+ *   http.c      libwebsockets server: /healthz /readyz /metrics /topology
+ *               (room for WebSocket /watch: a second protocol in its table)
+ *
+ * Threads: the informer runs on its own thread (k8s_informer.h) and only
+ * bumps counters from its callbacks; the HTTP server runs lws_service on a
+ * second thread and only reads `struct mesh_sidecar_status` under its mutex;
+ * everything else (recompute, publish, logging of transitions) happens on
+ * the main thread, woken by the informer's notify fd or by signalfd.
+ */
+#ifndef MESH_SIDECAR_H
+#define MESH_SIDECAR_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/k8s_pod.h"
+#include "core/logfmt.h"
+#include "core/model.h"
+#include "core/render.h"
+#include "core/workers.h"
+
+#define MESH_SIDECAR_SELECTOR_MAX 1024
+
+/* Options after merging flags > TPUMESH_* variables > defaults. Strings
+ * owned (mesh_sidecar_opts_cleanup); NULL = not given. */
+struct mesh_sidecar_opts {
+    char *out_dir;    /* default /var/run/tpumesh */
+    char *apiserver;  /* --apiserver URL */
+    char *kubeconfig; /* --kubeconfig (else $KUBECONFIG) */
+    char *token_file;
+    char *ca_file;
+    char *ns;             /* --namespace */
+    char *selector;       /* --selector */
+    char *pod_name;       /* --pod-name, else $POD_NAME */
+    char *http_addr;      /* default ":9431" */
+    char *grpc_addr;      /* default ":9432" (services come in a later issue) */
+    char *job_name;       /* DTENSOR_JOB_NAME override */
+    int port;             /* DTensor port, default 10000 */
+    int expected_workers; /* 0 = not given */
+    int stall_timeout_s;  /* watch with no byte for this long is reconnected, default 90 */
+    int stuck_limit_s;    /* /healthz fails after this long without API progress, default 900 */
+    enum mesh_addr_mode address_mode;
+    bool verify_dns;
+    enum mesh_log_level log_level;
+    enum mesh_log_format log_format;
+};
+
+/* Parse argv and the environment into *out (initialised here; release with
+ * mesh_sidecar_opts_cleanup even after a failure). Returns 0, 1 when --help
+ * or --version printed its text to stdout (exit 0), or -MESH_E_CONFIG naming
+ * the flag or variable and the accepted values (exit 2). */
+int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out,
+                            struct mesh_err *err);
+void mesh_sidecar_opts_cleanup(struct mesh_sidecar_opts *o);
+
+/* What the HTTP thread serves; guarded by mesh_sidecar.mu. */
+struct mesh_sidecar_status {
+    bool synced;                               /* first LIST applied */
+    bool ready;                                /* a complete topology is published and current */
+    char reason[MESH_WORKERS_REASON_MAX + 64]; /* one line: why not ready, or a summary */
+    char *topology; /* owned copy of the published topology.json, or NULL */
+    size_t topology_len;
+    uint64_t generation;
+    uint64_t publishes; /* publishes that replaced at least one file */
+    uint64_t publish_errors;
+    double last_publish_time; /* seconds since the epoch, 0 = never */
+    int expected, present, ready_workers, addressed;
+    int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
+};
+
+/* Process context (STYLE.md R7): one per process, created by main. */
+struct mesh_sidecar {
+    struct mesh_sidecar_opts opts;
+
+    /* Identity and configuration resolved at start-up (identity.c). */
+    char ns[MESH_K8S_NS_MAX];
+    char pod_name[MESH_POD_MAX];
+    struct mesh_k8s_pod self;                 /* own pod's record */
+    char selector[MESH_SIDECAR_SELECTOR_MAX]; /* label selector used for peers */
+    char owner_filter[MESH_K8S_LABEL_MAX];    /* StatefulSet name pods must be owned by, or "" */
+    bool have_slice;
+    struct mesh_slice slice;
+    char job_name[MESH_JOB_NAME_MAX]; /* "" = DTensor's default */
+    int expected;                     /* 0 = all selected pods */
+    int per_slice;                    /* multi-slice JobSets, 0 = derive */
+    uint64_t generation;              /* last generation on disk / published */
+
+    /* Main-thread topology state (topology.c). */
+    struct mesh_workers cur; /* last computed worker list */
+    bool have_cur;
+    struct mesh_render_out last; /* bytes last published (or found current on disk) */
+    bool have_last;
+    bool last_complete;
+    char last_reason[MESH_WORKERS_REASON_MAX + 64];
+    char **logged; /* problem lines already logged once */
+    size_t nlogged;
+    bool publish_pending; /* the last publish failed: retry on the next tick */
+
+    /* Counters bumped by informer callbacks (informer thread). */
+    atomic_uint_fast64_t ev_added, ev_modified, ev_deleted, syncs, changes;
+    uint64_t changes_seen; /* main thread: `changes` at the last recompute */
+
+    struct mesh_k8s_informer *inf;
+
+    pthread_mutex_t mu;
+    struct mesh_sidecar_status st;
+};
+
+/* ---- identity.c ---- */
+
+/* GET the own pod (retrying transient API errors until *stop becomes
+ * non-zero), fill ctx->self, ns and pod_name, and derive the selector when
+ * --selector is not given. -MESH_E_CONFIG when there is no pod name, the pod
+ * record is invalid, or no selector can be derived (message says which flag
+ * to pass); -MESH_E_IO when stopped. client borrowed. */
+struct mesh_k8s_client;
+int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
+                          volatile int *stop, struct mesh_err *err);
+
+/* Read out_dir/topology.json left by tpumesh-init (or a previous run):
+ * generation, slice (re-derived with mesh_slice_derive) and job name. A
+ * missing file is fine (returns 0, nothing set); an unusable one is logged
+ * and ignored. Then choose the expected count: --expected-workers, the own
+ * pod's tpumesh.dev/expected-workers annotation, the slice's host count,
+ * else 0 (all selected pods), and log which. */
+int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err);
+
+/* ---- topology.c ---- */
+
+/* Recompute from the informer's store and publish when an output changed
+ * (generation + 1); update ctx->st. now_ms = wall clock ms (for the
+ * last-publish metric). Publish failures are logged once and retried by the
+ * next call. Returns 0, or a negative code after a failure already logged. */
+int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms);
+
+/* Store extraction callbacks for the informer (ctx = struct mesh_sidecar). */
+void *mesh_sidecar_extract(void *ctx, const cJSON *obj);
+void mesh_sidecar_record_free(void *ctx, void *rec);
+bool mesh_sidecar_record_equal(void *ctx, const void *a, const void *b);
+void mesh_sidecar_on_add(void *ctx, const char *key, const void *rec);
+void mesh_sidecar_on_update(void *ctx, const char *key, const void *old_rec, const void *new_rec);
+void mesh_sidecar_on_delete(void *ctx, const char *key, const void *old_rec);
+void mesh_sidecar_on_synced(void *ctx, size_t count);
+
+/* Free the main-thread topology state and the status copy. */
+void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx);
+
+/* ---- http.c ---- */
+
+struct mesh_sidecar_http;
+
+/* Start the HTTP server on addr ("[host]:port", ":port", "host:port"; port 0
+ * = any free port) on its own thread. *out_port receives the bound port.
+ * Owned (mesh_sidecar_http_stop) or NULL with -MESH_E_CONFIG (bad address)
+ * or -MESH_E_IO (cannot listen). ctx borrowed for the server's life. */
+struct mesh_sidecar_http *mesh_sidecar_http_start(struct mesh_sidecar *ctx, const char *addr,
+                                                  int *out_port, struct mesh_err *err);
+/* Stop the server thread and free it. NULL does nothing. */
+void mesh_sidecar_http_stop(struct mesh_sidecar_http *h);
+
+/* Render the Prometheus text of /metrics into a new string (owned,
+ * mesh_free). Takes ctx->mu itself. */
+char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len);
+
+#endif

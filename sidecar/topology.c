@@ -1,0 +1,507 @@
+/*
+ * topology.c - the sidecar's core loop step: informer store -> worker list
+ * (workers.c) -> rendered files (render.c) -> atomic publish (publish.c),
+ * only when an output actually changes (DESIGN.md §4-§5), plus the
+ * transition log lines and the status the HTTP thread serves.
+ *
+ * "Changed" is decided on bytes: the set is rendered at the current
+ * generation and compared with what was last published (or, right after
+ * start-up, with the files on disk). Only when something differs is it
+ * rendered again at generation + 1 and published; the publisher itself
+ * leaves files with unchanged bytes untouched (same inode and mtime).
+ */
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/buf.h"
+#include "core/mem.h"
+#include "io/k8s_informer.h"
+#include "io/log.h"
+#include "io/publish.h"
+#include "sidecar.h"
+
+#define MOD "topo"
+
+/* ---- informer callbacks (informer thread: counters only) ---- */
+
+void *mesh_sidecar_extract(void *vctx, const cJSON *obj)
+{
+    struct mesh_sidecar *ctx = vctx;
+    struct mesh_k8s_pod *p = mesh_malloc(sizeof(*p));
+    if (mesh_k8s_pod_extract(obj, p, NULL) < 0) {
+        mesh_free(p);
+        return NULL;
+    }
+    /* StatefulSet selectors are template labels: keep only pods that the
+     * same StatefulSet controls. */
+    if (ctx->owner_filter[0] != '\0' && strcmp(p->owner_name, ctx->owner_filter) != 0) {
+        mesh_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void mesh_sidecar_record_free(void *vctx, void *rec)
+{
+    (void)vctx;
+    mesh_free(rec);
+}
+
+bool mesh_sidecar_record_equal(void *vctx, const void *a, const void *b)
+{
+    (void)vctx;
+    return mesh_k8s_pod_equal(a, b);
+}
+
+void mesh_sidecar_on_add(void *vctx, const char *key, const void *rec)
+{
+    struct mesh_sidecar *ctx = vctx;
+    (void)key;
+    (void)rec;
+    atomic_fetch_add(&ctx->ev_added, 1);
+    atomic_fetch_add(&ctx->changes, 1);
+}
+
+void mesh_sidecar_on_update(void *vctx, const char *key, const void *old_rec, const void *new_rec)
+{
+    struct mesh_sidecar *ctx = vctx;
+    (void)key;
+    atomic_fetch_add(&ctx->ev_modified, 1);
+    if (!mesh_k8s_pod_equal(old_rec, new_rec)) {
+        atomic_fetch_add(&ctx->changes, 1);
+    }
+}
+
+void mesh_sidecar_on_delete(void *vctx, const char *key, const void *old_rec)
+{
+    struct mesh_sidecar *ctx = vctx;
+    (void)key;
+    (void)old_rec;
+    atomic_fetch_add(&ctx->ev_deleted, 1);
+    atomic_fetch_add(&ctx->changes, 1);
+}
+
+void mesh_sidecar_on_synced(void *vctx, size_t count)
+{
+    struct mesh_sidecar *ctx = vctx;
+    (void)count;
+    atomic_fetch_add(&ctx->syncs, 1);
+    atomic_fetch_add(&ctx->changes, 1);
+}
+
+/* ---- helpers ---- */
+
+struct collect {
+    const struct mesh_k8s_pod **v;
+    size_t n, cap;
+};
+
+static int collect_fn(void *c, const char *key, const char *rv, const void *rec)
+{
+    struct collect *col = c;
+    (void)key;
+    (void)rv;
+    if (col->n == col->cap) {
+        col->cap = col->cap ? col->cap * 2 : 64;
+        col->v = mesh_reallocarray(col->v, col->cap, sizeof(*col->v));
+    }
+    col->v[col->n++] = rec;
+    return 0;
+}
+
+/* Log each problem line once for as long as it persists; a line that went
+ * away and comes back is logged again. */
+static void log_problems(struct mesh_sidecar *ctx, const struct mesh_workers *w)
+{
+    for (size_t i = 0; i < w->nproblems; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < ctx->nlogged && !seen; j++) {
+            seen = strcmp(ctx->logged[j], w->problems[i]) == 0;
+        }
+        if (!seen) {
+            mesh_warn(MOD, "%s", w->problems[i]);
+        }
+    }
+    for (size_t j = 0; j < ctx->nlogged; j++) {
+        mesh_free(ctx->logged[j]);
+    }
+    mesh_free(ctx->logged);
+    ctx->logged = mesh_calloc(w->nproblems ? w->nproblems : 1, sizeof(char *));
+    for (size_t i = 0; i < w->nproblems; i++) {
+        ctx->logged[i] = mesh_strdup(w->problems[i]);
+    }
+    ctx->nlogged = w->nproblems;
+}
+
+/* --verify-dns: a worker counts only once <host> resolves to its pod IP
+ * (getaddrinfo uses the pod's resolv.conf search path, so the short
+ * <hostname>.<subdomain> works in-cluster, spec/kubernetes-api.md §3.5).
+ * Appends the unresolved indices to *unresolved. */
+static bool dns_matches(const char *host, const char *ip)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) {
+        return false;
+    }
+    bool ok = false;
+    for (struct addrinfo *a = res; a != NULL && !ok; a = a->ai_next) {
+        char txt[MESH_IP_MAX];
+        const void *addr = a->ai_family == AF_INET
+                               ? (const void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr
+                               : (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
+        if (inet_ntop(a->ai_family, addr, txt, sizeof(txt)) != NULL) {
+            ok = strcmp(txt, ip) == 0;
+        }
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+static bool verify_dns(struct mesh_workers *w, char *reason, size_t cap)
+{
+    struct mesh_buf b;
+    mesh_buf_init(&b, cap - 1);
+    for (size_t i = 0; i < w->nworkers; i++) {
+        const struct mesh_worker *wk = &w->workers[i];
+        if (!dns_matches(wk->host, wk->ip)) {
+            (void)mesh_buf_printf(&b, NULL, "%s%zu", b.len ? "," : "dns not resolved ", i);
+        }
+    }
+    bool ok = b.len == 0;
+    if (!ok) {
+        snprintf(reason, cap, "%s", mesh_buf_str(&b));
+    }
+    mesh_buf_cleanup(&b);
+    return ok;
+}
+
+/* Is every rendered file already what readers see? Compare with the bytes
+ * last published, else with the file on disk. */
+static bool unchanged(const struct mesh_sidecar *ctx, const struct mesh_render_out *out)
+{
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (out->data[i] == NULL) {
+            continue;
+        }
+        if (ctx->have_last && ctx->last.data[i] != NULL) {
+            if (ctx->last.len[i] != out->len[i] ||
+                memcmp(ctx->last.data[i], out->data[i], out->len[i]) != 0) {
+                return false;
+            }
+        } else if (!mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i),
+                                            out->data[i], out->len[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Take the rendered files as the new "last" (files not rendered keep their
+ * previous bytes: they stay on disk as they were). */
+static void remember(struct mesh_sidecar *ctx, struct mesh_render_out *out)
+{
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (out->data[i] != NULL) {
+            mesh_free(ctx->last.data[i]);
+            ctx->last.data[i] = out->data[i];
+            ctx->last.len[i] = out->len[i];
+            out->data[i] = NULL;
+        }
+    }
+    ctx->have_last = true;
+}
+
+static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, size_t *written,
+                   struct mesh_err *err)
+{
+    struct mesh_publish_file files[MESH_FILE__COUNT];
+    size_t n = 0;
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (out->data[i] != NULL) {
+            files[n].name = mesh_render_file_name(i);
+            files[n].data = out->data[i];
+            files[n].len = out->len[i];
+            n++;
+        }
+    }
+    return mesh_publish_files(ctx->opts.out_dir, files, n, written, err);
+}
+
+static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
+                       const struct mesh_workers *w, bool published, int64_t now_ms)
+{
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.synced = true;
+    ctx->st.ready = ready;
+    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s", reason);
+    ctx->st.expected = (int)w->nworkers;
+    ctx->st.present = w->present;
+    ctx->st.addressed = w->addressed;
+    ctx->st.ready_workers = w->ready;
+    ctx->st.generation = ctx->generation;
+    if (published) {
+        ctx->st.publishes++;
+        ctx->st.last_publish_time = (double)now_ms / 1000.0;
+    }
+    const char *topo = ctx->last.data[MESH_FILE_TOPOLOGY_JSON];
+    if (topo != NULL && (ctx->st.topology == NULL || published)) {
+        mesh_free(ctx->st.topology);
+        ctx->st.topology = mesh_strndup(topo, ctx->last.len[MESH_FILE_TOPOLOGY_JSON]);
+        ctx->st.topology_len = ctx->last.len[MESH_FILE_TOPOLOGY_JSON];
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+static void fail_status(struct mesh_sidecar *ctx, const char *reason)
+{
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.ready = false;
+    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s", reason);
+    ctx->st.publish_errors++;
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+/* One info line when completeness or the reason changes, never per event. */
+static void log_transition(struct mesh_sidecar *ctx, bool complete, const char *reason,
+                           const struct mesh_workers *w)
+{
+    if (complete == ctx->last_complete && strcmp(reason, ctx->last_reason) == 0 && ctx->have_cur) {
+        return;
+    }
+    if (complete) {
+        mesh_info(MOD, "topology complete with %zu workers (%s mode, %d ready)", w->nworkers,
+                  w->mode == MESH_ADDR_DNS ? "dns" : "ip", w->ready);
+    } else {
+        mesh_info(MOD, "topology incomplete: %s", reason);
+    }
+    ctx->last_complete = complete;
+    snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", reason);
+}
+
+static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_workers *w, int self,
+                              bool complete, const char *reason, int64_t now_ms)
+{
+    struct mesh_render_input in = {
+        .slice = ctx->have_slice ? &ctx->slice : NULL,
+        .workers = w->workers,
+        .nworkers = w->nworkers,
+        .expected = (int)w->nworkers,
+        .self_index = self,
+        .job_name = ctx->job_name[0] ? ctx->job_name : NULL,
+        .port = ctx->opts.port,
+        .mode = w->mode,
+        .generation = ctx->generation,
+        .complete = complete,
+    };
+    struct mesh_render_out out;
+    mesh_render_out_init(&out);
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    int rc = mesh_render_all(&in, &out, &err);
+    if (rc < 0) {
+        char why[MESH_ERR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "cannot render the topology: %s", err.msg);
+        if (strcmp(why, ctx->last_reason) != 0) {
+            mesh_error(MOD, "%s", why);
+            snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", why);
+        }
+        fail_status(ctx, why);
+        return rc;
+    }
+    bool published = false;
+    if (!unchanged(ctx, &out)) {
+        mesh_render_out_cleanup(&out);
+        in.generation = ctx->generation + 1;
+        rc = mesh_render_all(&in, &out, &err);
+        size_t written = 0;
+        if (rc == 0) {
+            rc = publish(ctx, &out, &written, &err);
+        }
+        if (rc < 0) {
+            char why[MESH_ERR_MSG_MAX + 32];
+            snprintf(why, sizeof(why), "cannot publish: %s", err.msg);
+            if (!ctx->publish_pending) {
+                mesh_error(MOD, "%s (retrying every second)", why);
+            }
+            ctx->publish_pending = true;
+            mesh_render_out_cleanup(&out);
+            fail_status(ctx, why);
+            return rc;
+        }
+        if (ctx->publish_pending) {
+            mesh_info(MOD, "publishing works again");
+        }
+        ctx->publish_pending = false;
+        ctx->generation++;
+        published = true;
+        mesh_info(MOD, "published generation %llu (%zu of %d files rewritten): %s",
+                  (unsigned long long)ctx->generation, written, MESH_FILE__COUNT - 1,
+                  complete ? "complete" : "incomplete, env files keep the last complete version");
+    }
+    remember(ctx, &out);
+    mesh_render_out_cleanup(&out);
+
+    char line[sizeof(ctx->st.reason)];
+    if (complete) {
+        snprintf(line, sizeof(line), "ok: generation %llu, %zu workers, %d ready",
+                 (unsigned long long)ctx->generation, w->nworkers, w->ready);
+    } else {
+        snprintf(line, sizeof(line), "%s", reason);
+    }
+    set_status(ctx, complete, line, w, published, now_ms);
+    return 0;
+}
+
+int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms)
+{
+    ctx->changes_seen = atomic_load(&ctx->changes);
+    struct collect col = {0};
+    struct mesh_workers w;
+    struct mesh_workers_opts o = {ctx->opts.address_mode, ctx->expected, ctx->per_slice};
+    struct mesh_err err;
+    mesh_err_clear(&err);
+
+    /* Records are borrowed from the store: build under its lock (the worker
+     * list copies what it needs). */
+    mesh_k8s_informer_lock(ctx->inf);
+    (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
+    int rc = mesh_workers_build(col.v, col.n, &o, &w, &err);
+    mesh_k8s_informer_unlock(ctx->inf);
+    mesh_free(col.v);
+    if (rc < 0) {
+        if (strcmp(err.msg, ctx->last_reason) != 0) {
+            mesh_error(MOD, "%s", err.msg);
+            snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", err.msg);
+        }
+        fail_status(ctx, err.msg);
+        mesh_workers_cleanup(&w);
+        return rc;
+    }
+    log_problems(ctx, &w);
+
+    int self = mesh_workers_index_of(&w, ctx->pod_name);
+    bool complete = w.complete;
+    char reason[sizeof(ctx->st.reason)];
+    snprintf(reason, sizeof(reason), "%s", w.reason);
+    if (complete && self < 0) {
+        complete = false;
+        snprintf(reason, sizeof(reason), "this pod (%s) is not among the %zu workers",
+                 ctx->pod_name, w.nworkers);
+    }
+    if (complete && ctx->opts.verify_dns && w.mode == MESH_ADDR_DNS) {
+        complete = verify_dns(&w, reason, sizeof(reason));
+    }
+    log_transition(ctx, complete, reason, &w);
+
+    if (w.nworkers == 0) {
+        /* Nothing to publish (never an empty DTENSOR_JOBS, DESIGN.md §5). */
+        set_status(ctx, false, reason, &w, false, now_ms);
+    } else {
+        rc = render_and_publish(ctx, &w, self, complete, reason, now_ms);
+    }
+    mesh_workers_cleanup(&ctx->cur);
+    ctx->cur = w;
+    ctx->have_cur = true;
+    return rc;
+}
+
+void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
+{
+    mesh_workers_cleanup(&ctx->cur);
+    mesh_render_out_cleanup(&ctx->last);
+    for (size_t j = 0; j < ctx->nlogged; j++) {
+        mesh_free(ctx->logged[j]);
+    }
+    mesh_free(ctx->logged);
+    ctx->logged = NULL;
+    ctx->nlogged = 0;
+    mesh_free(ctx->st.topology);
+    ctx->st.topology = NULL;
+}
+
+char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
+{
+    struct mesh_k8s_informer_stats s;
+    memset(&s, 0, sizeof(s));
+    if (ctx->inf != NULL) {
+        mesh_k8s_informer_stats(ctx->inf, &s);
+    }
+    struct mesh_buf b;
+    mesh_buf_init(&b, 1 << 16);
+    pthread_mutex_lock(&ctx->mu);
+    struct mesh_sidecar_status st = ctx->st;
+    pthread_mutex_unlock(&ctx->mu);
+    st.topology = NULL;
+    /* Prometheus text exposition format 0.0.4: HELP, TYPE, samples. */
+#define METRIC(name, type, help)                                                                   \
+    (void)mesh_buf_printf(&b, NULL, "# HELP " name " " help "\n# TYPE " name " " type "\n")
+    METRIC("tpumesh_api_lists_total", "counter",
+           "Complete LISTs applied (first sync and relists).");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_api_lists_total %llu\n", (unsigned long long)s.lists);
+    METRIC(
+        "tpumesh_api_relists_total", "counter",
+        "LISTs forced by 410 Gone, malformed or oversized events, or resourceVersions going back.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_api_relists_total %llu\n",
+                          (unsigned long long)s.relists);
+    METRIC("tpumesh_watch_starts_total", "counter",
+           "WATCH requests started; every start after the first is a restart.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_starts_total %llu\n",
+                          (unsigned long long)s.watches);
+    METRIC("tpumesh_watch_restarts_total", "counter", "Watch restarts by reason.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"relist\"} %llu\n",
+                          (unsigned long long)s.relists);
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"failure\"} %llu\n",
+                          (unsigned long long)s.failures);
+    unsigned long long other =
+        s.watches > s.relists + s.failures + s.lists
+            ? (unsigned long long)(s.watches - s.relists - s.failures - s.lists)
+            : 0;
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"stream_end\"} %llu\n",
+                          other);
+    METRIC(
+        "tpumesh_api_errors_total", "counter",
+        "Failed API requests (connection, HTTP status or protocol error) that caused a backoff.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_api_errors_total %llu\n",
+                          (unsigned long long)s.failures);
+    METRIC("tpumesh_watch_events_total", "counter", "Watch events applied, by type.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_events_total{type=\"BOOKMARK\"} %llu\n",
+                          (unsigned long long)s.bookmarks);
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_events_total{type=\"ALL\"} %llu\n",
+                          (unsigned long long)s.events);
+    METRIC("tpumesh_store_changes_total", "counter",
+           "Changes to the pod store by type (watch events and relist differences).");
+    (void)mesh_buf_printf(&b, NULL,
+                          "tpumesh_store_changes_total{type=\"added\"} %llu\n"
+                          "tpumesh_store_changes_total{type=\"modified\"} %llu\n"
+                          "tpumesh_store_changes_total{type=\"deleted\"} %llu\n",
+                          (unsigned long long)atomic_load(&ctx->ev_added),
+                          (unsigned long long)atomic_load(&ctx->ev_modified),
+                          (unsigned long long)atomic_load(&ctx->ev_deleted));
+    METRIC("tpumesh_publishes_total", "counter", "Publishes that replaced at least one file.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_total %llu\n",
+                          (unsigned long long)st.publishes);
+    METRIC("tpumesh_publish_errors_total", "counter", "Failed renders or publishes.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_errors_total %llu\n",
+                          (unsigned long long)st.publish_errors);
+    METRIC("tpumesh_generation", "gauge", "Generation of the published topology.json.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_generation %llu\n", (unsigned long long)st.generation);
+    METRIC("tpumesh_topology_complete", "gauge", "1 while a complete topology is published.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_topology_complete %d\n", st.ready ? 1 : 0);
+    METRIC("tpumesh_workers", "gauge", "Workers by state.");
+    (void)mesh_buf_printf(&b, NULL,
+                          "tpumesh_workers{state=\"expected\"} %d\n"
+                          "tpumesh_workers{state=\"present\"} %d\n"
+                          "tpumesh_workers{state=\"addressed\"} %d\n"
+                          "tpumesh_workers{state=\"ready\"} %d\n",
+                          st.expected, st.present, st.addressed, st.ready_workers);
+    METRIC("tpumesh_last_publish_timestamp_seconds", "gauge",
+           "Unix time of the last publish (0 = none yet).");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_last_publish_timestamp_seconds %.3f\n",
+                          st.last_publish_time);
+#undef METRIC
+    return mesh_buf_steal(&b, out_len);
+}

@@ -156,7 +156,7 @@ static void escape_for_msg(const char *s, size_t max_in, char *out, size_t out_s
 {
     size_t o = 0;
     size_t i = 0;
-    for (; s[i] != '\0' && i < max_in; i++) {
+    for (; i < max_in && s[i] != '\0'; i++) {
         unsigned char c = (unsigned char)s[i];
         if (o + 5 >= out_size) {
             break;
@@ -168,7 +168,10 @@ static void escape_for_msg(const char *s, size_t max_in, char *out, size_t out_s
         }
     }
     out[o] = '\0';
-    if (s[i] != '\0' && o + 4 < out_size) {
+    /* Stopped early (output full), or s goes on beyond max_in bytes. When
+     * i == max_in, s is a NUL-terminated string (fields stop earlier). */
+    bool more = i < max_in ? s[i] != '\0' : strnlen(s, max_in + 1) > max_in;
+    if (more && o + 4 < out_size) {
         memcpy(out + o, "...", 4);
     }
 }
@@ -748,9 +751,12 @@ int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t 
     for (size_t i = 0; i < n; i++) {
         const char *h = hosts[i];
         int port = ports != NULL ? ports[i] : MESH_RENDER_TPU_NODE_PORT;
-        if (h == NULL || (!mesh_render_is_ip(h, NULL) && !mesh_render_is_hostname(h))) {
+        if (h == NULL) {
+            return mesh_err_set(err, MESH_E_INVAL, 0, "TPU endpoint %zu has no address", i);
+        }
+        if (!mesh_render_is_ip(h, NULL) && !mesh_render_is_hostname(h)) {
             char shown[96];
-            escape_for_msg(h != NULL ? h : "", MESH_HOST_MAX, shown, sizeof(shown));
+            escape_for_msg(h, strnlen(h, MESH_HOST_MAX), shown, sizeof(shown));
             return mesh_err_set(err, MESH_E_INVAL, 0,
                                 "TPU endpoint %zu: \"%s\" is not an IP address or host name", i,
                                 shown);

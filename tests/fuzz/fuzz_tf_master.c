@@ -1,0 +1,73 @@
+/*
+ * fuzz_tf_master.c - decoding what a TPU's TensorFlow master sends back
+ * (common/core/tf_graph.c) never crashes, leaks or reads out of bounds:
+ * the first input byte picks the decoder, the rest is the reply.
+ *   0: RunStepResponse (fetch ConfigureDistributedTPU:0), 1: CreateSessionResponse,
+ *   2: RunStepResponse, then the returned topology through mesh_topo_parse.
+ * A successful decode must hand back a value that is consistent with itself.
+ */
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "core/tf_graph.h"
+#include "core/topo.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) {
+        return 0;
+    }
+    uint8_t mode = data[0] % 3;
+    const uint8_t *buf = data + 1;
+    size_t len = size - 1;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+
+    if (mode == 1) {
+        char *handle = NULL;
+        if (mesh_tf_graph_parse_create_session_response(buf, len, &handle, &err) == 0) {
+            size_t hl = strlen(handle);
+            if (hl == 0 || hl > MESH_TF_MAX_HANDLE) {
+                abort();
+            }
+            /* A handle we accept must round-trip into the next requests. */
+            uint8_t *req = NULL;
+            size_t rl = 0;
+            if (mesh_tf_graph_run_step_request(handle, MESH_TF_CONFIGURE_FETCH, 1000, &req, &rl,
+                                               &err) != 0) {
+                abort();
+            }
+            mesh_free(req);
+            mesh_free(handle);
+        } else if (err.code == 0 || err.msg[0] == '\0') {
+            abort(); /* every failure must say why */
+        }
+        return 0;
+    }
+
+    uint8_t *value = NULL;
+    size_t vlen = 0;
+    int rc = mesh_tf_graph_parse_run_step_response(buf, len, MESH_TF_CONFIGURE_FETCH, &value, &vlen,
+                                                   &err);
+    if (rc == 0) {
+        if (value == NULL || vlen > len || vlen > MESH_TF_MAX_TOPOLOGY) {
+            abort();
+        }
+        if (mode == 2) {
+            struct mesh_topo_info info;
+            mesh_topo_info_init(&info);
+            if (mesh_topo_parse(value, vlen, &info, &err) == 0) {
+                mesh_topo_info_cleanup(&info);
+            }
+        }
+        mesh_free(value);
+    } else if (err.code == 0 || err.msg[0] == '\0') {
+        abort();
+    }
+    return 0;
+}

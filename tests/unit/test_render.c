@@ -393,6 +393,22 @@ static void test_hostile_table(void **state)
     }
 }
 
+static void test_hostile_long_value(void **state)
+{
+    (void)state;
+    /* A 250-byte hostile value: the message shows a bounded, escaped prefix
+     * and marks the cut with "...". */
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+    memset(w[3].host, '$', 250);
+    w[3].host[250] = '\0';
+    struct mesh_err err;
+    assert_int_equal(mesh_render_check_worker(&w[3], &err), -MESH_E_INVAL);
+    assert_non_null(strstr(err.msg, "worker 3: host \"$$$$"));
+    assert_non_null(strstr(err.msg, "...\" is not"));
+    assert_true(strlen(err.msg) < sizeof(err.msg) - 1);
+    mesh_free(w);
+}
+
 static void test_validators_table(void **state)
 {
     (void)state;
@@ -591,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_dtensor_table),
         cmocka_unit_test(test_bad_inputs_table),
         cmocka_unit_test(test_hostile_table),
+        cmocka_unit_test(test_hostile_long_value),
         cmocka_unit_test(test_validators_table),
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_cluster_spec),

@@ -1,0 +1,266 @@
+{{/*
+Named templates of the tpumesh chart.
+
+Public (include them in your own pod templates, one line each; see NOTES.txt):
+  tpumesh.serviceAccountName  the ServiceAccount name (a string)
+  tpumesh.initContainer       the tpumesh-init entry of initContainers[]
+  tpumesh.sidecar             the tpumesh-sidecar entry of initContainers[] (native sidecar)
+  tpumesh.volumes             the shared emptyDir and the downward-API volume
+  tpumesh.volumeMounts        the read-only mount of the shared volume for training containers
+
+Each takes either the top-level context (.) or a dict with the context under
+"ctx" and options:
+  tpumesh.initContainer  (dict "ctx" . "tpuChips" 4)       request 4 google.com/tpu in
+                                                          tpumesh-init (the trainer's count)
+                         (dict "ctx" . "tpuChips" 8 "tpuResource" "cloud-tpus.google.com/v3")
+                                                          the same on a legacy TPU Node
+  tpumesh.sidecar        (dict "ctx" . "selector" "k=v")  restrict the pods it watches
+  both                   (dict "ctx" . "env" $list)       append env entries (a list of
+                                                          {name, value} or {name, valueFrom})
+
+They work both in this chart and in a chart that has tpumesh as a dependency
+(no alias): there the settings come from .Values.tpumesh, which Helm fills with
+this chart's defaults.
+*/}}
+
+{{/* The chart name (or nameOverride), truncated to 63 characters. */}}
+{{- define "tpumesh.name" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- default "tpumesh" $v.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The resource name: fullnameOverride, else <release>-<name>, else the release name when it
+already contains the name. DNS labels are at most 63 characters. */}}
+{{- define "tpumesh.fullname" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- if $v.fullnameOverride -}}
+{{- $v.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default "tpumesh" $v.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* chart label value: name-version. */}}
+{{- define "tpumesh.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every resource this chart creates. */}}
+{{- define "tpumesh.labels" -}}
+helm.sh/chart: {{ include "tpumesh.chart" . }}
+{{ include "tpumesh.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "tpumesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpumesh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The ServiceAccount name TPU pods run as. */}}
+{{- define "tpumesh.serviceAccountName" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- if $v.serviceAccount.create -}}
+{{- default (include "tpumesh.fullname" .) $v.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" $v.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* image reference repository:tag. */}}
+{{- define "tpumesh.image" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- printf "%s:%s" $v.image.repository $v.image.tag -}}
+{{- end -}}
+
+{{/* Container securityContext that passes the restricted Pod Security profile
+(spec/gke-and-peers.md §5.7): non-root, read-only root file system, no privilege
+escalation, every capability dropped, RuntimeDefault seccomp. */}}
+{{- define "tpumesh.securityContext" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+runAsNonRoot: true
+runAsUser: {{ $v.securityContext.runAsUser }}
+runAsGroup: {{ $v.securityContext.runAsGroup }}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* tpumesh-init: resolves the TPU, runs system initialization and publishes the first
+topology (DESIGN.md §1, §6). Reads the pod's annotations from the downward-API volume.
+Configuration flags are passed as TPUMESH_<FLAG> variables. */}}
+{{- define "tpumesh.initContainer" -}}
+{{- $top := . -}}
+{{- $opt := dict -}}
+{{- if hasKey . "ctx" -}}{{- $top = .ctx -}}{{- $opt = . -}}{{- end -}}
+{{- $v := $top.Values -}}
+{{- if and (ne $top.Chart.Name "tpumesh") (hasKey $top.Values "tpumesh") -}}{{- $v = $top.Values.tpumesh -}}{{- end -}}
+{{- $tpuResource := default $v.init.tpuResource $opt.tpuResource -}}
+- name: tpumesh-init
+  image: {{ include "tpumesh.image" $top | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  args:
+    - tpumesh-init
+  env:
+    - name: TPUMESH_OUT_DIR
+      value: {{ $v.sharedVolume.mountPath | quote }}
+    - name: TPUMESH_ANNOTATIONS_FILE
+      value: {{ printf "%s/annotations" $v.podinfo.mountPath | quote }}
+    {{- if $v.init.timeoutSeconds }}
+    - name: TPUMESH_TIMEOUT
+      value: {{ $v.init.timeoutSeconds | quote }}
+    {{- end }}
+    - name: TPUMESH_LOG_FORMAT
+      value: {{ $v.logFormat | quote }}
+    - name: TPUMESH_LOG_LEVEL
+      value: {{ $v.logLevel | quote }}
+    {{- with $opt.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  resources:
+    requests:
+      {{- toYaml $v.init.resources.requests | nindent 6 }}
+      {{- if $opt.tpuChips }}
+      {{ $tpuResource }}: {{ $opt.tpuChips }}
+      {{- end }}
+    limits:
+      {{- toYaml $v.init.resources.limits | nindent 6 }}
+      {{- if $opt.tpuChips }}
+      {{ $tpuResource }}: {{ $opt.tpuChips }}
+      {{- end }}
+  securityContext:
+    {{- include "tpumesh.securityContext" $top | nindent 4 }}
+  volumeMounts:
+    - name: {{ $v.sharedVolume.name }}
+      mountPath: {{ $v.sharedVolume.mountPath }}
+    - name: {{ $v.podinfo.volumeName }}
+      mountPath: {{ $v.podinfo.mountPath }}
+      readOnly: true
+{{- end -}}
+
+{{/* tpumesh-sidecar as a native sidecar (restartPolicy: Always in initContainers[],
+spec/kubernetes-api.md §5.5): the training container starts only after its startup
+probe on /readyz passed, i.e. after the topology is complete. It never requests TPUs:
+it lives as long as the pod and would hold them. */}}
+{{- define "tpumesh.sidecar" -}}
+{{- $top := . -}}
+{{- $opt := dict -}}
+{{- if hasKey . "ctx" -}}{{- $top = .ctx -}}{{- $opt = . -}}{{- end -}}
+{{- $v := $top.Values -}}
+{{- if and (ne $top.Chart.Name "tpumesh") (hasKey $top.Values "tpumesh") -}}{{- $v = $top.Values.tpumesh -}}{{- end -}}
+- name: tpumesh-sidecar
+  image: {{ include "tpumesh.image" $top | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  restartPolicy: Always
+  args:
+    - tpumesh-sidecar
+  env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: TPUMESH_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    - name: TPUMESH_OUT_DIR
+      value: {{ $v.sharedVolume.mountPath | quote }}
+    - name: TPUMESH_HTTP_ADDR
+      value: {{ printf ":%v" $v.sidecar.httpPort | quote }}
+    - name: TPUMESH_GRPC_ADDR
+      value: {{ printf ":%v" $v.sidecar.grpcPort | quote }}
+    {{- if $opt.selector }}
+    - name: TPUMESH_SELECTOR
+      value: {{ $opt.selector | quote }}
+    {{- end }}
+    - name: TPUMESH_LOG_FORMAT
+      value: {{ $v.logFormat | quote }}
+    - name: TPUMESH_LOG_LEVEL
+      value: {{ $v.logLevel | quote }}
+    {{- with $opt.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: tpumesh-http
+      containerPort: {{ $v.sidecar.httpPort }}
+      protocol: TCP
+    - name: tpumesh-grpc
+      containerPort: {{ $v.sidecar.grpcPort }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /readyz
+      port: tpumesh-http
+    periodSeconds: {{ $v.sidecar.probes.startup.periodSeconds }}
+    timeoutSeconds: {{ $v.sidecar.probes.startup.timeoutSeconds }}
+    failureThreshold: {{ $v.sidecar.probes.startup.failureThreshold }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: tpumesh-http
+    periodSeconds: {{ $v.sidecar.probes.readiness.periodSeconds }}
+    timeoutSeconds: {{ $v.sidecar.probes.readiness.timeoutSeconds }}
+    failureThreshold: {{ $v.sidecar.probes.readiness.failureThreshold }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: tpumesh-http
+    periodSeconds: {{ $v.sidecar.probes.liveness.periodSeconds }}
+    timeoutSeconds: {{ $v.sidecar.probes.liveness.timeoutSeconds }}
+    failureThreshold: {{ $v.sidecar.probes.liveness.failureThreshold }}
+  resources:
+    {{- toYaml $v.sidecar.resources | nindent 4 }}
+  securityContext:
+    {{- include "tpumesh.securityContext" $top | nindent 4 }}
+  volumeMounts:
+    - name: {{ $v.sharedVolume.name }}
+      mountPath: {{ $v.sharedVolume.mountPath }}
+{{- end -}}
+
+{{/* The pod volumes: the shared in-memory emptyDir (DESIGN.md §4) and the downward-API
+volume with the pod's annotations and labels (spec/gke-and-peers.md §5.2; not a subPath
+mount, so the kubelet's updates reach it). */}}
+{{- define "tpumesh.volumes" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+- name: {{ $v.sharedVolume.name }}
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ $v.sharedVolume.sizeLimit }}
+- name: {{ $v.podinfo.volumeName }}
+  downwardAPI:
+    items:
+      - path: annotations
+        fieldRef:
+          fieldPath: metadata.annotations
+      - path: labels
+        fieldRef:
+          fieldPath: metadata.labels
+{{- end -}}
+
+{{/* The mount training containers add: the published files, read-only. */}}
+{{- define "tpumesh.volumeMounts" -}}
+{{- $v := .Values -}}
+{{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+- name: {{ $v.sharedVolume.name }}
+  mountPath: {{ $v.sharedVolume.mountPath }}
+  readOnly: true
+{{- end -}}

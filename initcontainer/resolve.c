@@ -288,29 +288,36 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
 
 /* Without TPU_WORKER_HOSTNAMES, try the GCE metadata server's TPU VM
  * attributes (spec §4.4; a plain TPU VM, not GKE, where they are hidden -
- * spec §4.5). Not fatal: without them the worker list stays unknown. */
-static bool vm_from_metadata(struct mesh_init *ctx, struct mesh_gce_tpu_vm *out)
+ * spec §4.5). An unreachable server or missing attributes are not fatal
+ * (returns 0: the worker list stays unknown); malformed attributes are
+ * (-MESH_E_API: the server answered with something we must not publish).
+ * Returns 1 when out was filled. */
+static int vm_from_metadata(struct mesh_init *ctx, struct mesh_gce_tpu_vm *out,
+                            struct mesh_err *err)
 {
     struct mesh_gce_metadata md;
     struct mesh_err merr;
-    if (mesh_gce_metadata_init(&md, ctx->opts.metadata_host, &merr) < 0) {
-        mesh_warn(MOD, "TPU VM attributes not read: %s", merr.msg);
-        return false;
+    int rc = mesh_gce_metadata_init(&md, ctx->opts.metadata_host, err);
+    if (rc < 0) {
+        return rc;
     }
     md.attempts = 1;
     md.timeout_ms = 1000;
-    int rc = mesh_gce_metadata_tpu_vm(&md, MESH_INIT_MAX_WORKERS, out, &merr);
+    rc = mesh_gce_metadata_tpu_vm(&md, MESH_INIT_MAX_WORKERS, out, &merr);
     mesh_gce_metadata_cleanup(&md);
+    if (rc == -MESH_E_PARSE || rc == -MESH_E_TOOBIG) {
+        return mesh_err_set(err, MESH_E_API, 0, "TPU VM metadata: %s", merr.msg);
+    }
     if (rc < 0) {
         mesh_info(MOD,
                   "no TPU_WORKER_HOSTNAMES and no TPU VM metadata (%s): the worker list "
                   "stays unknown",
                   merr.msg);
-        return false;
+        return 0;
     }
     mesh_info(MOD, "TPU VM attributes from the metadata server: %zu worker(s), type %s",
               out->nworkers, out->accelerator_type ? out->accelerator_type : "?");
-    return true;
+    return 1;
 }
 
 static int resolve_vm_workers(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
@@ -337,10 +344,15 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
     ctx->self_index = -1;
     struct mesh_gce_tpu_vm mdv;
     const struct mesh_gce_tpu_vm *md = NULL;
-    if (env_get("TPU_WORKER_HOSTNAMES") == NULL && vm_from_metadata(ctx, &mdv)) {
-        md = &mdv;
+    int rc = 0;
+    if (env_get("TPU_WORKER_HOSTNAMES") == NULL) {
+        rc = vm_from_metadata(ctx, &mdv, err);
+        if (rc < 0) {
+            return rc;
+        }
+        md = rc == 1 ? &mdv : NULL;
     }
-    int rc = resolve_vm_workers(ctx, md, err);
+    rc = resolve_vm_workers(ctx, md, err);
     if (rc == 0) {
         rc = resolve_vm_checked(ctx, md, err);
     }

@@ -12,8 +12,10 @@
  */
 #include <string.h>
 
+#include "core/cleanup.h"
 #include "core/mem.h"
 #include "core/render.h"
+#include "core/topo.h"
 #include "init.h"
 #include "io/log.h"
 #include "io/publish.h"
@@ -77,13 +79,34 @@ static int render_set(const struct mesh_init *ctx, uint64_t generation, struct m
     return rc;
 }
 
-/* The TopologyProto bytes to publish: what the TPU returned (TPU Node
- * path), else none yet (the topology builder adds them on the TPU VM path). */
-static void attach_topology_pb(const struct mesh_init *ctx, struct mesh_publish_file *f)
+/* The TopologyProto bytes to publish (DESIGN.md §4, §6): exactly what the
+ * TPU returned on the TPU Node path, else the one built from the derived
+ * slice (topo.c), else none (slice unknown). *out_built is owned by the
+ * caller (mesh_free) and NULL when nothing was built. */
+static int topology_pb(const struct mesh_init *ctx, struct mesh_publish_file *f,
+                       uint8_t **out_built, struct mesh_err *err)
 {
     f->name = mesh_render_file_name(MESH_FILE_TOPOLOGY_PB);
-    f->data = ctx->topology_pb;
-    f->len = ctx->topology_pb_len;
+    f->data = NULL;
+    f->len = 0;
+    *out_built = NULL;
+    if (ctx->topology_pb != NULL) {
+        f->data = ctx->topology_pb;
+        f->len = ctx->topology_pb_len;
+        return 0;
+    }
+    if (!ctx->have_slice) {
+        return 0;
+    }
+    size_t len = 0;
+    int rc = mesh_topo_build(&ctx->slice, out_built, &len, err);
+    if (rc < 0) {
+        return mesh_err_prefix(err, "topology.pb for %s %s", ctx->slice.accelerator_type,
+                               ctx->slice.topology);
+    }
+    f->data = *out_built;
+    f->len = len;
+    return 0;
 }
 
 static void to_files(const struct mesh_render_out *r, struct mesh_publish_file files[])
@@ -125,6 +148,12 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
     struct mesh_render_out r;
     struct mesh_publish_file files[MESH_FILE__COUNT];
     mesh_render_out_init(&r);
+    mesh_autofree uint8_t *pb = NULL;
+    rc = topology_pb(ctx, &files[MESH_FILE_TOPOLOGY_PB], &pb, err);
+    if (rc < 0) {
+        return rc;
+    }
+    struct mesh_publish_file pb_file = files[MESH_FILE_TOPOLOGY_PB];
     /* Same content as on disk at the same generation: nothing to do. */
     if (found) {
         rc = render_set(ctx, gen, &r, err);
@@ -133,7 +162,7 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
             return mesh_err_prefix(err, "render");
         }
         to_files(&r, files);
-        attach_topology_pb(ctx, &files[MESH_FILE_TOPOLOGY_PB]);
+        files[MESH_FILE_TOPOLOGY_PB] = pb_file;
         bool same = all_current(dir, files, MESH_FILE__COUNT);
         mesh_render_out_cleanup(&r);
         if (same) {
@@ -149,7 +178,7 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
         return mesh_err_prefix(err, "render");
     }
     to_files(&r, files);
-    attach_topology_pb(ctx, &files[MESH_FILE_TOPOLOGY_PB]);
+    files[MESH_FILE_TOPOLOGY_PB] = pb_file;
     size_t written = 0;
     rc = mesh_publish_files(dir, files, MESH_FILE__COUNT, &written, err);
     mesh_render_out_cleanup(&r);

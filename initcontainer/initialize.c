@@ -27,6 +27,7 @@
 
 #include "core/cleanup.h"
 #include "core/mem.h"
+#include "core/topo.h"
 #include "io/log.h"
 #include "io/tf_master.h"
 #include "init.h"
@@ -242,6 +243,45 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
     return 0;
 }
 
+/* Validate what the TPU returned as tf.tpu.experimental.Topology would
+ * (topo.h, spec §5.4): a TopologyProto TensorFlow rejects must not reach
+ * topology.pb. It is published byte for byte as the TPU sent it (DESIGN.md
+ * §6); disagreements with the slice we expected are logged, not fatal: the
+ * TPU is the authority on its own topology. */
+static int check_node_topology(const struct mesh_init *ctx, const uint8_t *pb, size_t len,
+                               struct mesh_err *err)
+{
+    struct mesh_topo_info info;
+    mesh_topo_info_init(&info);
+    int rc = mesh_topo_parse(pb, len, &info, err);
+    if (rc < 0) {
+        if (err != NULL) {
+            err->code = MESH_E_API;
+            mesh_err_prefix(err, "the TPU returned an invalid TopologyProto (%zu bytes)", len);
+        }
+        return -MESH_E_API;
+    }
+    mesh_info(MOD, "TPU topology: mesh_shape [%d,%d,%d,%d], %d task(s) x %d TPU device(s)",
+              info.mesh_shape[0], info.mesh_shape[1], info.mesh_shape[2], info.mesh_shape[3],
+              info.num_tasks, info.devices_per_task);
+    if ((size_t)info.num_tasks != ctx->nendpoints) {
+        mesh_warn(MOD,
+                  "the TPU reports %d task(s) but %zu gRPC endpoint(s) were given; "
+                  "check the endpoint list",
+                  info.num_tasks, ctx->nendpoints);
+    }
+    if (ctx->have_slice) {
+        struct mesh_err e2;
+        mesh_err_clear(&e2);
+        if (mesh_topo_check_slice(&info, &ctx->slice, &e2) < 0) {
+            mesh_warn(MOD, "the TPU's topology differs from %s: %s", ctx->slice.accelerator_type,
+                      e2.msg);
+        }
+    }
+    mesh_topo_info_cleanup(&info);
+    return 0;
+}
+
 /* Legacy TPU Node: run ConfigureDistributedTPU on the TPU's TensorFlow
  * server (common/io/tf_master.h) and keep the TopologyProto it returns. The
  * endpoints are TensorFlow's task order (spec §10.2): task 0 is the master. */
@@ -274,6 +314,11 @@ static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
     }
     mesh_free(tasks);
     if (rc < 0) {
+        return rc;
+    }
+    rc = check_node_topology(ctx, topo, topo_len, err);
+    if (rc < 0) {
+        mesh_free(topo);
         return rc;
     }
     mesh_free(ctx->topology_pb);

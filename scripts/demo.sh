@@ -8,6 +8,8 @@
 #      pod IPs in TPU_WORKER_HOSTNAMES
 #   3. a hostile worker name is refused (exit 2) and the volume keeps its
 #      last good files
+#   4. legacy TPU Node: ConfigureDistributedTPU against the simulated TPU's
+#      TensorFlow server (tests/sim/tf-master), then a TPU-less server (exit 3)
 #
 # Env: BUILD (build dir, default build), PY (python with protobuf).
 # Add later flows (sidecar, legacy TPU Node) as further sections.
@@ -96,5 +98,37 @@ run env TPU_WORKER_ID=1 'TPU_WORKER_HOSTNAMES=a.svc,$(touch /tmp/pwned),c.svc,d.
 echo "exit $? (2 = configuration error)"
 printf -- '--- dtensor.env still\n'
 cat "$V4/dtensor.env"
+
+section "4. legacy TPU Node: ConfigureDistributedTPU over TensorFlow's master gRPC (simulated v3-8)"
+# tests/sim/tf-master answers as a Cloud TPU Node's TensorFlow server at grpc://<ip>:8470 does.
+if [ -d "$BUILD/gen/py/tensorflow" ]; then
+    NODE=$WORK/tpu-node
+    mkdir -p "$NODE"
+    tfsim() { # start the simulator with the given flags; sets SIM_PID and SIM_PORT
+        "$PY" tests/sim/tf-master/tf_master_sim.py --gen-py "$BUILD/gen/py" --max-seconds 60 \
+            "$@" >"$WORK/tfsim.out" 2>&1 &
+        SIM_PID=$!
+        trap 'kill "$SIM_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
+        for _ in $(seq 100); do grep -q '^READY' "$WORK/tfsim.out" && break; sleep 0.05; done
+        SIM_PORT=$(sed -n 's/^READY port=//p' "$WORK/tfsim.out")
+    }
+    tfsim --accelerator-type v3-8
+    run env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS="grpc://127.0.0.1:$SIM_PORT" \
+        "$INIT" --timeout 30 --out-dir "$NODE" --annotations-file "$WORK/none"
+    echo "exit $?"
+    show_volume "$NODE"
+    printf -- '--- what the TPU server saw\n'
+    grep '^CALL' "$WORK/tfsim.out"
+    kill "$SIM_PID"; wait "$SIM_PID" 2>/dev/null
+
+    tfsim --fail no-tpu
+    run "$INIT" --tpu "grpc://127.0.0.1:$SIM_PORT" --timeout 30 --out-dir "$NODE" \
+        --annotations-file "$WORK/none"
+    echo "exit $? (3 = no TPU found)"
+    kill "$SIM_PID"; wait "$SIM_PID" 2>/dev/null
+else
+    echo "(skipped: run 'make gen-py' to build the simulator's protobuf modules)"
+fi
+
 echo
 echo "demo finished"

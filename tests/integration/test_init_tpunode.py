@@ -216,10 +216,16 @@ def test_failures():
 
 def test_deadlines():
     # A server that accepts the connection but never answers CreateSession.
+    # 11 s: long enough for the 10 s "still waiting" progress line.
     sim = Sim("--fail", "hang-create")
-    rc, lines, took, _ = run_init(["--tpu", f"grpc://127.0.0.1:{sim.port}", "--timeout", "3"])
-    expect_fail("CreateSession never answers", rc, lines, 4, "did not answer CreateSession")
-    tap.check("CreateSession never answers: --timeout 3 holds", 2.5 <= took < 6, f"{took:.2f}s")
+    rc, lines, took, _ = run_init(["--tpu", f"grpc://127.0.0.1:{sim.port}", "--timeout", "11"])
+    expect_fail("CreateSession never answers", rc, lines, 4,
+                "did not answer CreateSession within 11 s")
+    tap.check("CreateSession never answers: --timeout 11 holds", 10.5 <= took < 15,
+              f"{took:.2f}s")
+    tap.check("CreateSession never answers: progress line while waiting",
+              any("still waiting for MasterService/CreateSession" in x for x in lines),
+              "\n".join(lines))
     sim.stop()
 
     # RunStep never answers: deadline, then the session is still closed.

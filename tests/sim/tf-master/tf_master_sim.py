@@ -481,7 +481,8 @@ def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("tensorflow.MasterService", methods),))
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    port = server.add_insecure_port(f"{host}:{args.port}")
     if port == 0:
         sys.exit(f"tf_master_sim: cannot bind {args.host}:{args.port}")
     sim.port = port

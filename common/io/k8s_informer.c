@@ -174,6 +174,7 @@ struct mesh_k8s_informer {
     /* per-watch state */
     uint64_t watch_events;
     bool rv_went_back;
+    struct mesh_k8s_watch_status stream_error; /* in-stream ERROR other than 410 */
 };
 
 static int64_t mono_ms(void)
@@ -552,6 +553,7 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
             return mesh_err_set(err, MESH_E_GONE, 0, "watch ERROR %d %s: %s", st->code, st->reason,
                                 st->message);
         }
+        inf->stream_error = *st;
         return mesh_err_set(err, MESH_E_API, 0, "watch ERROR %d %s: %s", st->code, st->reason,
                             st->message);
     }
@@ -642,10 +644,39 @@ enum next {
     NEXT_RELIST, /* relist now */
 };
 
+/* An in-stream ERROR other than 410 (spec §2.7, §2.9): 429 -> wait and
+ * re-watch; 504 "Too large resource version" (a lagging or restored
+ * apiserver, spec §1.5, §6) -> relist now; anything else -> back off, then
+ * relist. */
+static enum next after_stream_error(struct mesh_k8s_informer *inf, const struct mesh_err *err)
+{
+    const struct mesh_k8s_watch_status *st = &inf->stream_error;
+    if (st->code == 429) {
+        if (st->retry_after_s > 0) {
+            long ra = st->retry_after_s > inf->o.retry_after_cap_s ? inf->o.retry_after_cap_s
+                                                                   : st->retry_after_s;
+            mesh_warn(MOD, "%s; re-watching after %ld s", err->msg, ra);
+            nap(inf, (int64_t)ra * 1000);
+        } else {
+            backoff_wait(inf, "watch", err->msg);
+        }
+        return NEXT_WATCH;
+    }
+    if (st->code == 504 && strstr(st->message, "Too large resource version") != NULL) {
+        mesh_warn(MOD, "%s; relisting from the latest state", err->msg);
+        return NEXT_RELIST;
+    }
+    backoff_wait(inf, "watch", err->msg);
+    return NEXT_RELIST;
+}
+
 /* Decide what follows a watch that returned rc. */
 static enum next after_watch(struct mesh_k8s_informer *inf, int rc, int64_t started_ms, int *stalls,
                              const struct mesh_err *err)
 {
+    if (rc == -MESH_E_API && inf->stream_error.code != 0) {
+        return after_stream_error(inf, err);
+    }
     long status = mesh_k8s_client_last_status(inf->client);
     bool very_short = inf->watch_events == 0 && mono_ms() - started_ms < 1000;
     if (inf->watch_events > 0) {
@@ -710,6 +741,7 @@ static int do_watch(struct mesh_k8s_informer *inf, struct mesh_err *err)
     };
     inf->watch_events = 0;
     inf->rv_went_back = false;
+    memset(&inf->stream_error, 0, sizeof(inf->stream_error));
     return mesh_k8s_client_watch(inf->client, &o->query, &wo, on_event, inf, err);
 }
 

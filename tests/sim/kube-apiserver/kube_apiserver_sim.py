@@ -364,15 +364,24 @@ def order_meta(md):
 class Rec:
     """One immutable version of a pod: the dict and its cached JSON."""
 
-    __slots__ = ("pod", "core", "rv", "key")
+    __slots__ = ("pod", "core", "rv", "key", "spec_j", "status_j")
 
-    def __init__(self, pod, rv):
+    def __init__(self, pod, rv, prev=None):
         self.pod = pod
         self.rv = rv
         md = pod["metadata"]
         self.key = (md["namespace"], md["name"])
-        body = gojson_b({"metadata": md, "spec": pod.get("spec", {}), "status": pod.get("status", {})})
-        self.core = body[1:-1]
+        spec, status = pod.get("spec", {}), pod.get("status", {})
+        # Versions share unchanged spec/status dicts (they are never mutated), so their JSON is reused.
+        if prev is not None and prev.pod.get("spec") is spec:
+            self.spec_j = prev.spec_j
+        else:
+            self.spec_j = gojson_b(spec)
+        if prev is not None and prev.pod.get("status") is status:
+            self.status_j = prev.status_j
+        else:
+            self.status_j = gojson_b(status)
+        self.core = b'"metadata":' + gojson_b(md) + b',"spec":' + self.spec_j + b',"status":' + self.status_j
 
     def item(self):
         return b"{" + self.core + b"}"
@@ -412,7 +421,7 @@ class Event:
                 rec = self.new
             else:
                 if self._old_at is None:
-                    self._old_at = Rec(with_rv(self.old.pod, self.rv), self.rv)
+                    self._old_at = Rec(with_rv(self.old.pod, self.rv), self.rv, self.old)
                 rec = self._old_at
             b = b'{"type":"' + etype.encode() + b'","object":' + rec.full() + b"}\n"
             self._lines[k] = b
@@ -496,7 +505,7 @@ class State:
 
     def __init__(self, args):
         self.args = args
-        self.cond = threading.Condition(threading.Lock())
+        self.cond = threading.Condition(threading.RLock())
         self.rv = max(1, int(args.initial_rv))
         self.compacted = self.rv  # every event with rv > compacted is in hist
         self.hist = []  # hist[i].rv == compacted + 1 + i
@@ -602,7 +611,7 @@ class State:
         old = self.pods.get(key)
         self.rv += 1
         pod = with_rv(pod, self.rv)
-        rec = Rec(pod, self.rv)
+        rec = Rec(pod, self.rv, old)
         self.pods[key] = rec
         if old is None:
             self.keys_gen += 1
@@ -617,7 +626,7 @@ class State:
             return None
         self.keys_gen += 1
         self.rv += 1
-        gone = Rec(with_rv(old.pod, self.rv), self.rv)
+        gone = Rec(with_rv(old.pod, self.rv), self.rv, old)
         self._emit("DELETED", key, gone, old)
         return gone
 
@@ -653,7 +662,7 @@ class State:
             new_rv = max(1, min(int(new_rv), old))
             self.rv = new_rv
             for key, rec in list(self.pods.items()):
-                self.pods[key] = Rec(with_rv(rec.pod, new_rv), new_rv)
+                self.pods[key] = Rec(with_rv(rec.pod, new_rv), new_rv, rec)
             self.hist = []
             self.compacted = new_rv
             self.snaps.clear()

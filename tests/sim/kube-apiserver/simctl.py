@@ -36,7 +36,7 @@ class SimClient:
     """Calls POST <url>/_sim/<verb> with a JSON body. `ca` verifies an HTTPS simulator (or pass
     insecure=True)."""
 
-    def __init__(self, url, ca=None, insecure=False, timeout=120):
+    def __init__(self, url, ca=None, insecure=False, timeout=60):
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.ctx = None

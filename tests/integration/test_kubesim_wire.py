@@ -1,0 +1,504 @@
+#!/usr/bin/python3
+"""Wire-level checks of the kube-apiserver simulator with a raw socket: watch framing (chunk
+boundaries mid-event, several events per chunk, newline-terminated compact JSON), Status bodies
+byte for byte as spec/kubernetes-api.md gives them, list/watch parameter rules. Prints TAP."""
+
+import base64
+import json
+import os
+import socket
+import sys
+import time
+
+ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "sim", "kube-apiserver"))
+
+import tap  # noqa: E402
+from simctl import start_sim  # noqa: E402
+
+TOKEN = "wire-token-1"
+
+
+class Resp:
+    def __init__(self):
+        self.status = 0
+        self.headers = {}
+        self.header_list = []
+        self.body = b""
+        self.chunks = []
+        self.terminated = False  # saw the 0-length last chunk
+        self.eof = False
+
+
+def request(port, path, token=TOKEN, headers=None, timeout=10.0, stop_after=None, on_headers=None):
+    """Raw HTTP/1.1 GET; returns Resp with the chunk list for chunked bodies. Reads until the body
+    ends, the peer closes, `timeout` passes, or stop_after(resp) says so."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        h = "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUser-Agent: wire-test\r\n" % (path, port)
+        if token:
+            h += "Authorization: Bearer %s\r\n" % token
+        for k, v in (headers or {}).items():
+            h += "%s: %s\r\n" % (k, v)
+        s.sendall((h + "\r\n").encode())
+        deadline = time.time() + timeout
+        buf = b""
+        r = Resp()
+
+        def fill():
+            nonlocal buf
+            s.settimeout(max(0.01, deadline - time.time()))
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                return False
+            except OSError:
+                d = b""
+            if not d:
+                r.eof = True
+                return False
+            buf += d
+            return True
+
+        while b"\r\n\r\n" not in buf:
+            if not fill():
+                return r
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        r.status = int(lines[0].split()[1])
+        for ln in lines[1:]:
+            k, v = ln.split(":", 1)
+            r.headers[k.strip().lower()] = v.strip()
+            r.header_list.append(k.strip())
+        if on_headers:
+            on_headers(r)
+        if r.headers.get("transfer-encoding") == "chunked":
+            while time.time() < deadline:
+                while b"\r\n" not in buf:
+                    if not fill():
+                        return r
+                size_line, rest = buf.split(b"\r\n", 1)
+                size = int(size_line.split(b";")[0], 16)
+                while len(rest) < size + 2:
+                    buf = size_line + b"\r\n" + rest
+                    if not fill():
+                        # A partial chunk before EOF: keep what arrived.
+                        r.chunks.append(rest[:size])
+                        return r
+                    size_line, rest = buf.split(b"\r\n", 1)
+                if size == 0:
+                    r.terminated = True
+                    return r
+                r.chunks.append(rest[:size])
+                buf = rest[size + 2:]
+                if stop_after and stop_after(r):
+                    return r
+            return r
+        n = int(r.headers.get("content-length", "0"))
+        while len(buf) < n:
+            if not fill():
+                break
+        r.body = buf[:n]
+        return r
+    finally:
+        s.close()
+
+
+def stream_lines(r):
+    data = b"".join(r.chunks)
+    return data.split(b"\n")
+
+
+def compact(obj):
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def main():
+    sim = start_sim(["--token", TOKEN, "--seed", "7", "--bookmark-interval", "0"])
+    c = sim.client
+    port = sim.port
+    try:
+        run(sim, c, port)
+    finally:
+        sim.stop()
+    tap.done()
+
+
+def run(sim, c, port):
+    ns = "wire"
+    for i in range(4):
+        c.make(namespace=ns, name="trainer-%d-abcde" % i, index=i)
+    rv0 = c.state()["rv"]
+
+    # --- 401 byte for byte (spec §4.4: identical real captures, Content-Length 129) -----------
+    r = request(port, "/api/v1/namespaces/wire/pods", token="wrong")
+    want401 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
+               b'"reason":"Unauthorized","code":401}\n')
+    tap.check("401 body byte for byte", r.status == 401 and r.body == want401, repr((r.status, r.body)))
+    tap.check("401 Content-Length 129", r.headers.get("content-length") == "129", r.headers)
+    r = request(port, "/api/v1/namespaces/wire/pods", token=None)
+    tap.check("missing token is 401 too", r.status == 401 and r.body == want401, r.status)
+
+    # --- 404 --------------------------------------------------------------------------------------
+    r = request(port, "/api/v1/namespaces/wire/pods/nope")
+    want404 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \\"nope\\" not found",'
+               b'"reason":"NotFound","details":{"name":"nope","kind":"pods"},"code":404}\n')
+    tap.check("404 pod body byte for byte", r.status == 404 and r.body == want404, repr(r.body))
+
+    # --- 403 (spec §4.4 forbiddenMessage) ---------------------------------------------------------
+    c.call("forbid", namespace="secret", verbs="list,watch")
+    r = request(port, "/api/v1/namespaces/secret/pods")
+    want403 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is forbidden: '
+               b'User \\"system:serviceaccount:default:default\\" cannot list resource \\"pods\\" in API group \\"\\" '
+               b'in the namespace \\"secret\\"","reason":"Forbidden","details":{"kind":"pods"},"code":403}\n')
+    tap.check("403 list body byte for byte", r.status == 403 and r.body == want403, repr(r.body))
+    tap.check("403 has X-Content-Type-Options: nosniff", r.headers.get("x-content-type-options") == "nosniff",
+              r.headers)
+    r = request(port, "/api/v1/namespaces/secret/pods?watch=true")
+    tap.check("403 watch names the watch verb", r.status == 403 and b'cannot watch resource \\"pods\\"' in r.body,
+              repr(r.body))
+    c.call("forbid", clear=True)
+
+    # --- 429 APF plain text (spec §4.4) -----------------------------------------------------------
+    c.fail(429, count=1, retry_after=3)
+    r = request(port, "/api/v1/namespaces/wire/pods")
+    tap.check("APF 429 is plain text with Retry-After",
+              r.status == 429 and r.body == b"Too many requests, please try again later.\n"
+              and r.headers.get("retry-after") == "3"
+              and r.headers.get("content-type") == "text/plain; charset=utf-8", repr((r.status, r.body, r.headers)))
+    r = request(port, "/api/v1/namespaces/wire/pods")
+    tap.check("fault applies to the next N requests only", r.status == 200, r.status)
+    c.fail(503, count=1, match="list")
+    r = request(port, "/api/v1/namespaces/wire/pods")
+    tap.check("503 Status without Retry-After", r.status == 503 and "retry-after" not in r.headers
+              and json.loads(r.body)["reason"] == "ServiceUnavailable", repr((r.status, r.body)))
+
+    # --- list shape and headers (spec §1.2) --------------------------------------------------------
+    r = request(port, "/api/v1/namespaces/wire/pods")
+    body = r.body
+    tap.check("list key order kind, apiVersion, metadata, items",
+              body.startswith(b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[{'
+                              % rv0), body[:120])
+    tap.check("list ends with a newline (json.Encoder)", body.endswith(b"]}\n"), body[-10:])
+    d = json.loads(body)
+    tap.check("list items carry no kind/apiVersion", all("kind" not in it for it in d["items"]) and len(d["items"]) == 4,
+              [list(it) for it in d["items"]][:1])
+    tap.check("list body is compact JSON", body.rstrip(b"\n") == compact(d), "not compact")
+    tap.check("response headers Audit-Id, Cache-Control and APF UIDs",
+              r.headers.get("cache-control") == "no-cache, private" and "audit-id" in r.headers
+              and "x-kubernetes-pf-flowschema-uid" in r.headers and "x-kubernetes-pf-prioritylevel-uid" in r.headers,
+              r.headers)
+    r = request(port, "/api/v1/namespaces/empty/pods")
+    tap.check("empty list has items: []", b'"items":[]}' in r.body, r.body)
+
+    # --- pagination token (spec §1.3) -----------------------------------------------------------------
+    r = request(port, "/api/v1/namespaces/wire/pods?limit=3")
+    d = json.loads(r.body)
+    tok = d["metadata"].get("continue", "")
+    raw = base64.urlsafe_b64decode(tok + "=" * (-len(tok) % 4))
+    tap.check("continue token is RawURL base64 (no padding)", "=" not in tok and "+" not in tok and "/" not in tok, tok)
+    tap.check("continue token JSON", raw == b'{"v":"meta.k8s.io/v1","rv":%d,"start":"trainer-2-abcde\\u0000"}' % rv0, raw)
+    tap.check("remainingItemCount without selectors", d["metadata"].get("remainingItemCount") == 1, d["metadata"])
+    c.make(namespace=ns, name="trainer-9-abcde", index=9)
+    r2 = request(port, "/api/v1/namespaces/wire/pods?limit=3&continue=" + tok)
+    d2 = json.loads(r2.body)
+    tap.check("second page keeps the snapshot RV and excludes the later pod",
+              d2["metadata"]["resourceVersion"] == str(rv0)
+              and [p["metadata"]["name"] for p in d2["items"]] == ["trainer-3-abcde"]
+              and "continue" not in d2["metadata"], d2["metadata"])
+    r = request(port, "/api/v1/namespaces/wire/pods?limit=1&labelSelector=job-name%3Dtrainer")
+    tap.check("remainingItemCount omitted with a selector", "remainingItemCount" not in json.loads(r.body)["metadata"],
+              r.body[:200])
+
+    # expired continue token: 410 with the exact message and a rv -1 token
+    c.compact()
+    r = request(port, "/api/v1/namespaces/wire/pods?limit=3&continue=" + tok)
+    msg = ("The provided continue parameter is too old to display a consistent list result. You can start a new list "
+           "without the continue parameter, or use the continue token in this response to retrieve the remainder of "
+           "the results. Continuing with the provided token results in an inconsistent list - objects that were "
+           "created, modified, or deleted between the time the first chunk was returned and now may show up in the "
+           "list.")
+    d = json.loads(r.body) if r.body else {}
+    newtok = d.get("metadata", {}).get("continue", "")
+    ok = (r.status == 410 and d.get("message") == msg and d.get("reason") == "Expired" and d.get("code") == 410
+          and r.body.startswith(b'{"kind":"Status","apiVersion":"v1","metadata":{"continue":"'))
+    tap.check("expired continue token: 410 Expired, exact message", ok, repr(r.body[:400]))
+    raw = base64.urlsafe_b64decode(newtok + "=" * (-len(newtok) % 4)) if newtok else b""
+    tap.check("expired continue carries a rv -1 token", b'"rv":-1' in raw, raw)
+    r = request(port, "/api/v1/namespaces/wire/pods?limit=3&continue=" + newtok)
+    names = [p["metadata"]["name"] for p in json.loads(r.body)["items"]]
+    tap.check("rv -1 token continues at latest (inconsistent)", r.status == 200 and names == ["trainer-3-abcde",
+                                                                                                 "trainer-9-abcde"],
+              names)
+    r = request(port, "/api/v1/namespaces/wire/pods?limit=3&continue=%21%21junk")
+    tap.check("malformed continue is 400", r.status == 400 and b"invalid continue token" in r.body, r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?limit=3&resourceVersion=5&continue=" + newtok)
+    tap.check("continue + resourceVersion is 400 with the exact message", r.status == 400 and json.loads(r.body)[
+        "message"] == "specifying resource version is not allowed when using continue", r.body)
+
+    # --- resourceVersion rules for list (spec §1.4, §1.5) -------------------------------------------
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d&resourceVersionMatch=Exact" % (rv0 - 2))
+    want410 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The resourceVersion for '
+               b'the provided list is too old.","reason":"Expired","code":410}\n')
+    tap.check("list at a compacted RV: 410 byte for byte", r.status == 410 and r.body == want410, r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersionMatch=Exact")
+    want422 = ('ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is '
+               'forbidden unless resourceVersion is provided')
+    d = json.loads(r.body)
+    tap.check("422 resourceVersionMatch without resourceVersion", r.status == 422 and d["message"] == want422
+              and d["reason"] == "Invalid" and d["details"]["kind"] == "ListOptions"
+              and d["details"]["group"] == "meta.k8s.io", r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=0&resourceVersionMatch=Exact")
+    tap.check("422 Exact with RV 0", r.status == 422 and b'resourceVersionMatch \\"exact\\" is forbidden for '
+                                                        b'resourceVersion \\"0\\"' in r.body, r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=abc")
+    tap.check("junk RV on list is 400", r.status == 400 and b"invalid resource version" in r.body, r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=abc")
+    tap.check("junk RV on watch is 422", r.status == 422, (r.status, r.body))
+    r = request(port, "/api/v1/namespaces/wire/pods?sendInitialEvents=true")
+    tap.check("sendInitialEvents on list is 422", r.status == 422 and b"sendInitialEvents is forbidden for list" in r.body,
+              r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?fieldSelector=spec.bogus%3Dx")
+    tap.check("unsupported field label is 400", r.status == 400 and json.loads(r.body)["message"] ==
+              "field label not supported: spec.bogus", r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?labelSelector=a%20in%20(")
+    tap.check("bad label selector is 400", r.status == 400, (r.status, r.body))
+    cur = c.state()["rv"]
+    t0 = time.time()
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d" % (cur + 1000), timeout=10)
+    dt = time.time() - t0
+    d = json.loads(r.body) if r.body else {}
+    tap.check("RV from the future: 504 Too large after ~3 s with Retry-After: 1",
+              r.status == 504 and 2.5 < dt < 6 and r.headers.get("retry-after") == "1"
+              and d.get("message") == "Timeout: Too large resource version: %d, current: %d" % (cur + 1000, cur)
+              and d["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+              and d["details"]["retryAfterSeconds"] == 1, (r.status, dt, r.body))
+
+    # --- watch headers first, then events ------------------------------------------------------------
+    cur = c.state()["rv"]
+    got_head = {}
+
+    def on_headers(resp):
+        got_head["t"] = time.time()
+    t0 = time.time()
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=2" % cur,
+                on_headers=on_headers, timeout=6)
+    tap.check("watch: 200, application/json, chunked", r.status == 200 and r.headers.get("content-type") ==
+              "application/json" and r.headers.get("transfer-encoding") == "chunked", r.headers)
+    tap.check("watch headers are flushed before any event", got_head.get("t", 99) - t0 < 1.0, got_head)
+    tap.check("timeoutSeconds ends the body (0-chunk) with no final event",
+              r.terminated and r.chunks == [] and 1.5 < time.time() - t0 < 4, (r.terminated, r.chunks))
+
+    # --- boolean parsing of watch (spec §1.1) ---------------------------------------------------------
+    r = request(port, "/api/v1/namespaces/wire/pods?watch&resourceVersion=%d&timeoutSeconds=1" % cur, timeout=4)
+    tap.check("?watch (empty value) is a watch", r.headers.get("transfer-encoding") == "chunked", r.headers)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=False")
+    tap.check("watch=False is a list", b'"kind":"PodList"' in r.body, r.body[:80])
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=0")
+    tap.check("watch=0 is a list", b'"kind":"PodList"' in r.body, r.body[:80])
+
+    # --- several events per chunk (coalesce) ----------------------------------------------------------
+    c.call("chunking", mode="coalesce")
+    cur = c.state()["rv"]
+    import threading
+
+    def later(fn, delay=0.4):
+        t = threading.Timer(delay, fn)
+        t.start()
+        return t
+    t = later(lambda: c.call("batch", ops=[
+        {"verb": "ready", "namespace": ns, "name": "trainer-0-abcde", "ready": False},
+        {"verb": "ready", "namespace": ns, "name": "trainer-1-abcde", "ready": False},
+        {"verb": "labels", "namespace": ns, "name": "trainer-2-abcde", "set": "x=y"}]))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=3" % cur, timeout=6,
+                stop_after=lambda resp: b"".join(resp.chunks).count(b"\n") >= 3)
+    t.join()
+    counts = [ch.count(b"\n") for ch in r.chunks]
+    tap.check("several events in one chunk", counts and counts[0] == 3 and r.chunks[0].endswith(b"\n"), counts)
+    lines = [ln for ln in stream_lines(r) if ln]
+    evs = [json.loads(ln) for ln in lines]
+    tap.check("each event is compact JSON on one line", all(ln == compact(json.loads(ln)) for ln in lines),
+              lines[:1])
+    tap.check("event key order type, object; object kind Pod v1",
+              all(ln.startswith(b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{')
+                  for ln in lines), lines[0][:100] if lines else "")
+    tap.check("event RVs increase by one from the watch RV",
+              [int(e["object"]["metadata"]["resourceVersion"]) for e in evs] == [cur + 1, cur + 2, cur + 3],
+              [e["object"]["metadata"]["resourceVersion"] for e in evs])
+
+    # --- events split across chunks -------------------------------------------------------------------
+    c.call("chunking", mode="split", seed=3)
+    cur = c.state()["rv"]
+    t = later(lambda: c.ready(name="trainer-3-abcde", namespace=ns, ready=False))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=3" % cur, timeout=6,
+                stop_after=lambda resp: b"".join(resp.chunks).count(b"\n") >= 1)
+    t.join()
+    tap.check("one event split over two chunks", len(r.chunks) == 2 and not r.chunks[0].endswith(b"\n")
+              and r.chunks[1].endswith(b"\n") and b"\n" not in r.chunks[0], [len(ch) for ch in r.chunks])
+    data = b"".join(r.chunks)
+    tap.check("the reassembled event parses", json.loads(data)["type"] == "MODIFIED", data[:80])
+
+    # random chunking of many events: framing on newlines gives back every event intact
+    c.call("chunking", mode="random", max=700, seed=11)
+    cur = c.state()["rv"]
+    t = later(lambda: c.call("batch", ops=[{"verb": "labels", "namespace": ns, "name": "trainer-%d-abcde" % (i % 4),
+                                            "set": "n=%d" % i} for i in range(20)]))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=3" % cur, timeout=6,
+                stop_after=lambda resp: b"".join(resp.chunks).count(b"\n") >= 20)
+    t.join()
+    lines = [ln for ln in stream_lines(r) if ln]
+    mid = sum(1 for ch in r.chunks if not ch.endswith(b"\n"))
+    ok = len(lines) == 20 and [json.loads(ln)["object"]["metadata"]["labels"]["n"] for ln in lines] == [
+        str(i) for i in range(20)]
+    tap.check("random chunking: 20 events intact, in order", ok, len(lines))
+    tap.check("random chunking: chunk boundaries fall mid-event", mid >= 5, mid)
+
+    # natural (Go bufio 2048) mode: an event bigger than 2 KiB is written as its own chunk
+    c.call("chunking", mode="natural")
+    cur = c.state()["rv"]
+    t = later(lambda: c.ready(name="trainer-3-abcde", namespace=ns, ready=True))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=3" % cur, timeout=6,
+                stop_after=lambda resp: b"".join(resp.chunks).count(b"\n") >= 1)
+    t.join()
+    tap.check("natural: a >2 KiB event is one chunk ending in newline",
+              len(r.chunks) == 1 and len(r.chunks[0]) > 2048 and r.chunks[0].endswith(b"\n"),
+              [len(ch) for ch in r.chunks])
+
+    # --- DELETED carries the deletion RV; selector transitions ------------------------------------------
+    cur = c.state()["rv"]
+    sel = "labelSelector=batch.kubernetes.io%2Fjob-completion-index%3D1"
+    t = later(lambda: c.call("batch", ops=[
+        {"verb": "labels", "namespace": ns, "name": "trainer-2-abcde", "set": "batch.kubernetes.io/job-completion-index=1"},
+        {"verb": "labels", "namespace": ns, "name": "trainer-2-abcde", "set": "batch.kubernetes.io/job-completion-index=2"},
+        {"verb": "delete", "namespace": ns, "name": "trainer-1-abcde"}]))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&%s&resourceVersion=%d&timeoutSeconds=3" % (sel, cur),
+                timeout=6, stop_after=lambda resp: b"".join(resp.chunks).count(b"\n") >= 3)
+    t.join()
+    evs = [json.loads(ln) for ln in stream_lines(r) if ln]
+    got = [(e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["resourceVersion"]) for e in evs]
+    want = [("ADDED", "trainer-2-abcde", str(cur + 1)), ("DELETED", "trainer-2-abcde", str(cur + 2)),
+            ("DELETED", "trainer-1-abcde", str(cur + 3))]
+    tap.check("selector transitions ADDED/DELETED and DELETED at the deletion RV", got == want, got)
+    tap.check("transition DELETED carries the old object (old labels)",
+              len(evs) > 1 and evs[1]["object"]["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1",
+              evs[1]["object"]["metadata"]["labels"] if len(evs) > 1 else None)
+
+    # --- bookmarks: exact shape; only when asked ------------------------------------------------------------
+    cur = c.state()["rv"]
+    t = later(lambda: c.call("bookmark"))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&allowWatchBookmarks=true&timeoutSeconds=3"
+                % cur, timeout=6, stop_after=lambda resp: b"\n" in b"".join(resp.chunks))
+    t.join()
+    want_bm = (b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"%d"},'
+               b'"spec":{"containers":null},"status":{}}}\n' % cur)
+    tap.check("BOOKMARK byte for byte (spec §2.3)", b"".join(r.chunks) == want_bm, b"".join(r.chunks))
+    t = later(lambda: c.call("bookmark"))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=2" % cur, timeout=5)
+    t.join()
+    tap.check("no bookmark without allowWatchBookmarks", r.chunks == [] and r.terminated, r.chunks)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&allowWatchBookmarks=true&timeoutSeconds=3"
+                % cur, timeout=6)
+    tap.check("a bookmark ~2 s before the watch deadline", b"".join(r.chunks) == want_bm and r.terminated,
+              b"".join(r.chunks))
+
+    # --- streaming list: initial-events-end bookmark (spec §2.6) ---------------------------------------------
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                "&allowWatchBookmarks=true&resourceVersion=&timeoutSeconds=3", timeout=6,
+                stop_after=lambda resp: b"initial-events-end" in b"".join(resp.chunks))
+    evs = [json.loads(ln) for ln in stream_lines(r) if ln]
+    npods = len(c.pods(namespace=ns))
+    tap.check("sendInitialEvents: ADDED per pod then the initial-events-end bookmark",
+              [e["type"] for e in evs] == ["ADDED"] * npods + ["BOOKMARK"]
+              and evs[-1]["object"]["metadata"].get("annotations") == {"k8s.io/initial-events-end": "true"}
+              and evs[-1]["object"]["metadata"]["resourceVersion"] == str(c.state()["rv"]), [e["type"] for e in evs])
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true")
+    tap.check("sendInitialEvents without NotOlderThan is 422", r.status == 422 and b"sendInitialEvents requires setting "
+              b"resourceVersionMatch to NotOlderThan" in r.body, r.body)
+
+    # --- too-old RV: 200 + one ERROR 410 + end (spec §2.7) ------------------------------------------------
+    c.compact()
+    comp = c.state()["compacted"]
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % (comp - 3), timeout=5)
+    want_err = (b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+                b'"message":"too old resource version: %d (%d)","reason":"Expired","code":410}}\n' % (comp - 3, comp))
+    tap.check("too-old watch RV: 200 + ERROR 410 byte for byte + end",
+              r.status == 200 and b"".join(r.chunks) == want_err and r.terminated, (r.status, b"".join(r.chunks)))
+    c.call("config", expired_watch="http410")
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % (comp - 3), timeout=5)
+    tap.check("expired_watch=http410: HTTP 410 at watch start", r.status == 410 and json.loads(r.body)["code"] == 410,
+              (r.status, r.body))
+    c.call("config", expired_watch="event")
+
+    # --- faults in the stream --------------------------------------------------------------------------------
+    cur = c.state()["rv"]
+    t = later(lambda: (c.ready(name="trainer-0-abcde", namespace=ns, ready=True), c.call("malformed")))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=3" % cur, timeout=6,
+                stop_after=lambda resp: b"".join(resp.chunks).count(b"\n") >= 2)
+    t.join()
+    lines = [ln for ln in stream_lines(r) if ln]
+    bad = 0
+    for ln in lines:
+        try:
+            json.loads(ln)
+        except ValueError:
+            bad += 1
+    tap.check("malformed line injected after a good event", len(lines) == 2 and bad == 1, lines)
+
+    cur = c.state()["rv"]
+    t = later(lambda: c.call("cut", mode="mid-event"))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % cur, timeout=6)
+    t.join()
+    data = b"".join(r.chunks)
+    tap.check("cut mid-event: partial JSON line, no terminating chunk, EOF",
+              r.eof and not r.terminated and data and not data.endswith(b"\n") and data.startswith(b'{"type":'),
+              (r.eof, r.terminated, data[:60]))
+    t = later(lambda: c.call("cut", mode="clean"))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % cur, timeout=6)
+    t.join()
+    tap.check("cut clean: terminating chunk", r.terminated and r.chunks == [], (r.terminated, r.chunks))
+
+    t = later(lambda: c.call("oversize", mib=2, namespace=ns, name="trainer-0-abcde"))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=4" % cur, timeout=8,
+                stop_after=lambda resp: b"\n" in resp.chunks[-1])
+    t.join()
+    data = b"".join(r.chunks)
+    tap.check("oversize: one event of more than 2 MiB", data.endswith(b"\n") and len(data) > 2 * 1024 * 1024
+              and json.loads(data)["object"]["metadata"]["name"] == "trainer-0-abcde", len(data))
+
+    c.stall(1.5)
+    t0 = time.time()
+    t = later(lambda: c.ready(name="trainer-0-abcde", namespace=ns, ready=False), 0.2)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=4" % c.state()["rv"],
+                timeout=8, stop_after=lambda resp: b"\n" in b"".join(resp.chunks))
+    t.join()
+    dt = time.time() - t0
+    tap.check("stall: the event arrives only after the stall", 1.2 < dt < 3.5 and r.chunks, dt)
+
+    # --- token rotation -------------------------------------------------------------------------------
+    c.token(token="rotated")
+    r1 = request(port, "/api/v1/namespaces/wire/pods")
+    r2 = request(port, "/api/v1/namespaces/wire/pods", token="rotated")
+    tap.check("rotated token: old one 401, new one 200", r1.status == 401 and r2.status == 200, (r1.status, r2.status))
+    c.token(token=TOKEN)
+
+    # --- restart with history lost: RVs go back, old RVs are too old ---------------------------------------
+    before = c.state()["rv"]
+    res = c.restart()
+    after = c.state()["rv"]
+    r = request(port, "/api/v1/namespaces/wire/pods")
+    d = json.loads(r.body)
+    tap.check("restart: list RV is lower than before", int(d["metadata"]["resourceVersion"]) == after < before,
+              (before, after, d["metadata"]))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % (after - 1), timeout=5)
+    tap.check("restart: a watch from before the new RV gets ERROR 410",
+              b'"code":410' in b"".join(r.chunks) and r.terminated, b"".join(r.chunks)[:200])
+    stats = c.stats()
+    tap.check("stats count requests by verb, watches and bytes",
+              stats["requests"].get("watch", 0) >= 15 and stats["requests"].get("list", 0) >= 15
+              and stats["watchesTotal"] >= 10 and stats["bytesSent"] > 2 * 1024 * 1024, stats)
+    tap.check("restart reported old and new RV", res.get("oldRv") == before and res.get("rv") == after, res)
+
+
+if __name__ == "__main__":
+    main()

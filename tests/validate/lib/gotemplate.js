@@ -147,7 +147,13 @@ function tokenize(s, where) {
             while (j < s.length && s[j] !== '"') {
                 j += s[j] === '\\' ? 2 : 1;
             }
-            toks.push({ k: 'lit', v: JSON.parse(s.slice(i, j + 1)) });
+            let lit;
+            try {
+                lit = JSON.parse(s.slice(i, j + 1));
+            } catch (e) {
+                throw new TemplateError(`${where}: bad string literal ${s.slice(i, j + 1)}`);
+            }
+            toks.push({ k: 'lit', v: lit });
             i = j + 1;
             continue;
         }

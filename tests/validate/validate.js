@@ -1,0 +1,561 @@
+#!/usr/bin/env node
+'use strict';
+/*
+ * validate.js - offline validation of tpumesh's Kubernetes manifests (k8s/) and Helm chart
+ * (charts/tpumesh), for machines without a kube-apiserver or a helm binary. Prints TAP
+ * lines ("ok N - ..." / "not ok N - ...") and exits 1 when a check failed.
+ *
+ *   node tests/validate/validate.js          (tests/integration/test_manifests.sh runs it)
+ *
+ * What it checks:
+ *  - every object in k8s/ against the Kubernetes OpenAPI schemas (kubernetes-models) with
+ *    strict field validation; the JobSet against our JobSet CRD schema and its Job
+ *    templates against the core schemas;
+ *  - RBAC grants only get/list/watch on pods; every container passes the restricted Pod
+ *    Security profile; tpumesh's containers follow DESIGN.md (native sidecar, probes, no
+ *    TPUs in the sidecar, requests/limits, volumes, annotations);
+ *  - the examples' slice facts (v5litepod-16: 4 pods x 4 chips, 4x4, Indexed Job +
+ *    headless Service; JobSet with two slices; legacy TPU Node);
+ *  - the chart: Chart.yaml, every value documented, values.schema.json accepts the
+ *    defaults and ci/ examples and rejects fixtures/bad-values/, every include names a
+ *    defined template, the chart renders (lib/gotemplate.js, a Go-template subset) into
+ *    objects that pass the same checks, NOTES.txt shows the include lines;
+ *  - k8s/ agrees with the chart's named templates at default values;
+ *  - the validator itself rejects every fixtures/bad-manifests/ file for the stated reason;
+ *  - if `helm` is on PATH: helm lint and helm template, validated the same way.
+ */
+const fs = require('fs');
+const path = require('path');
+const { execFileSync } = require('child_process');
+const YAML = require('yaml');
+const Ajv = require('ajv');
+
+const k8s = require('./lib/k8s');
+const tpm = require('./lib/tpumesh');
+const { renderChart } = require('./lib/gotemplate');
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const CHART = path.join(ROOT, 'charts', 'tpumesh');
+const K8S = path.join(ROOT, 'k8s');
+const FIX = path.join(__dirname, 'fixtures');
+const RELEASE = { name: 'tpumesh', namespace: 'default' };
+
+/* ---- TAP --------------------------------------------------------------------------- */
+let n = 0;
+let failed = 0;
+function check(name, errs) {
+    n++;
+    if (!errs.length) {
+        console.log(`ok ${n} - ${name}`);
+        return true;
+    }
+    failed++;
+    console.log(`not ok ${n} - ${name}`);
+    for (const e of errs.slice(0, 25)) {
+        console.log(`#   ${e}`);
+    }
+    if (errs.length > 25) {
+        console.log(`#   ... ${errs.length - 25} more`);
+    }
+    return false;
+}
+function guard(fn) {
+    try {
+        return fn();
+    } catch (e) {
+        return [String(e && e.message ? e.message : e)];
+    }
+}
+
+function readYamlDocs(file) {
+    const docs = YAML.parseAllDocuments(fs.readFileSync(file, 'utf8'));
+    const errs = [];
+    const objs = [];
+    docs.forEach((d, i) => {
+        for (const e of d.errors) {
+            errs.push(`${path.relative(ROOT, file)} document ${i + 1}: ${e.message}`);
+        }
+        const o = d.toJS();
+        if (o !== null && o !== undefined) {
+            objs.push(o);
+        }
+    });
+    return { objs, errs };
+}
+function parseYamlText(text, where) {
+    const objs = [];
+    YAML.parseAllDocuments(text).forEach((d, i) => {
+        if (d.errors.length) {
+            throw new Error(`${where} document ${i + 1}: ${d.errors[0].message}`);
+        }
+        const o = d.toJS();
+        if (o !== null && o !== undefined) {
+            objs.push(o);
+        }
+    });
+    return objs;
+}
+function deepEqual(a, b) {
+    return JSON.stringify(canon(a)) === JSON.stringify(canon(b));
+}
+function canon(v) {
+    if (Array.isArray(v)) {
+        return v.map(canon);
+    }
+    if (v && typeof v === 'object') {
+        return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])]));
+    }
+    return v;
+}
+function diffPaths(a, b, where, out) {
+    if (deepEqual(a, b)) {
+        return out;
+    }
+    if (a && b && typeof a === 'object' && typeof b === 'object' && Array.isArray(a) === Array.isArray(b)) {
+        const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+        for (const k of keys) {
+            diffPaths(a[k], b[k], `${where}.${k}`, out);
+        }
+        return out;
+    }
+    out.push(`${where}: ${JSON.stringify(a)} != chart ${JSON.stringify(b)}`);
+    return out;
+}
+
+/* ---- object checks shared by k8s/, the rendered chart and the bad fixtures ------------- */
+const ajv = new Ajv({ allErrors: true, strict: true });
+const jobsetSchema = JSON.parse(fs.readFileSync(path.join(__dirname, 'schemas', 'jobset.x-k8s.io_v1alpha2.json'), 'utf8'));
+const validateJobSet = ajv.compile(jobsetSchema);
+
+function schemaCheck(o, where) {
+    if (o.apiVersion === 'jobset.x-k8s.io/v1alpha2' && o.kind === 'JobSet') {
+        const errs = [];
+        if (!validateJobSet(o)) {
+            for (const e of validateJobSet.errors) {
+                errs.push(`${where} JobSet${e.instancePath} ${e.message}${e.params && e.params.additionalProperty ? ` (${e.params.additionalProperty})` : ''}`);
+            }
+        }
+        ((o.spec || {}).replicatedJobs || []).forEach((rj, i) => {
+            const tpl = rj.template || {};
+            errs.push(...k8s.embeddedErrors('batch/v1', 'Job', { metadata: { ...(tpl.metadata || {}), name: rj.name }, spec: tpl.spec },
+                `${where} replicatedJobs[${i}].template`));
+        });
+        return errs;
+    }
+    return k8s.schemaErrors(o, where);
+}
+
+function objectChecks(o, where) {
+    const res = {};
+    res.schema = guard(() => schemaCheck(o, where));
+    res.rbac = guard(() => k8s.rbacErrors(o, where));
+    res.restricted = [];
+    res.tpumesh = [];
+    for (const p of k8s.podSpecs(o)) {
+        res.restricted.push(...guard(() => k8s.restrictedErrors(p.spec, `${where} ${p.where}`)));
+        res.tpumesh.push(...guard(() => tpm.podErrors(p.spec, p.meta, `${where} ${p.where}`)));
+    }
+    return res;
+}
+
+function label(o) {
+    return `${o.kind} ${(o.metadata || {}).name}`;
+}
+
+function checkObjects(objs, prefix) {
+    for (const o of objs) {
+        const where = `${prefix} ${label(o)}`;
+        const r = objectChecks(o, prefix);
+        check(`${where}: valid against the Kubernetes schema (strict fields)`, r.schema);
+        if (['Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind)) {
+            check(`${where}: RBAC grants only get/list/watch on pods`, r.rbac);
+        }
+        if (k8s.podSpecs(o).length) {
+            check(`${where}: every container passes the restricted Pod Security profile`, r.restricted);
+            check(`${where}: tpumesh containers, volumes and annotations follow DESIGN.md`, r.tpumesh);
+        }
+    }
+}
+
+/* ---- 1. k8s/ ------------------------------------------------------------------------- */
+const manifests = {};
+for (const f of fs.readdirSync(K8S).filter((x) => /\.ya?ml$/.test(x)).sort()) {
+    const { objs, errs } = readYamlDocs(path.join(K8S, f));
+    check(`k8s/${f}: well-formed YAML (${objs.length} objects)`, errs.concat(objs.length ? [] : ['no objects']));
+    manifests[f] = objs;
+    checkObjects(objs, `k8s/${f}`);
+}
+const allK8s = Object.values(manifests).flat();
+check('k8s/: no ClusterRole or ClusterRoleBinding anywhere',
+    allK8s.filter((o) => /^Cluster/.test(o.kind)).map((o) => `${label(o)} is cluster-wide`));
+
+/* Slice facts of the examples. */
+function find(objs, kind) {
+    return objs.filter((o) => o.kind === kind);
+}
+function trainer(spec) {
+    return (spec.containers || [])[0] || {};
+}
+function chips(topology) {
+    return topology.split('x').reduce((a, b) => a * Number(b), 1);
+}
+function exampleJob() {
+    const errs = [];
+    const objs = manifests['job-v5litepod-16.yaml'] || [];
+    const [svc] = find(objs, 'Service');
+    const [job] = find(objs, 'Job');
+    if (!svc || !job) {
+        return ['needs a Service and a Job'];
+    }
+    const js = job.spec;
+    const pod = js.template.spec;
+    const ann = js.template.metadata.annotations || {};
+    const ns = pod.nodeSelector || {};
+    const perPod = Number(((trainer(pod).resources || {}).limits || {})['google.com/tpu']);
+    const hosts = chips(ns['cloud.google.com/gke-tpu-topology'] || '0') / perPod;
+    if (svc.spec.clusterIP !== 'None') errs.push('Service must be headless (clusterIP: None)');
+    if (svc.spec.publishNotReadyAddresses !== true) errs.push('Service must publish not-ready addresses');
+    if (svc.spec.selector['batch.kubernetes.io/job-name'] !== job.metadata.name) errs.push('Service must select the Job\'s pods');
+    if (pod.subdomain !== svc.metadata.name) errs.push('pod subdomain must be the headless Service');
+    if (js.completionMode !== 'Indexed') errs.push('Job must be Indexed');
+    if (ns['cloud.google.com/gke-tpu-accelerator'] !== 'tpu-v5-lite-podslice') errs.push('accelerator selector must be tpu-v5-lite-podslice');
+    if (chips(ns['cloud.google.com/gke-tpu-topology'] || '0') !== 16) errs.push('v5litepod-16 has 16 chips (topology 4x4)');
+    if (perPod !== 4) errs.push(`each pod requests google.com/tpu: 4 (got ${perPod})`);
+    if (js.completions !== hosts || js.parallelism !== hosts || hosts !== 4) errs.push(`completions and parallelism must be the host count ${hosts}`);
+    if (ann['tpumesh.dev/expected-workers'] !== String(hosts)) errs.push('tpumesh.dev/expected-workers must be the host count');
+    const script = (trainer(pod).command || []).concat(trainer(pod).args || []).join('\n');
+    if (!/\/readyz/.test(script)) errs.push('the trainer waits for the sidecar (/readyz)');
+    if (!/\.\s+"?\$d\/dtensor\.env|\.\s+\/var\/run\/tpumesh\/dtensor\.env/.test(script)) errs.push('the trainer sources dtensor.env');
+    return errs;
+}
+function exampleJobSet() {
+    const errs = [];
+    const [js] = find(manifests['jobset-multislice.yaml'] || [], 'JobSet');
+    if (!js) {
+        return ['needs a JobSet'];
+    }
+    const rjs = js.spec.replicatedJobs;
+    if (rjs.length !== 1 || rjs[0].replicas !== 2) errs.push('one replicated Job with replicas: 2 (two slices)');
+    const job = rjs[0].template.spec;
+    const pod = job.template.spec;
+    const perPod = Number(((trainer(pod).resources || {}).limits || {})['google.com/tpu']);
+    const hosts = chips(pod.nodeSelector['cloud.google.com/gke-tpu-topology']) / perPod;
+    if (job.parallelism !== hosts || job.completions !== hosts) errs.push('parallelism = completions = hosts per slice');
+    const want = String(hosts * rjs[0].replicas);
+    if (job.template.metadata.annotations['tpumesh.dev/expected-workers'] !== want) errs.push(`expected-workers must be ${want} (all slices)`);
+    if (!js.spec.network || js.spec.network.enableDNSHostnames !== true) errs.push('network.enableDNSHostnames: true');
+    if ((js.metadata.annotations || {})['alpha.jobset.sigs.k8s.io/exclusive-topology'] !== 'cloud.google.com/gke-nodepool') errs.push('one slice per node pool (exclusive-topology)');
+    return errs;
+}
+function exampleLegacy() {
+    const errs = [];
+    const [job] = find(manifests['legacy-tpu-node.yaml'] || [], 'Job');
+    if (!job) {
+        return ['needs a Job'];
+    }
+    const pod = job.spec.template.spec;
+    if (!(job.spec.template.metadata.annotations || {})['tf-version.cloud-tpus.google.com']) errs.push('needs the tf-version.cloud-tpus.google.com annotation');
+    const lim = (trainer(pod).resources || {}).limits || {};
+    if (!lim['cloud-tpus.google.com/v3']) errs.push('the trainer requests cloud-tpus.google.com/v3');
+    if (JSON.stringify(pod).includes('google.com/tpu"')) errs.push('a legacy TPU Node pod does not request google.com/tpu');
+    return errs;
+}
+check('k8s/job-v5litepod-16.yaml: v5litepod-16 slice, 4 pods x 4 chips, Indexed Job + headless Service', guard(exampleJob));
+check('k8s/jobset-multislice.yaml: two slices, DNS hostnames, expected workers over all slices', guard(exampleJobSet));
+check('k8s/legacy-tpu-node.yaml: tf-version annotation and cloud-tpus.google.com/v3', guard(exampleLegacy));
+
+/* ---- 2. the chart ---------------------------------------------------------------------- */
+const chartMeta = YAML.parse(fs.readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8'));
+const defaults = YAML.parse(fs.readFileSync(path.join(CHART, 'values.yaml'), 'utf8'));
+const version = fs.readFileSync(path.join(ROOT, 'VERSION'), 'utf8').trim();
+check('chart: Chart.yaml is apiVersion v2, SemVer, appVersion = VERSION = image.tag', (() => {
+    const e = [];
+    if (chartMeta.apiVersion !== 'v2') e.push('apiVersion must be v2');
+    if (chartMeta.name !== path.basename(CHART)) e.push('name must equal the directory name');
+    if (!/^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$/.test(chartMeta.version || '')) e.push('version must be SemVer');
+    if (String(chartMeta.appVersion) !== version) e.push(`appVersion ${chartMeta.appVersion} != VERSION ${version}`);
+    if (defaults.image.tag !== version) e.push(`values image.tag ${defaults.image.tag} != VERSION ${version}`);
+    return e;
+})());
+
+/* Every leaf value is documented: a comment right above it or above one of its parents. */
+function undocumentedValues(text) {
+    const lines = text.split('\n');
+    const stack = [];
+    const out = [];
+    for (let i = 0; i < lines.length; i++) {
+        const m = /^(\s*)([A-Za-z0-9_]+):(.*)$/.exec(lines[i]);
+        if (!m) {
+            continue;
+        }
+        const indent = m[1].length;
+        while (stack.length && stack[stack.length - 1].indent >= indent) {
+            stack.pop();
+        }
+        const documented = i > 0 && /^\s*#/.test(lines[i - 1]);
+        const keyPath = stack.map((s) => s.key).concat(m[2]).join('.');
+        const leaf = m[3].trim() !== '';
+        if (leaf && !documented && !stack.some((s) => s.documented)) {
+            out.push(`values.yaml:${i + 1}: ${keyPath} has no comment`);
+        }
+        stack.push({ indent, key: m[2], documented });
+    }
+    return out;
+}
+check('chart: every value in values.yaml is documented',
+    undocumentedValues(fs.readFileSync(path.join(CHART, 'values.yaml'), 'utf8')));
+
+const schema = JSON.parse(fs.readFileSync(path.join(CHART, 'values.schema.json'), 'utf8'));
+let validateValues = null;
+check('chart: values.schema.json compiles (JSON Schema draft-07, strict)', guard(() => {
+    validateValues = new Ajv({ allErrors: true, strict: true }).compile(schema);
+    return [];
+}));
+function schemaKeys(s, prefix, out) {
+    for (const [k, v] of Object.entries(s.properties || {})) {
+        const p = prefix ? `${prefix}.${k}` : k;
+        if (v.type === 'object' && v.properties) {
+            schemaKeys(v, p, out);
+        } else {
+            out.push(p);
+        }
+    }
+    return out;
+}
+function valueKeys(v, prefix, out) {
+    for (const [k, x] of Object.entries(v)) {
+        const p = prefix ? `${prefix}.${k}` : k;
+        if (x && typeof x === 'object' && !Array.isArray(x) && Object.keys(x).length && !['commonLabels', 'serviceAccount.annotations'].includes(p)) {
+            valueKeys(x, p, out);
+        } else {
+            out.push(p);
+        }
+    }
+    return out;
+}
+check('chart: the schema declares exactly the keys values.yaml documents', (() => {
+    const s = new Set(schemaKeys(schema, '', []).filter((k) => k !== 'global'));
+    const v = new Set(valueKeys(defaults, '', []));
+    return [...s].filter((k) => !v.has(k)).map((k) => `schema key ${k} is not in values.yaml`)
+        .concat([...v].filter((k) => !s.has(k)).map((k) => `values.yaml key ${k} is not in the schema`));
+})());
+
+/* Helm's merge of user values over the defaults: maps merge, anything else replaces,
+ * null deletes the key. */
+function helmMerge(base, over) {
+    const out = JSON.parse(JSON.stringify(base));
+    for (const [k, v] of Object.entries(over || {})) {
+        if (v === null) {
+            delete out[k];
+        } else if (v && typeof v === 'object' && !Array.isArray(v) && out[k] && typeof out[k] === 'object' && !Array.isArray(out[k])) {
+            out[k] = helmMerge(out[k], v);
+        } else {
+            out[k] = v;
+        }
+    }
+    return out;
+}
+function valuesErrors(values) {
+    if (!validateValues) {
+        return ['schema did not compile'];
+    }
+    if (validateValues(values)) {
+        const e = [];
+        if (values.sidecar && values.sidecar.httpPort === values.sidecar.grpcPort) {
+            e.push('sidecar.httpPort and sidecar.grpcPort must differ');
+        }
+        return e;
+    }
+    return validateValues.errors.map((e) => `${e.instancePath || '/'} ${e.message}${e.params && e.params.additionalProperty ? ` (${e.params.additionalProperty})` : ''}`);
+}
+check('chart: values.yaml passes values.schema.json', valuesErrors(defaults));
+
+const ciDir = path.join(CHART, 'ci');
+const ciValues = { 'defaults': {} };
+for (const f of fs.readdirSync(ciDir).filter((x) => /\.ya?ml$/.test(x)).sort()) {
+    ciValues[f] = YAML.parse(fs.readFileSync(path.join(ciDir, f), 'utf8')) || {};
+    check(`chart: ci/${f} passes values.schema.json`, valuesErrors(helmMerge(defaults, ciValues[f])));
+}
+const badDir = path.join(FIX, 'bad-values');
+for (const f of fs.readdirSync(badDir).filter((x) => /\.ya?ml$/.test(x)).sort()) {
+    const text = fs.readFileSync(path.join(badDir, f), 'utf8');
+    const expect = (/^# expect: (.+)$/m.exec(text) || [])[1];
+    const errs = valuesErrors(helmMerge(defaults, YAML.parse(text) || {}));
+    check(`chart: values.schema.json rejects fixtures/bad-values/${f} (${expect})`,
+        !expect ? ['the fixture has no "# expect: <text>" line']
+            : !errs.length ? ['accepted']
+                : errs.some((e) => e.includes(expect)) ? [] : [`rejected, but not for "${expect}":`, ...errs]);
+}
+
+/* Static template checks: every include/template names a defined template; braces balance. */
+const tplDir = path.join(CHART, 'templates');
+const tplFiles = [];
+(function walk(d) {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+        const p = path.join(d, e.name);
+        if (e.isDirectory()) walk(p); else tplFiles.push(p);
+    }
+})(tplDir);
+const tplText = Object.fromEntries(tplFiles.map((f) => [path.relative(CHART, f), fs.readFileSync(f, 'utf8')]));
+const defined = new Set();
+for (const t of Object.values(tplText)) {
+    for (const m of t.matchAll(/\{\{-?\s*define\s+"([^"]+)"/g)) defined.add(m[1]);
+}
+check('chart: every include/template names a defined template', (() => {
+    const e = [];
+    for (const [f, t] of Object.entries(tplText)) {
+        /* NOTES.txt prints include lines for the user inside {{ "{{" }} ... {{ "}}" }}. */
+        const code = t.replace(/\{\{ "\{\{" \}\}[\s\S]*?\{\{ "\}\}" \}\}/g, '');
+        for (const m of code.matchAll(/\b(include|template)\s+"([^"]+)"/g)) {
+            if (!defined.has(m[2])) e.push(`${f}: ${m[1]} "${m[2]}" is not defined`);
+        }
+        const opens = (code.match(/\{\{/g) || []).length;
+        const closes = (code.match(/\}\}/g) || []).length;
+        if (opens !== closes) e.push(`${f}: ${opens} "{{" but ${closes} "}}"`);
+    }
+    return e;
+})());
+check('chart: the public named templates exist', ['tpumesh.initContainer', 'tpumesh.sidecar', 'tpumesh.volumes',
+    'tpumesh.volumeMounts', 'tpumesh.serviceAccountName'].filter((x) => !defined.has(x)).map((x) => `${x} is not defined`));
+
+/* Render the chart with each set of values and validate the output. */
+let rendered = null;
+for (const [name, over] of Object.entries(ciValues)) {
+    const values = helmMerge(defaults, over);
+    let r = null;
+    const errs = guard(() => {
+        r = renderChart(fs, path, CHART, values, RELEASE);
+        return [];
+    });
+    check(`chart: renders with ${name === 'defaults' ? 'default values' : `ci/${name}`} (offline Go-template renderer)`, errs);
+    if (!r) continue;
+    if (name === 'defaults') rendered = r;
+    const objs = [];
+    const perr = [];
+    for (const [f, text] of Object.entries(r.files)) {
+        if (f.endsWith('NOTES.txt')) continue;
+        try {
+            objs.push(...parseYamlText(text, f));
+        } catch (e) {
+            perr.push(e.message);
+        }
+    }
+    check(`chart [${name}]: rendered templates are well-formed YAML (${objs.length} objects)`, perr);
+    checkObjects(objs, `chart [${name}]`);
+    if (name === 'defaults') {
+        const kinds = objs.map((o) => o.kind).sort().join(',');
+        check('chart [defaults]: renders ServiceAccount, Role, RoleBinding and the helm test Pod',
+            kinds === 'Pod,Role,RoleBinding,ServiceAccount' ? [] : [`got ${kinds}`]);
+        const testPod = objs.find((o) => o.kind === 'Pod') || { metadata: {} };
+        check('chart [defaults]: the test Pod is a helm test hook', ((testPod.metadata.annotations || {})['helm.sh/hook'] === 'test') ? [] : ['missing helm.sh/hook: test']);
+        const notes = r.files[Object.keys(r.files).find((f) => f.endsWith('NOTES.txt'))] || '';
+        check('chart: NOTES.txt shows the include line of every public named template',
+            ['tpumesh.initContainer', 'tpumesh.sidecar', 'tpumesh.volumes', 'tpumesh.volumeMounts', 'tpumesh.serviceAccountName']
+                .filter((t) => !notes.includes(`include "${t}"`)).map((t) => `no include "${t}"`));
+    }
+}
+
+/* ---- 3. k8s/ agrees with the chart at default values ---------------------------------- */
+function inc(name, opts) {
+    const arg = opts ? { ctx: rendered.top, ...opts } : rendered.top;
+    const text = rendered.renderer.include(name, arg, 'validate');
+    return name === 'tpumesh.serviceAccountName' ? text : YAML.parse(text);
+}
+/* The options each example passes to the named templates (their include lines). */
+const EXAMPLES = {
+    'job-v5litepod-16.yaml': { init: { tpuChips: 4 }, sidecar: { selector: 'batch.kubernetes.io/job-name=tpumesh-v5e16' } },
+    'jobset-multislice.yaml': { init: { tpuChips: 4 }, sidecar: { selector: 'jobset.sigs.k8s.io/jobset-name=tpumesh-multislice' } },
+    'legacy-tpu-node.yaml': { init: { tpuChips: 8, tpuResource: 'cloud-tpus.google.com/v3' }, sidecar: null },
+};
+if (rendered) {
+    for (const [f, opt] of Object.entries(EXAMPLES)) {
+        const errs = guard(() => {
+            const e = [];
+            const init = inc('tpumesh.initContainer', opt.init)[0];
+            const side = opt.sidecar ? inc('tpumesh.sidecar', opt.sidecar)[0] : null;
+            const vols = inc('tpumesh.volumes');
+            const mounts = inc('tpumesh.volumeMounts');
+            const sa = inc('tpumesh.serviceAccountName');
+            const specs = (manifests[f] || []).flatMap((o) => k8s.podSpecs(o));
+            if (!specs.length) e.push(`${f}: no pod template`);
+            for (const { spec, where } of specs) {
+                const inits = spec.initContainers || [];
+                const mine = inits.filter((c) => c.name === 'tpumesh-init' || c.name === 'tpumesh-sidecar');
+                diffPaths(mine, side ? [init, side] : [init], `${where}.initContainers`, e);
+                for (const v of vols) {
+                    diffPaths((spec.volumes || []).find((x) => x.name === v.name), v, `${where}.volumes ${v.name}`, e);
+                }
+                for (const m of mounts) {
+                    diffPaths((trainer(spec).volumeMounts || []).find((x) => x.name === m.name), m, `${where}.trainer.volumeMounts ${m.name}`, e);
+                }
+                if (spec.serviceAccountName !== sa) e.push(`${where}.serviceAccountName ${spec.serviceAccountName} != chart ${sa}`);
+            }
+            return e;
+        });
+        check(`k8s/${f} uses exactly the chart's named templates at default values`, errs);
+    }
+    const rbacErrs = guard(() => {
+        const e = [];
+        const objs = [];
+        for (const f of ['serviceaccount.yaml', 'role.yaml', 'rolebinding.yaml']) {
+            objs.push(...parseYamlText(rendered.files[path.join('tpumesh', 'templates', f)], f));
+        }
+        const strip = (o) => {
+            const c = JSON.parse(JSON.stringify(o));
+            delete c.metadata.labels['helm.sh/chart'];
+            delete c.metadata.labels['app.kubernetes.io/managed-by'];
+            return c;
+        };
+        for (const o of objs) {
+            const mine = (manifests['rbac.yaml'] || []).find((x) => x.kind === o.kind);
+            if (!mine) e.push(`k8s/rbac.yaml has no ${o.kind}`);
+            else diffPaths(mine, strip(o), `k8s/rbac.yaml ${o.kind}`, e);
+        }
+        return e;
+    });
+    check('k8s/rbac.yaml equals the chart\'s ServiceAccount, Role and RoleBinding (without Helm labels)', rbacErrs);
+}
+
+/* ---- 4. the validator rejects known-bad manifests -------------------------------------- */
+const badM = path.join(FIX, 'bad-manifests');
+for (const f of fs.readdirSync(badM).filter((x) => /\.ya?ml$/.test(x)).sort()) {
+    const text = fs.readFileSync(path.join(badM, f), 'utf8');
+    const expect = (/^# expect: (.+)$/m.exec(text) || [])[1];
+    const errs = [];
+    for (const o of parseYamlText(text, f)) {
+        const r = objectChecks(o, f);
+        errs.push(...r.schema, ...r.rbac, ...r.restricted, ...r.tpumesh);
+    }
+    check(`validator rejects fixtures/bad-manifests/${f} (${expect})`,
+        !expect ? ['the fixture has no "# expect: <text>" line']
+            : !errs.length ? ['accepted']
+                : errs.some((x) => x.includes(expect)) ? [] : [`rejected, but not for "${expect}":`, ...errs]);
+}
+
+/* ---- 5. helm, when there is one ------------------------------------------------------- */
+let helm = null;
+try {
+    helm = execFileSync('sh', ['-c', 'command -v helm'], { encoding: 'utf8' }).trim() || null;
+} catch (e) {
+    helm = null;
+}
+if (helm) {
+    check('helm lint charts/tpumesh', guard(() => {
+        execFileSync(helm, ['lint', CHART], { encoding: 'utf8', stdio: 'pipe' });
+        return [];
+    }));
+    let out = '';
+    check('helm template charts/tpumesh', guard(() => {
+        out = execFileSync(helm, ['template', 'tpumesh', CHART, '--namespace', 'default'], { encoding: 'utf8', stdio: 'pipe' });
+        return [];
+    }));
+    if (out) {
+        const objs = guard(() => parseYamlText(out, 'helm template'));
+        checkObjects(Array.isArray(objs) && typeof objs[0] !== 'string' ? objs : [], 'helm template');
+    }
+} else {
+    console.log('# helm is not on PATH: helm lint and helm template were not run (the offline renderer was)');
+}
+
+console.log(`1..${n}`);
+process.exit(failed ? 1 : 0);

@@ -42,6 +42,18 @@ static void fill_input(const struct mesh_init *ctx, uint64_t generation,
     in->complete = ctx->complete;
 }
 
+/* A render error of tpumesh-init. The init container's worker list is
+ * static configuration (GKE's TPU_WORKER_HOSTNAMES, flags, annotations), so
+ * a list that does not make a complete job is a configuration error (exit
+ * 2), like an invalid worker value. */
+static int render_failed(struct mesh_err *err, int rc)
+{
+    if (rc == -MESH_E_INCOMPLETE && err != NULL) {
+        err->code = MESH_E_CONFIG;
+    }
+    return mesh_err_prefix(err, "render");
+}
+
 static bool is_node_path(const struct mesh_init *ctx)
 {
     return ctx->kind == MESH_TPU_NODE_GRPC || ctx->kind == MESH_TPU_NODE_API;
@@ -159,7 +171,7 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
         rc = render_set(ctx, gen, &r, err);
         if (rc < 0) {
             mesh_render_out_cleanup(&r);
-            return mesh_err_prefix(err, "render");
+            return render_failed(err, rc);
         }
         to_files(&r, files);
         files[MESH_FILE_TOPOLOGY_PB] = pb_file;
@@ -175,7 +187,7 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
     rc = render_set(ctx, gen + 1, &r, err);
     if (rc < 0) {
         mesh_render_out_cleanup(&r);
-        return mesh_err_prefix(err, "render");
+        return render_failed(err, rc);
     }
     to_files(&r, files);
     files[MESH_FILE_TOPOLOGY_PB] = pb_file;

@@ -117,6 +117,12 @@ struct mesh_init_cli {
 int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
                          struct mesh_init_cli *out_cli, struct mesh_err *err);
 
+/* Best effort, before the full parse: the log format and level from
+ * --log-format/--log-level (either form) or TPUMESH_LOG_FORMAT/_LEVEL,
+ * defaults for anything missing or malformed, so that even a command-line
+ * error is logged in the format asked for. Never fails. */
+void mesh_init_log_prefs(int argc, char *const argv[], struct mesh_init_cli *out_cli);
+
 /* The --help text: every flag, its variable, default, and the exit codes.
  * Static string. */
 const char *mesh_init_usage_text(void);

@@ -50,6 +50,8 @@ int main(int argc, char **argv)
     struct mesh_err err;
     mesh_err_clear(&err);
     mesh_init_init(&ctx);
+    mesh_init_log_prefs(argc, argv, &cli);
+    mesh_log_setup((enum mesh_log_level)cli.log_level, (enum mesh_log_format)cli.log_format);
     if (mesh_init_opts_parse(&ctx, argc, argv, &cli, &err) < 0) {
         int code = fail("command line", &err);
         mesh_init_cleanup(&ctx);

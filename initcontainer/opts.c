@@ -161,7 +161,8 @@ static int parse_bool(const char *v, bool *out)
 static int apply_opt(struct mesh_init *ctx, struct mesh_init_cli *cli, const struct opt_def *d,
                      const char *v, const char *src, struct mesh_err *err)
 {
-    char *base = (char *)&ctx->opts;
+    /* ctx may be NULL for the log options, which live in cli. */
+    char *base = ctx != NULL ? (char *)&ctx->opts : NULL;
     switch (d->kind) {
     case K_STR: {
         char **field = (char **)(void *)(base + d->off);
@@ -413,4 +414,32 @@ int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
     mesh_annotations_cleanup(&ann);
     *out_cli = cli;
     return 0;
+}
+
+void mesh_init_log_prefs(int argc, char *const argv[], struct mesh_init_cli *out_cli)
+{
+    struct mesh_init_cli cli = {MESH_INIT_ACTION_RUN, MESH_LOG_INFO, MESH_LOG_TEXT};
+    static const char *const names[] = {"log-format", "log-level"};
+    for (size_t k = 0; k < 2; k++) {
+        const struct opt_def *d = find_opt(names[k], strlen(names[k]));
+        const char *v = getenv(d->env);
+        size_t nlen = strlen(names[k]);
+        /* The last well-formed flag wins over the variable, as in the
+         * full parse; anything malformed is left to it to report. */
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, names[k], nlen) != 0) {
+                continue;
+            }
+            if (a[2 + nlen] == '=') {
+                v = a + 3 + nlen;
+            } else if (a[2 + nlen] == '\0' && i + 1 < argc) {
+                v = argv[i + 1];
+            }
+        }
+        if (v != NULL && v[0] != '\0') {
+            (void)apply_opt(NULL, &cli, d, v, names[k], NULL);
+        }
+    }
+    *out_cli = cli;
 }

@@ -134,6 +134,8 @@ check "nothing was executed" test ! -e "$TMP/pwned" -a ! -e /tmp/tpumesh-pwned
 check "nothing was published for rejected input" test -z "$(ls -A "$DE")"
 expect_exit "json log format: the last line is JSON" 2 '"level":"error"' \
     v4 "$DE" --log-format json --job-name 'bad name'
+TPUMESH_LOG_FORMAT=json expect_exit "json log format: also for a command-line error" 2 \
+    '"msg":"command line failed (exit 2, configuration error): unknown option' v4 "$DE" --bogus
 
 # Exit 6: cannot publish.
 expect_exit "missing --out-dir: exit 6" 6 "does not exist: create it" v4 "$TMP/nope"

@@ -456,12 +456,6 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
                           (unsigned long long)s.relists);
     (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"failure\"} %llu\n",
                           (unsigned long long)s.failures);
-    unsigned long long other =
-        s.watches > s.relists + s.failures + s.lists
-            ? (unsigned long long)(s.watches - s.relists - s.failures - s.lists)
-            : 0;
-    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"stream_end\"} %llu\n",
-                          other);
     METRIC(
         "tpumesh_api_errors_total", "counter",
         "Failed API requests (connection, HTTP status or protocol error) that caused a backoff.");

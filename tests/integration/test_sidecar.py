@@ -1,0 +1,344 @@
+"""End-to-end: the real tpumesh-sidecar against the kube-apiserver simulator (issue 5).
+
+Two sidecars watch one 4-pod Indexed Job: A (pod trainer-0, auto/dns mode, expected count
+from the pod annotation tpumesh.dev/expected-workers) and B (pod trainer-1, ip mode,
+--expected-workers 4). The test walks the pod lifecycle and the API failures of issue 5 and
+checks the published files, /readyz, /healthz, /metrics and /topology after every transition.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+BUILD = os.environ.get("BUILD", "build")
+if not os.path.isabs(BUILD):
+    BUILD = os.path.join(ROOT, BUILD)
+sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
+sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+from simctl import start_sim  # noqa: E402
+from tap import check, done, fail, ok  # noqa: E402
+
+SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
+FILES = ("dtensor.env", "tf_config.json", "tpu.env", "jax.env", "topology.json")
+ENV_FILES = FILES[:4]
+
+
+def wait(pred, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = pred()
+        except Exception:  # noqa: BLE001 - a probe that is not answering yet
+            v = None
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+class Sidecar:
+    def __init__(self, name, sim_url, token_file, pod, out_dir, extra=()):
+        self.name, self.out = name, out_dir
+        self.lines = []
+        cmd = [SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
+               "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0",
+               "--stall-timeout", "5"] + list(extra)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
+                               if "serving /healthz" in l), None), 10)
+        self.port = int(m.group(1)) if m else None
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def http(self, path):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path),
+                                     headers={"User-Agent": "kube-probe/1.35", "Accept": "*/*"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def readyz(self):
+        return self.http("/readyz")
+
+    def metric(self, name):
+        _, body = self.http("/metrics")
+        for line in body.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return None
+
+    def path(self, f):
+        return os.path.join(self.out, f)
+
+    def topology(self):
+        with open(self.path("topology.json")) as f:
+            return json.load(f)
+
+    def sourced(self, var):
+        """Value of var after `. ./dtensor.env` (or another env file) in sh, in the out dir."""
+        f = "dtensor.env" if var.startswith("DTENSOR") else ("tpu.env" if var.startswith("TPU") else "jax.env")
+        r = subprocess.run(["sh", "-c", '. ./%s && printf %%s "$%s"' % (f, var)], cwd=self.out,
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout
+
+    def stats(self):
+        return {f: (os.stat(self.path(f)).st_ino, os.stat(self.path(f)).st_mtime_ns) for f in FILES}
+
+    def log_count(self, text):
+        return sum(1 for l in self.lines if text in l)
+
+    def stop(self):
+        if self.proc.poll() is not None:
+            return self.proc.returncode, 0.0
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        return rc, time.monotonic() - t0
+
+
+def jobs_dns(n):
+    return ",".join("trainer-%d.trainer:10000" % i for i in range(n))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="tpumesh-sidecar-test.")
+    sim_tok = os.path.join(tmp, "sim-token")
+    sc_tok = os.path.join(tmp, "sc-token")
+    for p in (sim_tok, sc_tok):
+        with open(p, "w") as f:
+            f.write("t0\n")
+    sim = start_sim(["--token-file", sim_tok, "--bookmark-interval", "2"])
+    cars = []
+    try:
+        run(sim, tmp, sc_tok, sim_tok, cars)
+    finally:
+        for c in cars:
+            c.stop()
+            if os.environ.get("VERBOSE"):
+                print("\n".join("# %s: %s" % (c.name, l) for l in c.lines))
+        sim.stop()
+        subprocess.run(["rm", "-rf", tmp])
+    return done()
+
+
+def run(sim, tmp, sc_tok, sim_tok, cars):
+    c = sim.client
+    anno = {"tpumesh.dev/expected-workers": "4"}
+    names = ["trainer-%d-abcde" % i for i in range(4)]
+    for i, n in enumerate(names):
+        c.make(name=n, index=i, annotations=anno)
+    out_a, out_b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+    os.mkdir(out_a)
+    os.mkdir(out_b)
+    a = Sidecar("A", sim.url, sc_tok, names[0], out_a)
+    cars.append(a)
+    b = Sidecar("B", sim.url, sc_tok, names[1], out_b, ["--address-mode", "ip", "--expected-workers", "4"])
+    cars.append(b)
+    if not check("both sidecars serve HTTP", a.port and b.port, "\n".join(a.lines + b.lines)):
+        return
+
+    # 1. Complete 4-pod job, dns and ip modes.
+    check("dns: /readyz 200 once the 4 pods are listed", wait(lambda: a.readyz()[0] == 200), a.readyz())
+    check("dns: DTENSOR_JOBS lists <hostname>.<subdomain>:port in index order",
+          a.sourced("DTENSOR_JOBS") == jobs_dns(4), a.sourced("DTENSOR_JOBS"))
+    check("dns: DTENSOR_CLIENT_ID == TPU_WORKER_ID == own index 0",
+          a.sourced("DTENSOR_CLIENT_ID") == "0" and a.sourced("TPU_WORKER_ID") == "0")
+    t = a.topology()
+    check("dns: topology.json complete, 4 workers, generation 1",
+          t["complete"] is True and len(t["workers"]) == 4 and t["generation"] == 1, t)
+    check("expected count taken from the pod annotation",
+          a.log_count("expecting 4 workers (from annotation tpumesh.dev/expected-workers)") == 1)
+    check("selector derived from the Indexed Job label and logged",
+          a.log_count("selector batch.kubernetes.io/job-name=trainer") == 1)
+    code, body = a.http("/topology")
+    with open(a.path("topology.json")) as f:
+        check("/topology serves the published topology.json", code == 200 and body == f.read())
+    check("/healthz 200", a.http("/healthz")[0] == 200)
+    check("/metrics: generation 1, 4 expected, complete",
+          a.metric("tpumesh_generation") == 1 and a.metric('tpumesh_workers{state="expected"}') == 4
+          and a.metric("tpumesh_topology_complete") == 1)
+    check("ip: /readyz 200", wait(lambda: b.readyz()[0] == 200), b.readyz())
+    ips = ["10.64.0.%d" % (i + 2) for i in range(4)]
+    check("ip: DTENSOR_JOBS lists pod IPs, client id 1",
+          b.sourced("DTENSOR_JOBS") == ",".join("%s:10000" % ip for ip in ips)
+          and b.sourced("DTENSOR_CLIENT_ID") == "1", b.sourced("DTENSOR_JOBS"))
+
+    # 2. An irrelevant change (a label) rewrites nothing.
+    before = a.stats()
+    ev0 = a.metric('tpumesh_watch_events_total{type="ALL"}')
+    c.labels(name=names[2], set={"team": "infra"})
+    wait(lambda: a.metric('tpumesh_watch_events_total{type="ALL"}') > ev0)
+    time.sleep(0.3)
+    check("irrelevant change: every file keeps its inode and mtime", a.stats() == before)
+    check("irrelevant change: generation unchanged", a.topology()["generation"] == 1)
+
+    # 3. Readiness is reported, never required.
+    c.ready(name=names[3], ready=False)
+    check("peer not Ready: topology.json shows ready=false",
+          wait(lambda: a.topology()["workers"][3]["ready"] is False))
+    after = a.stats()
+    check("peer not Ready: env files untouched",
+          all(after[f] == before[f] for f in ENV_FILES))
+    check("peer not Ready: still ready (readiness never required)", a.readyz()[0] == 200)
+    c.ready(name=names[3], ready=True)
+    wait(lambda: a.topology()["workers"][3]["ready"] is True)
+
+    # 4. A pod deleted, recreated without an IP, then given a new IP.
+    env_before = open(a.path("dtensor.env")).read()
+    c.delete(name=names[2], grace=0)
+    check("pod deleted: /readyz 503 naming the missing worker",
+          wait(lambda: a.readyz() == (503, "missing 2\n")), a.readyz())
+    check("pod deleted: ip sidecar 503 too", wait(lambda: b.readyz()[0] == 503), b.readyz())
+    check("pod deleted: dtensor.env keeps the last complete version",
+          open(a.path("dtensor.env")).read() == env_before)
+    check("pod deleted: topology.json complete=false",
+          wait(lambda: a.topology()["complete"] is False))
+    c.make(name="trainer-2-fghij", index=2, ip="", annotations=anno)
+    check("recreated without IP: /readyz 503 'no address 2'",
+          wait(lambda: a.readyz()[1].startswith("no address 2")), a.readyz())
+    c.set_ip(name="trainer-2-fghij", ip="10.99.0.7")
+    check("IP assigned: /readyz 200 again", wait(lambda: a.readyz()[0] == 200), a.readyz())
+    check("IP assigned: dns DTENSOR_JOBS unchanged (stable names)", a.sourced("DTENSOR_JOBS") == jobs_dns(4))
+    want_b = ",".join("%s:10000" % ip for ip in (ips[0], ips[1], "10.99.0.7", ips[3]))
+    check("recreated with a new IP: ip-mode DTENSOR_JOBS has it",
+          wait(lambda: b.sourced("DTENSOR_JOBS") == want_b), b.sourced("DTENSOR_JOBS"))
+    check("ip sidecar ready again", wait(lambda: b.readyz()[0] == 200), b.readyz())
+
+    # 5. Terminating pod yields its index to its replacement.
+    c.delete(name=names[3], grace=30)
+    check("terminating: /readyz 503 'terminating 3'",
+          wait(lambda: a.readyz()[1].startswith("terminating 3")), a.readyz())
+    c.make(name="trainer-3-klmno", index=3, annotations=anno)
+    check("terminating pod yields its index to the live replacement",
+          wait(lambda: a.readyz()[0] == 200 and a.topology()["workers"][3]["pod"] == "trainer-3-klmno"),
+          a.readyz())
+    c.delete(name=names[3], grace=0)
+
+    # 6. Duplicate index: incomplete, reported once with both names.
+    c.make(name="trainer-1-zzzzz", index=1, annotations=anno)
+    check("duplicate index: /readyz 503 'duplicate index 1'",
+          wait(lambda: a.readyz()[1].startswith("duplicate index 1")), a.readyz())
+    c.labels(name="trainer-1-zzzzz", set={"x": "1"})  # more events: still logged once
+    c.ready(name="trainer-0-abcde", ready=False)
+    wait(lambda: a.topology()["workers"][0]["ready"] is False)
+    check("duplicate index logged once, naming both pods",
+          a.log_count("index 1 claimed by 2 pods (trainer-1-abcde, trainer-1-zzzzz)") == 1,
+          [l for l in a.lines if "claimed" in l])
+    c.delete(name="trainer-1-zzzzz", grace=0)
+    c.ready(name="trainer-0-abcde", ready=True)
+    check("duplicate removed: ready again", wait(lambda: a.readyz()[0] == 200), a.readyz())
+
+    # 7. Hostile names and values are left out; sourcing the env files runs nothing.
+    pwned = os.path.join(tmp, "pwned")
+    base = c.get(name="trainer-0-abcde")
+    base = base.get("pod", base)
+    for nm, host in ((". dtensor.env", "trainer-9"), ("trainer-9-evil1", "x$(touch %s)" % pwned),
+                     ("trainer-9-evil2;touch %s" % pwned, "trainer-9")):
+        p = json.loads(json.dumps(base))
+        md = p["metadata"]
+        md["name"] = nm
+        for k in ("uid", "resourceVersion", "creationTimestamp", "generateName"):
+            md.pop(k, None)
+        md["labels"]["batch.kubernetes.io/job-completion-index"] = "2"
+        md["annotations"]["batch.kubernetes.io/job-completion-index"] = "2"
+        p["spec"]["hostname"] = host
+        c.create(pod=p)
+    check("hostile pods are left out and logged",
+          wait(lambda: a.log_count("left out: metadata.name") >= 2 and a.log_count("left out: spec.hostname") >= 1),
+          [l for l in a.lines if "left out" in l])
+    check("hostile pods: still complete and ready", a.readyz()[0] == 200, a.readyz())
+    for f in ENV_FILES:
+        subprocess.run(["sh", "-c", ". ./%s" % f], cwd=a.out, capture_output=True, timeout=10)
+    check("sourcing every env file runs nothing", not os.path.exists(pwned))
+    check("DTENSOR_JOBS still the 4 workers", a.sourced("DTENSOR_JOBS") == jobs_dns(4))
+
+    # 8. API failures: every one converges on the next relevant change.
+    def converges(label, ip, timeout=20):
+        c.set_ip(name="trainer-2-fghij", ip=ip)
+        got = wait(lambda: any(w["ip"] == ip for w in a.topology()["workers"]), timeout)
+        check(label, got, "\n".join(a.lines[-15:]))
+        return got
+
+    c.call("cut", mode="mid-event")
+    converges("watch cut mid-event: converges", "10.99.0.8")
+    relists = a.metric("tpumesh_api_relists_total")
+    c.stall(seconds=2)  # the sidecar misses these events, then their history is compacted
+    for i in range(5):
+        c.labels(name=names[0], set={"step": str(i)})
+    c.compact()
+    c.call("cut", mode="abrupt")
+    converges("410 Gone after compaction: relists and converges", "10.99.0.9")
+    check("410: relist counted", wait(lambda: a.metric("tpumesh_api_relists_total") > relists))
+    c.restart(unavailable=1)
+    converges("apiserver restart (history lost, 429 while initialising): converges", "10.99.0.10", 30)
+    with open(sc_tok, "w") as f:
+        f.write("t1\n")
+    with open(sim_tok, "w") as f:
+        f.write("t1\n")
+    c.token(reload=True)
+    c.call("cut", mode="clean")
+    converges("token rotation: re-reads the token after a 401 and converges", "10.99.0.11", 30)
+    c.fail(code=429, count=2, retry_after=1, match="watch")
+    c.call("cut", mode="clean")
+    converges("429 with Retry-After: converges", "10.99.0.12", 30)
+    c.stall(seconds=40)
+    t0 = time.monotonic()
+    converges("stalled stream: reconnected after --stall-timeout and converges", "10.99.0.13", 30)
+    check("stalled stream: detected well before the stall ends", time.monotonic() - t0 < 30)
+    c.call("stall", seconds=0)
+    c.call("malformed")
+    converges("malformed line: relists and converges", "10.99.0.14")
+    c.call("oversize", mib=20)
+    converges("oversized object: relists and converges", "10.99.0.15", 30)
+    check("sidecar alive after every failure", a.proc.poll() is None and a.http("/healthz")[0] == 200)
+    check("still complete after every failure", wait(lambda: a.readyz()[0] == 200), a.readyz())
+
+    # 9. SIGTERM: exit 0 within a second, files stay.
+    gen = a.topology()["generation"]
+    rc, secs = a.stop()
+    check("SIGTERM: exit 0", rc == 0, rc)
+    check("SIGTERM: within a second", secs < 1.0, "%.3fs" % secs)
+    check("SIGTERM: files stay", all(os.path.exists(a.path(f)) for f in FILES)
+          and a.topology()["generation"] == gen)
+    check("one info line per transition, not per event",
+          sum(1 for l in a.lines if " INFO " in l) < 120, len(a.lines))
+
+    # 10. Restart from the files: generation continues, nothing rewritten while unchanged.
+    before = a.stats()
+    a2 = Sidecar("A2", sim.url, sc_tok, names[0], out_a)
+    cars.append(a2)
+    check("restart: ready again", wait(lambda: a2.readyz()[0] == 200), a2.readyz())
+    check("restart: continues from the files' generation", a2.log_count("continuing from generation %d" % gen) == 1)
+    check("restart: unchanged files are not rewritten", a2.stats() == before)
+    c.set_ip(name="trainer-2-fghij", ip="10.99.0.20")
+    check("restart: next change publishes generation + 1",
+          wait(lambda: a2.topology()["generation"] == gen + 1), a2.topology()["generation"])
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # noqa: BLE001 - report as a failed test, not a traceback only
+        import traceback
+        traceback.print_exc()
+        fail("test raised", repr(e))
+        sys.exit(1)

@@ -6,12 +6,14 @@
  * full or read-only volume produces happen before anything is replaced.
  * Reads back topology.json's generation, tolerating garbage.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/cleanup.h"
@@ -210,6 +212,48 @@ static int fsync_dir(const char *dir, struct mesh_err *err)
     return 0;
 }
 
+/* Is entry a temp file of ours for one of the set's names: ".<name>."
+ * followed by exactly six characters (mkostemp's template)? */
+static bool is_our_temp(const char *entry, const struct mesh_publish_file *files, size_t n)
+{
+    if (entry[0] != '.') {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = strlen(files[i].name);
+        if (strncmp(entry + 1, files[i].name, nl) == 0 && entry[1 + nl] == '.' &&
+            strlen(entry + 2 + nl) == 6) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Remove temp files a killed publisher left behind (a crash between
+ * mkostemp and rename). Only files older than MESH_PUBLISH_STALE_S are
+ * touched, so a publisher running at the same moment is never disturbed.
+ * Best effort: failures are ignored. */
+static void remove_stale_temps(const char *dir, const struct mesh_publish_file *files, size_t n)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return;
+    }
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!is_our_temp(e->d_name, files, n)) {
+            continue;
+        }
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            now - st.st_mtime > MESH_PUBLISH_STALE_S && unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            mesh_info("pub", "removed %s/%s left behind by an interrupted publish", dir, e->d_name);
+        }
+    }
+    closedir(d);
+}
+
 int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
                        size_t *out_written, struct mesh_err *err)
 {
@@ -234,6 +278,7 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
         }
     }
 
+    remove_stale_temps(dir, files, n);
     struct pending *p = mesh_calloc(n > 0 ? n : 1, sizeof(*p));
     size_t staged = 0;
     int rc = 0;

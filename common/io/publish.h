@@ -19,6 +19,10 @@
 
 #include "../core/err.h"
 
+/* Temp files of this set older than this many seconds are what a killed
+ * publisher left behind and are removed at the next publish. */
+#define MESH_PUBLISH_STALE_S 60
+
 /* Upper bound of one published file and of a topology.json we read back. */
 #define MESH_PUBLISH_MAX_FILE ((size_t)16 << 20)
 
@@ -32,7 +36,8 @@ struct mesh_publish_file {
 };
 
 /* Publish a set of files into dir, in array order (put the file readers
- * poll, topology.json, last). *out_written (may be NULL) receives the number
+ * poll, topology.json, last). Stale temp files of the set's names (see
+ * MESH_PUBLISH_STALE_S) are removed first. *out_written (may be NULL) receives the number
  * of files actually replaced (0 when everything was already current).
  * Errors (-MESH_E_PUBLISH, message names the directory and what to do):
  * missing directory, not a directory, read-only file system, no space,

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/mem.h"
@@ -339,6 +341,86 @@ static void test_erofs_keeps_previous(void **state)
     assert_int_equal(gen, 1);
 }
 
+static void test_stale_temps_removed(void **state)
+{
+    struct fixture *f = *state;
+    /* Left behind by a killed publisher: an old one goes, a fresh one (a
+     * publisher at work right now) and unrelated dot files stay. */
+    put(f->dir, ".dtensor.env.a1b2c3", "half");
+    put(f->dir, ".topology.json.zzzzzz", "new");
+    put(f->dir, ".dtensor.env.toolong7", "other");
+    put(f->dir, ".profile", "other");
+    char *old = mesh_asprintf("%s/.dtensor.env.a1b2c3", f->dir);
+    struct timespec ts[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    assert_int_equal(utimensat(AT_FDCWD, old, ts, 0), 0);
+    char *old2 = mesh_asprintf("%s/.dtensor.env.toolong7", f->dir);
+    assert_int_equal(utimensat(AT_FDCWD, old2, ts, 0), 0);
+    const struct mesh_publish_file set[] = {
+        FILE_OF("dtensor.env", "A='1'\n"),
+        FILE_OF("topology.json", "{}\n"),
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set, 2, NULL, NULL), 0);
+    assert_int_equal(access(old, F_OK), -1);
+    assert_int_equal(access(old2, F_OK), 0);
+    mesh_free(old);
+    mesh_free(old2);
+    assert_int_equal(count_temps(f->dir), 3);
+}
+
+/* A reader running while a publisher replaces a 256 KiB file thousands of
+ * times only ever sees one complete version or the other. */
+static void test_readers_never_see_a_mix(void **state)
+{
+    struct fixture *f = *state;
+    size_t len = 256 * 1024;
+    char *a = mesh_malloc(len);
+    char *b = mesh_malloc(len);
+    memset(a, 'a', len);
+    memset(b, 'b', len);
+    const struct mesh_publish_file va[] = {{"big.env", a, len}};
+    const struct mesh_publish_file vb[] = {{"big.env", b, len}};
+    assert_int_equal(mesh_publish_files(f->dir, va, 1, NULL, NULL), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < 400; i++) {
+            if (mesh_publish_files(f->dir, i % 2 == 0 ? vb : va, 1, NULL, NULL) < 0) {
+                _exit(1);
+            }
+        }
+        _exit(0);
+    }
+    char *path = mesh_asprintf("%s/big.env", f->dir);
+    char *buf = mesh_malloc(len + 1);
+    int reads = 0;
+    int bad = 0;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        size_t got = 0;
+        ssize_t r;
+        while (got <= len && (r = read(fd, buf + got, len + 1 - got)) > 0) {
+            got += (size_t)r;
+        }
+        close(fd);
+        reads++;
+        if (got != len || (memcmp(buf, a, len) != 0 && memcmp(buf, b, len) != 0)) {
+            bad++;
+        }
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    print_message("%d reads during 400 publishes, %d torn\n", reads, bad);
+    assert_int_equal(bad, 0);
+    assert_true(reads > 0);
+    assert_int_equal(count_temps(f->dir), 0);
+    mesh_free(path);
+    mesh_free(buf);
+    mesh_free(a);
+    mesh_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -347,6 +429,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_error_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enospc_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_erofs_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_temps_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_readers_never_see_a_mix, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

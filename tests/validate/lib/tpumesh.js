@@ -55,7 +55,8 @@ const ANNOTATION_CHECKS = {
     'tpumesh.dev/tpu': (v) => /^(local|grpc:\/\/\S+|[a-z0-9]([-a-z0-9]*[a-z0-9])?(,[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$/.test(v),
     'tpumesh.dev/zone': (v) => /^[a-z]+-[a-z]+[0-9]+-[a-z]$/.test(v),
     'tpumesh.dev/project': (v) => /^[a-z][-a-z0-9]{4,28}[a-z0-9]$/.test(v),
-    'tpumesh.dev/job-name': (v) => /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(v) && v.length <= 63,
+    /* a TensorFlow job name (DTENSOR_JOB_NAME) */
+    'tpumesh.dev/job-name': (v) => /^[A-Za-z][A-Za-z0-9_]*$/.test(v) && v.length <= 63,
     'tpumesh.dev/port': (v) => /^[0-9]+$/.test(v) && +v >= 1 && +v <= 65535,
     'tpumesh.dev/address-mode': (v) => ['auto', 'dns', 'ip'].includes(v),
     'tpumesh.dev/expected-workers': (v) => /^[0-9]+$/.test(v) && +v >= 1 && +v <= 65536,

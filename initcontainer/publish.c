@@ -201,7 +201,8 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
         mesh_info(MOD, "TPU Node path: dtensor.env, tpu.env and jax.env are not written (the "
                        "pod is a single TensorFlow client of the TPU)");
     } else if (!ctx->complete) {
-        mesh_info(MOD, "worker list incomplete: only topology.json written; the sidecar "
+        mesh_info(MOD, "worker list incomplete: only topology.json and topology.pb written; the "
+                       "sidecar "
                        "publishes the env files once every worker is known");
     }
     mesh_info(MOD, "published generation %llu to %s (%zu file(s) written)",

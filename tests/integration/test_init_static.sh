@@ -93,6 +93,26 @@ TPU_WORKER_ID=3 TPU_WORKER_HOSTNAMES=10.8.0.2,10.8.0.3,10.8.0.4,10.8.0.5 "$INIT"
 check "static v5litepod-16 (--flag=value form) equals the golden files" same_files "$D5" \
     "$FIX/v5litepod-16"
 
+# Incomplete worker list (no TPU_WORKER_HOSTNAMES): only topology.json says
+# what is known; env files keep the last complete version (DESIGN.md §5).
+DI=$TMP/incomplete; mkdir -p "$DI"
+incomplete() {
+    TPU_WORKER_ID=1 TPU_ACCELERATOR_TYPE=v4-32 TPU_TOPOLOGY=2x2x4 "$INIT" --skip-init \
+        --out-dir "$DI" "${NOANN[@]}" 2>/dev/null
+}
+incomplete; rc=$?
+check_eq "incomplete worker list exits 0" 0 "$rc"
+check "incomplete: no env files" test ! -e "$DI/dtensor.env" -a ! -e "$DI/tf_config.json"
+check_eq "incomplete: topology.json says complete=false, 4 expected" "False 4 0" \
+    "$("$PY" -c 'import json,sys; t=json.load(open(sys.argv[1]))
+print(t["complete"], t["numClients"], len(t["workers"]))' "$DI/topology.json")"
+v4 "$DI" 2>/dev/null
+good=$(cat "$DI/dtensor.env" "$DI/tf_config.json")
+incomplete
+check_eq "incomplete after complete: env files keep the last complete version" "$good" \
+    "$(cat "$DI/dtensor.env" "$DI/tf_config.json")"
+check_eq "incomplete after complete: generation 3" 3 "$(gen_of "$DI/topology.json")"
+
 # Flag > TPUMESH_* environment.
 DP=$TMP/prec; mkdir -p "$DP"
 TPUMESH_PORT=2000 v4 "$DP" --port 3000 2>/dev/null

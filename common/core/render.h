@@ -102,8 +102,11 @@ bool mesh_render_is_hostname(const char *s);
 bool mesh_render_is_ip(const char *s, bool *out_v6);
 /* A Kubernetes pod name: RFC 1123 subdomain, lower case, <= 253. */
 bool mesh_render_is_pod_name(const char *s);
-/* A TensorFlow job name: [A-Za-z][A-Za-z0-9_]*, <= 63 characters
- * (INFERENCE from TF's device-name grammar /job:<name>). */
+/* A TensorFlow job name: [A-Za-z][A-Za-z0-9_]*, <= 63 characters. TF's
+ * device-name parser (tensorflow/core/util/device_name_utils.cc,
+ * ConsumeJobName) accepts [A-Za-z][A-Za-z0-9_]* in older versions and
+ * [A-Za-z0-9_]+ in newer ones; we take the rule both accept. The length
+ * cap is ours. */
 bool mesh_render_is_job_name(const char *s);
 
 /* Check one worker: host (a host name or an IP literal, GKE's

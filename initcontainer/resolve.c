@@ -17,6 +17,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/accel.h"
 #include "core/cleanup.h"
@@ -28,6 +29,7 @@
 #include "io/tpu_api.h"
 
 #define MOD "resolve"
+#define MESH_TF_VERSION_KEY "annotation tf-version.cloud-tpus.google.com"
 /* TPU_CONFIG is a small JSON object (spec §2.3). */
 #define TPU_CONFIG_MAX 16384
 
@@ -499,6 +501,10 @@ static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *
         .token = token,
         .timeout_s = ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600,
     };
+    /* One deadline for every listed TPU, not one per TPU. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    api.deadline_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + api.timeout_s * 1000LL;
     for (const char *p = tpu;;) {
         const char *comma = strchr(p, ',');
         mesh_autofree char *name = mesh_strndup(p, comma ? (size_t)(comma - p) : strlen(p));
@@ -508,6 +514,13 @@ static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *
             return rc;
         }
         append_endpoints(ctx, &node);
+        /* The legacy GKE annotation names the TensorFlow version the TPU
+         * should run (spec §1.1); a mismatch is worth a warning, not a failure. */
+        if (ctx->opts.tf_version != NULL && node.tensorflow_version[0] != '\0' &&
+            strcmp(ctx->opts.tf_version, node.tensorflow_version) != 0) {
+            mesh_warn(MOD, "TPU \"%s\" runs TensorFlow %s but the pod asks for %s (%s)", name,
+                      node.tensorflow_version, ctx->opts.tf_version, MESH_TF_VERSION_KEY);
+        }
         if (!ctx->have_slice && node.accelerator_type[0] != '\0') {
             struct mesh_slice_spec spec = {.accelerator_type = node.accelerator_type};
             struct mesh_err serr;

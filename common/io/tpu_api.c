@@ -208,6 +208,8 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
     copy_str(node.health, sizeof(node.health), mesh_json_str(j, "health"));
     copy_str(node.accelerator_type, sizeof(node.accelerator_type),
              mesh_json_str(j, "acceleratorType"));
+    copy_str(node.tensorflow_version, sizeof(node.tensorflow_version),
+             mesh_json_str(j, "tensorflowVersion"));
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "networkEndpoints");
     if (eps != NULL && !cJSON_IsArray(eps)) {
         return mesh_err_set(err, MESH_E_PARSE, 0, "node networkEndpoints is not an array");
@@ -313,7 +315,9 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                             struct mesh_tpu_api_node *out, struct mesh_err *err)
 {
     long long start = now_ms();
-    long long deadline = start + (long long)(api->timeout_s > 0 ? api->timeout_s : 1) * 1000;
+    long long deadline = api->deadline_ms > 0
+                             ? api->deadline_ms
+                             : start + (long long)(api->timeout_s > 0 ? api->timeout_s : 1) * 1000;
     long long pause = api->poll_initial_ms > 0 ? api->poll_initial_ms : 250;
     char last_state[32] = "", last_health[32] = "";
     bool last_transport = false;

@@ -30,6 +30,8 @@ struct mesh_tpu_api {
     const char *zone;
     const char *token;       /* OAuth access token (Bearer); NULL = none; never logged */
     int timeout_s;           /* how long mesh_tpu_api_wait_ready waits in total */
+    long long deadline_ms;   /* CLOCK_MONOTONIC ms to stop at (shared by several nodes);
+                                0 = timeout_s from the call */
     long request_timeout_ms; /* per request; 0 = 10000 */
     long poll_initial_ms;    /* first pause between polls; 0 = 250, doubling up to 10 s */
 };
@@ -39,6 +41,7 @@ struct mesh_tpu_api_node {
     char state[32];                         /* "READY", "CREATING", ... ("" when absent) */
     char health[32];                        /* "HEALTHY", "UNHEALTHY", ... ("" when absent) */
     char accelerator_type[32];              /* "v3-8" ("" when absent) */
+    char tensorflow_version[64];            /* "2.12.0" ("" when absent) */
     struct mesh_tpuenv_endpoint *endpoints; /* owned, task order */
     size_t nendpoints;
 };
@@ -70,8 +73,8 @@ int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
 
 /* Poll the node until state READY and (when reported) health HEALTHY, with
  * exponential backoff and an info log line per poll showing state and
- * health, until api->timeout_s. Fails at once on 404 (-MESH_E_NOTFOUND),
- * 401/403 (-MESH_E_AUTH), malformed replies (-MESH_E_API), TERMINATED or
+ * health, until api->deadline_ms (or api->timeout_s from now). Fails at once on 404
+ * (-MESH_E_NOTFOUND), 401/403 (-MESH_E_AUTH), malformed replies (-MESH_E_API), TERMINATED or
  * PREEMPTED (-MESH_E_NOTREADY) and READY without endpoints (-MESH_E_API);
  * at the deadline returns -MESH_E_TIMEOUT saying what it saw last (or
  * -MESH_E_API if the last attempt was a transport error / 5xx). On success

@@ -123,6 +123,15 @@ expect "comma list of TPU names" 0 "complete"
 check_eq "multi: endpoints of every TPU in order" '{"worker":["10.0.0.1:8470","10.0.0.2:8470","10.3.3.3:8470"]}' \
     "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 
+run_init shared -- --tpu flaky,creating --timeout 2
+expect "several TPUs share one deadline" 4 'TPU "creating" is not yet ready'
+check "shared deadline: < 3.5 s in total" test "$ELAPSED_MS" -lt 3500
+
+printf 'tf-version.cloud-tpus.google.com="2.11.0"' >"$TMP/ann-tfv"
+run_init tfversion -- --tpu ready --annotations-file "$TMP/ann-tfv"
+expect "tf-version annotation differs: still resolves" 0 "complete"
+check "tf-version mismatch warned" grep -q 'runs TensorFlow 2.12.0 but the pod asks for 2.11.0' "$OUT.log"
+
 run_init slow -- --tpu slow
 expect "slow API reply" 0 "complete"
 

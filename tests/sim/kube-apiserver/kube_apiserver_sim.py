@@ -541,6 +541,7 @@ class State:
         self.churn_stop = threading.Event()
         self.restarts = 0
         self.job_uids = {}
+        self.namespaces = {"default", "kube-system", "kube-public", "kube-node-lease"}
         self.timers = []
 
     # -- auth ------------------------------------------------------------
@@ -1063,6 +1064,7 @@ API_RESOURCES = {
         {"name": "pods/status", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
     ]}
 
+NS_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
 POD_PATH = re.compile(r"^/api/v1/(?:(watch)/)?(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?(/status)?/?$")
 
 
@@ -1209,6 +1211,9 @@ class Handler(BaseHTTPRequestHandler):
         if verb == "discovery":
             return self._discovery(path)
         if m is None:
+            nm = NS_PATH.match(path)
+            if nm and method in ("GET", "HEAD"):
+                return self._namespaces(nm.group(1))
             raise err_not_found_path()
         ns, name = m.group(2), m.group(3)
         if ns is not None:
@@ -1314,6 +1319,25 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(200, API_RESOURCES)
         else:
             raise err_not_found_path()
+
+    # -- namespaces (kubectl checks the namespace after a NotFound) -----------
+    def _namespaces(self, name):
+        st = self.st
+        with st.cond:
+            names = set(st.namespaces) | {k[0] for k in st.pods}
+            rv = st.rv
+        if name is not None:
+            name = urllib.parse.unquote(name)
+            if name not in names:
+                raise ApiError(status_obj(404, "NotFound", 'namespaces "%s" not found' % name,
+                                          details_obj(name=name, kind="namespaces")))
+            self.send_body(200, gojson_b(namespace_obj(name, rv)) + b"\n")
+            return
+        items = b",".join(gojson_b({k: v for k, v in namespace_obj(n, rv).items() if k not in ("kind", "apiVersion")})
+                          for n in sorted(names))
+        body = (b'{"kind":"NamespaceList","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[' % rv
+                + items + b"]}\n")
+        self.send_body(200, body)
 
     # -- GET one pod -----------------------------------------------------
     def _get_pod(self, ns, name, q):
@@ -1703,6 +1727,14 @@ class Handler(BaseHTTPRequestHandler):
         else:
             line = b'{"type":"MODIFIED","object":' + rec.full() + b"}\n"
         return line[:max(1, len(line) // 2)]
+
+
+def namespace_obj(name, rv):
+    created = "2026-01-01T00:00:00Z"
+    return {"kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": _uid("namespace/" + name), "resourceVersion": "1",
+                         "creationTimestamp": created, "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
 
 
 def encode_continue(rv, start):

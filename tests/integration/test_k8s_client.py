@@ -263,6 +263,29 @@ def t_restart(name):
     d.stop()
 
 
+def t_expired_continue(name):
+    S.bulk_create(count=600, namespace="paged", job="big")
+    S.call("chunking", mode="natural", delay_ms=0)
+    d = Driver(["--apiserver", sim.url, "--token-file", TOKEN_FILE, "--ca-file", sim.ca,
+                "--namespace", "paged", "--limit", "1", "--backoff-ms", "100"])
+    # Keep expiring continue tokens while the 600-page list runs (etcd compaction, spec §1.3).
+    end = time.time() + 60
+    i = 0
+    while not d.synced and time.time() < end and d.proc.poll() is None:
+        S.make(name="tick-%d" % i, index=i, namespace="other")
+        S.compact()
+        i += 1
+    check(name + ": expired continue token restarts the list", d.wait_synced(timeout=30) and
+          d.log_has("continue token expired"), d.stderr_tail())
+    good, want = converged(d, S, namespace="paged")
+    check(name + ": the restarted list is complete (%d pods)" % len(want), good and d.synced[0] == 600,
+          diff(model_view(d), want))
+    d.stop()
+    S.call("clear")
+    for _ in range(6):
+        S.make(name="trainer-%d-x" % _, index=_)
+
+
 def t_convergence(name):
     rnd = random.Random(7)
     d = driver("--limit", "3")
@@ -315,6 +338,7 @@ scenario("429 Retry-After", t_429)
 scenario("token rotation", t_token_rotation)
 scenario("403", t_forbidden)
 scenario("apiserver restart (RVs backwards)", t_restart)
+scenario("expired continue token", t_expired_continue)
 scenario("convergence", t_convergence)
 
 sim.stop()

@@ -313,9 +313,9 @@ static int want_int(const char *key, const char *v, long long min, long long max
     return 0;
 }
 
-/* One tpumesh.dev/<name> key. */
-static int config_key(const char *key, const char *name, const char *v,
-                      struct mesh_annotations_config *c, struct mesh_err *err)
+/* The string-valued tpumesh.dev keys. Returns 1 when name is not one. */
+static int config_str_key(const char *key, const char *name, const char *v,
+                          struct mesh_annotations_config *c, struct mesh_err *err)
 {
     size_t vlen = strlen(v);
     if (strcmp(name, "tpu") == 0) {
@@ -358,7 +358,21 @@ static int config_key(const char *key, const char *name, const char *v,
                                 key);
         }
         c->job_name = mesh_strdup(v);
-    } else if (strcmp(name, "port") == 0) {
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+/* One tpumesh.dev/<name> key. */
+static int config_key(const char *key, const char *name, const char *v,
+                      struct mesh_annotations_config *c, struct mesh_err *err)
+{
+    int rc = config_str_key(key, name, v, c, err);
+    if (rc <= 0) {
+        return rc;
+    }
+    if (strcmp(name, "port") == 0) {
         return want_int(key, v, 1, 65535, &c->port, err);
     } else if (strcmp(name, "expected-workers") == 0) {
         return want_int(key, v, 1, 65536, &c->expected_workers, err);

@@ -250,7 +250,7 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
 int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
                           struct mesh_tpu_api_node *out, int *out_retry, struct mesh_err *err)
 {
-    int dummy;
+    int dummy = 0;
     int *retry = out_retry ? out_retry : &dummy;
     *retry = 0;
     mesh_autofree char *url = mesh_asprintf("%s/v1/projects/%s/locations/%s/nodes/%s",

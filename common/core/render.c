@@ -18,8 +18,9 @@
 #include "mem.h"
 #include "render.h"
 
-/* Upper bound of one rendered file: 4096 workers x ~530 bytes of JSON. */
-#define RENDER_MAX_BYTES ((size_t)8 << 20)
+/* Upper bound of one rendered file: 16384 workers x ~530 bytes of JSON
+ * (MESH_PUBLISH_MAX_FILE is 16 MiB too). */
+#define RENDER_MAX_BYTES ((size_t)16 << 20)
 /* "[" + IPv6 + "]:" + port, or a 253-byte host name + ":65535". */
 #define ADDR_MAX (MESH_HOST_MAX + 16)
 

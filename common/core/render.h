@@ -23,8 +23,9 @@
 #include "err.h"
 #include "model.h"
 
-/* Largest worker list a renderer accepts (one entry per TPU VM host). */
-#define MESH_RENDER_MAX_WORKERS 4096
+/* Largest worker list a renderer accepts (one entry per TPU VM host; a
+ * multi-slice JobSet lists the hosts of every slice, hence above 4096). */
+#define MESH_RENDER_MAX_WORKERS 16384
 /* JAX's coordinator port on Cloud TPU (spec §4.5, §9, §10.13). */
 #define MESH_RENDER_JAX_PORT 8476
 /* TensorFlow's TPU Node gRPC port (spec §2.5). */

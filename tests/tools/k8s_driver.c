@@ -10,6 +10,8 @@
  *   SYNCED <count>
  *   STORE <ns/name> rv=<rv> ip=<ip> ready=<0|1> phase=<phase>   (on SIGUSR1, then END <n>)
  *   STATS lists=.. relists=.. watches=.. events=.. bookmarks=.. failures=.. rv=..  (at exit)
+ *   MEM heap=<live heap bytes>            (after each SYNCED, for bench/k8s_client)
+ *   PROGRESS changes=<n>                  (--quiet: every 1,000 changes instead of the lines)
  *
  * Modes: default = informer until SIGTERM/SIGINT; --get NAME = one GET
  * (prints GOT <ns/name> rv=.. ip=..); --list = one paginated LIST walk
@@ -18,6 +20,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,11 +80,36 @@ struct drv {
     uint64_t changes;
 };
 
+/* Live heap bytes (all arenas): what the store costs, for bench/k8s_client. */
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static void on_synced(void *ctx, size_t count)
+{
+    (void)ctx;
+    printf("SYNCED %zu\n", count);
+    printf("MEM heap=%zu\n", heap_in_use());
+    fflush(stdout);
+}
+
+/* In --quiet mode, one line every 1,000 changes (benchmarks follow progress). */
+static void progress(struct drv *d)
+{
+    if (d->quiet && d->changes % 1000 == 0) {
+        printf("PROGRESS changes=%" PRIu64 "\n", d->changes);
+        fflush(stdout);
+    }
+}
+
 static void on_add(void *ctx, const char *key, const void *rec)
 {
     struct drv *d = ctx;
     const struct pod_rec *r = rec;
     d->changes++;
+    progress(d);
     if (!d->quiet) {
         printf("ADD %s rv=%s ip=%s ready=%d phase=%s\n", key, r->rv, r->ip, r->ready, r->phase);
         fflush(stdout);
@@ -94,6 +122,7 @@ static void on_update(void *ctx, const char *key, const void *old_rec, const voi
     const struct pod_rec *r = new_rec;
     (void)old_rec;
     d->changes++;
+    progress(d);
     if (!d->quiet) {
         printf("UPDATE %s rv=%s ip=%s ready=%d phase=%s\n", key, r->rv, r->ip, r->ready, r->phase);
         fflush(stdout);
@@ -105,17 +134,11 @@ static void on_delete(void *ctx, const char *key, const void *old_rec)
     struct drv *d = ctx;
     (void)old_rec;
     d->changes++;
+    progress(d);
     if (!d->quiet) {
         printf("DELETE %s\n", key);
         fflush(stdout);
     }
-}
-
-static void on_synced(void *ctx, size_t count)
-{
-    (void)ctx;
-    printf("SYNCED %zu\n", count);
-    fflush(stdout);
 }
 
 static int print_one(void *ctx, const char *key, const char *rv, const void *rec)

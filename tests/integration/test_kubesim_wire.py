@@ -4,10 +4,13 @@ boundaries mid-event, several events per chunk, newline-terminated compact JSON)
 byte for byte as spec/kubernetes-api.md gives them, list/watch parameter rules. Prints TAP."""
 
 import base64
+import gzip
 import json
 import os
 import socket
 import sys
+import tempfile
+import threading
 import time
 
 ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -122,7 +125,139 @@ def main():
         run(sim, c, port)
     finally:
         sim.stop()
+    state_dir = tempfile.mkdtemp(prefix="kubesim-wire.")
+    token_file = os.path.join(state_dir, "token")
+    with open(token_file, "w") as f:
+        f.write("file-token-1\n")
+    sim = start_sim(["--token-file", token_file, "--anonymous", "--state-dir", state_dir, "--history", "5",
+                     "--gzip-min", "4096"])
+    try:
+        run2(sim, sim.client, sim.port, token_file, state_dir)
+    finally:
+        sim.stop()
     tap.done()
+
+
+def run2(sim, c, port, token_file, state_dir):
+    """Second instance: token file, anonymous requests, small history, gzip threshold 4 KiB."""
+    tok = "file-token-1"
+    with open(os.path.join(state_dir, "ready.json")) as f:
+        ready = json.load(f)
+    tap.check("ready.json matches the READY line", ready["port"] == port and ready["url"] == sim.url
+              and ready["ca"] == "-", ready)
+    for i in range(6):
+        c.make(name="w-%d-aaaaa" % i, index=i)
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok)
+    tap.check("--token-file: its token is accepted", r.status == 200, r.status)
+    with open(token_file + ".new", "w") as f:
+        f.write("file-token-2\n")
+    os.replace(token_file + ".new", token_file)
+    r1 = request(port, "/api/v1/namespaces/default/pods", token=tok)
+    r2 = request(port, "/api/v1/namespaces/default/pods", token="file-token-2")
+    tap.check("--token-file: rewriting the file rotates the token", r1.status == 401 and r2.status == 200,
+              (r1.status, r2.status))
+    tok = "file-token-2"
+    r = request(port, "/api/v1/namespaces/default/pods", token=None)
+    d = json.loads(r.body)
+    tap.check("--anonymous: no token is system:anonymous, 403", r.status == 403 and d["message"] ==
+              'pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" in the '
+              'namespace "default"', r.body)
+    r = request(port, "/version", token=None)
+    tap.check("--anonymous: /version is public", r.status == 200 and json.loads(r.body)["gitVersion"].startswith("v1."),
+              r.body)
+
+    # gzip on a big list when asked, not otherwise
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok, headers={"Accept-Encoding": "gzip"})
+    ok = r.headers.get("content-encoding") == "gzip"
+    body = gzip.decompress(r.body) if ok else b""
+    tap.check("gzip: a list over the threshold is gzipped when asked", ok and len(json.loads(body)["items"]) == 6,
+              r.headers)
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok)
+    tap.check("gzip: not without Accept-Encoding", "content-encoding" not in r.headers and json.loads(r.body)["items"],
+              r.headers)
+
+    # Table list for kubectl
+    r = request(port, "/api/v1/namespaces/default/pods?limit=2", token=tok,
+                headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+    d = json.loads(r.body)
+    tap.check("Table list: columns, 2 rows with PartialObjectMetadata, continue",
+              d["kind"] == "Table" and d["apiVersion"] == "meta.k8s.io/v1" and d["columnDefinitions"][0]["name"] == "Name"
+              and [row["cells"][0] for row in d["rows"]] == ["w-0-aaaaa", "w-1-aaaaa"]
+              and d["rows"][0]["object"]["kind"] == "PartialObjectMetadata" and d["metadata"].get("continue"),
+              r.body[:300])
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok,
+                headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    tap.check("protobuf only: 406", r.status == 406, r.status)
+
+    # storage 429 (Status with retryAfterSeconds) and the restart window
+    c.fail(429, count=1, retry_after=4, kind="status")
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok)
+    d = json.loads(r.body)
+    tap.check("storage 429: Status TooManyRequests, retryAfterSeconds copied to Retry-After",
+              r.status == 429 and d["reason"] == "TooManyRequests" and d["details"]["retryAfterSeconds"] == 4
+              and r.headers.get("retry-after") == "4", (r.status, r.body, r.headers))
+    c.restart(unavailable=1.0)
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok)
+    d = json.loads(r.body)
+    tap.check("restart window: 429 storage is (re)initializing", r.status == 429 and d["message"] ==
+              "storage is (re)initializing" and r.headers.get("retry-after") == "1", (r.status, r.body))
+    time.sleep(1.1)
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok)
+    tap.check("after the restart window: 200", r.status == 200, r.status)
+
+    # keep-alive after a watch that ended cleanly; legacy watch path; single-object watch
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        cur = c.state()["rv"]
+        hdr = "Host: x\r\nAuthorization: Bearer %s\r\n\r\n" % tok
+        s.sendall(("GET /api/v1/watch/namespaces/default/pods/w-2-aaaaa?resourceVersion=%d&timeoutSeconds=1 HTTP/1.1\r\n"
+                   % cur + hdr).encode())
+        threading.Timer(0.3, lambda: (c.ready(name="w-1-aaaaa", ready=False), c.ready(name="w-2-aaaaa",
+                                                                                     ready=False))).start()
+        data = b""
+        end = time.time() + 5
+        while not data.endswith(b"0\r\n\r\n") and time.time() < end:
+            data += s.recv(65536)
+        tap.check("legacy /api/v1/watch path, single-object watch sees only that pod",
+                  data.count(b'"type":"MODIFIED"') == 1 and b'"name":"w-2-aaaaa"' in data, data[-300:])
+        s.sendall(("GET /api/v1/namespaces/default/pods/w-0-aaaaa HTTP/1.1\r\n" + hdr).encode())
+        more = b""
+        end = time.time() + 5
+        while b'"name":"w-0-aaaaa"' not in more and time.time() < end:
+            d = s.recv(65536)
+            if not d:
+                break
+            more += d
+        tap.check("the connection is reused after the watch body ended", more.startswith(b"HTTP/1.1 200"),
+                  more[:100])
+    finally:
+        s.close()
+
+    # sendInitialEvents=false: no initial events, starts at the most recent RV
+    cur = c.state()["rv"]
+    t = threading.Timer(0.4, lambda: c.ready(name="w-3-aaaaa", ready=False))
+    t.start()
+    r = request(port, "/api/v1/namespaces/default/pods?watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan"
+                "&timeoutSeconds=3", token=tok, timeout=6, stop_after=lambda resp: b"\n" in b"".join(resp.chunks))
+    t.join()
+    evs = [json.loads(ln) for ln in stream_lines(r) if ln]
+    tap.check("sendInitialEvents=false: only the new change", [(e["type"], e["object"]["metadata"]["resourceVersion"])
+                                                               for e in evs] == [("MODIFIED", str(cur + 1))], evs[:1])
+
+    # a watcher that falls behind the bounded history is closed (slow consumer), without an ERROR
+    cur = c.state()["rv"]
+    c.stall(1.0)
+    t = threading.Timer(0.2, lambda: c.churn(events=120, rate=0, wait=True))
+    t.start()
+    r = request(port, "/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d&timeoutSeconds=5" % cur, token=tok,
+                timeout=8)
+    t.join()
+    tap.check("watcher behind the history (--history 5) is closed with no events", r.terminated and r.chunks == [],
+              (r.terminated, [c_[:60] for c_ in r.chunks]))
+    r = request(port, "/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d" % cur, token=tok, timeout=5)
+    tap.check("its re-watch from the same RV gets the in-stream 410", b'"code":410' in b"".join(r.chunks), r.chunks)
+    st = c.state()
+    tap.check("history stays bounded", st["history"] <= 5 + 64, st)
 
 
 def run(sim, c, port):
@@ -301,8 +436,6 @@ def run(sim, c, port):
     # --- several events per chunk (coalesce) ----------------------------------------------------------
     c.call("chunking", mode="coalesce")
     cur = c.state()["rv"]
-    import threading
-
     def later(fn, delay=0.4):
         t = threading.Timer(delay, fn)
         t.start()

@@ -1354,7 +1354,7 @@ class Handler(BaseHTTPRequestHandler):
         match = q.get("resourceVersionMatch", [""])[0]
         cont = q.get("continue", [""])[0]
         limit_s = q.get("limit", [""])[0]
-        if parse_bool_param(q, "sendInitialEvents"):
+        if "sendInitialEvents" in q:
             raise err_invalid_listoptions("sendInitialEvents", "Forbidden", "sendInitialEvents is forbidden for list")
         if match:
             if match not in ("Exact", "NotOlderThan"):
@@ -1490,7 +1490,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise err_invalid_listoptions("sendInitialEvents", "Forbidden",
                                               "sendInitialEvents is forbidden for watch unless the WatchList"
                                               " feature gate is enabled")
-            if send_initial and match != "NotOlderThan":
+            if match != "NotOlderThan":
                 raise err_invalid_listoptions("resourceVersionMatch", "Forbidden",
                                               "sendInitialEvents requires setting resourceVersionMatch to"
                                               " NotOlderThan")
@@ -1519,6 +1519,9 @@ class Handler(BaseHTTPRequestHandler):
                 keys, recs = snap.view(ns)
                 initial = [r for r in recs if flt.matches(r)]
                 cursor = st.rv
+            elif rv is None or rv == 0:
+                # sendInitialEvents=false: start at the most recent (or any) state, no initial events.
+                cursor = st.rv
             else:
                 cursor = rv
                 if rv < st.compacted:
@@ -1538,6 +1541,7 @@ class Handler(BaseHTTPRequestHandler):
         self._start(200, "application/json", {"Transfer-Encoding": "chunked"})
         self.end_headers()
         self.wfile.flush()
+        st.count(None, 200)
         self.close_connection = True
         try:
             if too_old is not None:
@@ -1545,8 +1549,10 @@ class Handler(BaseHTTPRequestHandler):
                 ln = error_line(status_obj(410, "Expired", "too old resource version: %d (%d)" % too_old))
                 self._send_lines([ln], None)
                 self._end_stream()
-                return
-            self._stream(w, initial, initial_end, timeout, future)
+            else:
+                self._stream(w, initial, initial_end, timeout, future)
+            # The chunked body ended properly: the connection can carry the next request, as Go's does.
+            self.close_connection = False
         finally:
             if w is not None:
                 with st.cond:

@@ -121,7 +121,7 @@ static const struct gen_info *gen_find(enum mesh_tpu_gen g)
 static const char *shown(const char *s, char out[48])
 {
     size_t i = 0;
-    for (; s[i] != '\0' && i < 40; i++) {
+    for (; i < 40 && s[i] != '\0'; i++) {
         unsigned char c = (unsigned char)s[i];
         out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
     }

@@ -696,35 +696,54 @@ static bool digits(const char *s, size_t n, int *out)
     return true;
 }
 
-int mesh_kubeconfig_parse_time(const char *s, int64_t *out_epoch_s, struct mesh_err *err)
+/* "YYYY-MM-DDTHH:MM:SS" at s (19 bytes known to exist) -> epoch seconds (UTC). */
+static bool parse_date_time(const char *s, int64_t *out)
 {
     int y, mo, d, h, mi, se;
-    size_t n = strlen(s);
-    if (n < 20 || !digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) || s[7] != '-' ||
+    if (!digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) || s[7] != '-' ||
         !digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &h) ||
-        s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &se) ||
-        mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) {
-        return mesh_err_set(err, MESH_E_PARSE, 0, "\"%.40s\" is not an RFC 3339 time", s);
+        s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &se)) {
+        return false;
     }
-    const char *p = s + 19;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) {
+        return false;
+    }
+    *out = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + se;
+    return true;
+}
+
+/* Optional ".fraction", then "Z" or "+hh:mm"/"-hh:mm" -> offset seconds. */
+static bool parse_zone(const char *p, int64_t *out_off)
+{
+    int oh, om;
     if (*p == '.') {
         p++;
         while (*p >= '0' && *p <= '9') {
             p++;
         }
     }
-    int64_t off = 0;
-    int oh, om;
     if ((*p == 'Z' || *p == 'z') && p[1] == '\0') {
-        off = 0;
-    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && digits(p + 1, 2, &oh) && p[3] == ':' &&
-               digits(p + 4, 2, &om) && oh < 24 && om < 60) {
-        off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
-    } else {
+        *out_off = 0;
+        return true;
+    }
+    if ((*p == '+' || *p == '-') && strlen(p) == 6 && digits(p + 1, 2, &oh) && p[3] == ':' &&
+        digits(p + 4, 2, &om) && oh < 24 && om < 60) {
+        *out_off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+        return true;
+    }
+    return false;
+}
+
+int mesh_kubeconfig_parse_time(const char *s, int64_t *out_epoch_s, struct mesh_err *err)
+{
+    int64_t t, off;
+    if (strlen(s) < 20 || !parse_date_time(s, &t)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "\"%.40s\" is not an RFC 3339 time", s);
+    }
+    if (!parse_zone(s + 19, &off)) {
         return mesh_err_set(err, MESH_E_PARSE, 0, "\"%.40s\" has no valid time zone", s);
     }
-    int64_t days = days_from_civil(y, (unsigned)mo, (unsigned)d);
-    *out_epoch_s = days * 86400 + h * 3600 + mi * 60 + se - off;
+    *out_epoch_s = t - off;
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/mem.h"
@@ -213,8 +214,9 @@ static void test_errors(void **state)
 static void test_load_file(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/test-kubeconfig-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/tmp/test-kubeconfig-%d", (int)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
     char *path = mesh_asprintf("%s/config", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);

@@ -83,6 +83,21 @@ def t_basic(name):
     check(name + ": one list, no relist", d.stats and d.stats["lists"] == "1", str(d.stats))
 
 
+def t_bookmarks(name):
+    d = driver()
+    d.wait_synced()
+    for i in range(3):  # changes outside the watched namespace: only bookmarks can tell us
+        S.make(name="bm-%d" % i, index=i, namespace="elsewhere")
+    want_rv = S.state()["rv"]
+    time.sleep(2.5)  # bookmark interval is 1 s
+    d.stop()
+    check(name + ": bookmarks advance the resourceVersion to %s" % want_rv,
+          d.stats and int(d.stats["bookmarks"]) > 0 and d.stats["rv"] == str(want_rv) and
+          d.stats["lists"] == "1", str(d.stats))
+    for i in range(3):
+        S.delete(name="bm-%d" % i, namespace="elsewhere")
+
+
 def t_selectors(name):
     S.make(name="sel-a", index=60, labels={"tier": "x"})
     S.make(name="sel-b", index=61, labels={"tier": "y"}, ip="")
@@ -324,6 +339,7 @@ def t_convergence(name):
 
 
 scenario("basic list+watch", t_basic)
+scenario("bookmarks", t_bookmarks)
 scenario("selectors", t_selectors)
 scenario("get", t_get)
 scenario("in-stream ERROR 410", lambda n: t_expired_watch(n, "event"))

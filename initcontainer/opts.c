@@ -21,6 +21,7 @@
 #include "core/logfmt.h"
 #include "core/mem.h"
 #include "init.h"
+#include "io/log.h"
 
 enum opt_kind {
     K_STR,    /* char * field of struct mesh_init_opts */
@@ -405,6 +406,8 @@ int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
             mesh_annotations_cleanup(&ann);
             return rc;
         }
+        /* What the operator asked for, and from where (none are secrets). */
+        mesh_debug("opts", "--%s = '%.200s' (from %s)", d->flag, v, src);
         if (strcmp(d->flag, "tpu") == 0) {
             ctx->opts.tpu_origin = vals[i] != NULL ? "flag --tpu"
                                    : av != NULL    ? "annotation tpumesh.dev/tpu"

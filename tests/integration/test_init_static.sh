@@ -127,6 +127,57 @@ check_eq "every option from TPUMESH_* alone (v4-8, one worker)" 0 "$rc"
 check "one worker gets DTensor's default job name localhost" \
     grep -qx "DTENSOR_JOB_NAME='localhost'" "$DP/dtensor.env"
 
+# Every valued flag in its three forms: "--flag value", "--flag=value" and
+# TPUMESH_<FLAG>; the debug log names the value and where it came from. A bad
+# --expected-workers (parsed last) stops each run right after the parse.
+while read -r flag value; do
+    env=TPUMESH_$(tr 'a-z-' 'A-Z_' <<<"$flag")
+    for form in space equals env; do
+        # A boolean flag takes no separate value: "--skip-init true" is a
+        # stray argument (tested below as the bare form).
+        [ "$flag" = skip-init ] && [ $form = space ] && continue
+        case $form in
+        space) args=("--$flag" "$value"); src="--$flag"; envset=() ;;
+        equals) args=("--$flag=$value"); src="--$flag"; envset=() ;;
+        env) args=(); src=$env; envset=("$env=$value") ;;
+        esac
+        env "${envset[@]+"${envset[@]}"}" "$INIT" --log-level=debug "${args[@]}" \
+            --expected-workers 0 >/dev/null 2>"$TMP/opt.log"
+        rc=$?
+        if [ $rc -eq 2 ] && grep -qF -- "--$flag = '$value' (from $src)" "$TMP/opt.log"; then
+            ok "option --$flag ($form form)"
+        else
+            fail "option --$flag ($form form)" "exit $rc" "$(grep -F -- "--$flag =" "$TMP/opt.log")"
+        fi
+    done
+done <<'EOF_OPTS'
+out-dir /tmp/tpumesh-opt-test
+log-format json
+tpu grpc://10.0.0.1:8470
+zone us-central2-b
+project my-project
+accelerator-type v5litepod-16
+topology 4x4
+annotations-file /tmp/tpumesh-no-annotations
+dev-dir /tmp/tpumesh-dev
+timeout 45
+metadata-host 127.0.0.1:8080
+tpu-api-endpoint http://127.0.0.1:9999
+skip-init true
+port 12345
+job-name trainer
+address-mode ip
+EOF_OPTS
+v4 "$TMP/v4" --expected-workers 4 --log-level debug 2>"$TMP/opt.log"
+check "option --expected-workers" grep -qF -- "--expected-workers = '4' (from --expected-workers)" \
+    "$TMP/opt.log"
+TPUMESH_LOG_LEVEL=debug "$INIT" --expected-workers 0 2>"$TMP/opt.log"
+check "option --log-level (env form)" grep -qF -- "--log-level = 'debug' (from TPUMESH_LOG_LEVEL)" \
+    "$TMP/opt.log"
+"$INIT" --skip-init --log-level debug --expected-workers 0 2>"$TMP/opt.log"
+check "a bare --skip-init means true" grep -qF -- "--skip-init = 'true' (from --skip-init)" \
+    "$TMP/opt.log"
+
 # Exit 2: usage and configuration.
 expect_exit() { # expect_exit NAME CODE PATTERN-OF-LAST-LINE cmd...
     local name=$1 code=$2 pat=$3; shift 3

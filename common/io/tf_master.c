@@ -330,25 +330,31 @@ static int deadline_error(struct mesh_tf_master *m, const char *what, int64_t st
                         (long long)((mesh_tf_master_now_ms() - start_ms + 500) / 1000));
 }
 
-/* Call with TF's retry policy for UNAVAILABLE (spec §5.3): backoff growing
- * 1.3x from 100 ms, at most 10 retries, never past the deadline. */
+/* Retry UNAVAILABLE with TF's backoff (spec §5.3: growing 1.3x; we start
+ * at 100 ms and cap at 2 s). TF stops after 10 retries; an init container's
+ * job is to wait for the TPU, so we keep trying until the deadline and log
+ * the first retry and then one line every 10 s. */
 static int call_with_retry(struct mesh_tf_master *m, const char *method, const uint8_t *req,
                            size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
                            struct mesh_err *err)
 {
     int64_t backoff = 100;
-    for (int attempt = 0;; attempt++) {
+    int64_t next_log = 0;
+    for (;;) {
         int rc = mesh_tf_master_call(m, method, req, req_len, deadline_ms, out, err);
-        if (rc < 0 || !retryable(out) || attempt >= 10) {
+        if (rc < 0 || !retryable(out)) {
             return rc;
         }
         int64_t now = mesh_tf_master_now_ms();
         if (now + backoff >= deadline_ms) {
             return 0;
         }
-        mesh_info(MOD, "%s to %s: %s (%s); retrying in %lld ms", method + strlen("/tensorflow."),
-                  m->target, mesh_tf_graph_code_name(out->status), out->message,
-                  (long long)backoff);
+        if (now >= next_log) {
+            mesh_info(MOD, "%s to %s: %s (%s); retrying until the deadline",
+                      method + strlen("/tensorflow."), m->target,
+                      mesh_tf_graph_code_name(out->status), out->message);
+            next_log = now + PROGRESS_MS;
+        }
         struct timespec ts = {(time_t)(backoff / 1000), (long)(backoff % 1000) * 1000000L};
         nanosleep(&ts, NULL);
         backoff = backoff * 13 / 10;

@@ -211,6 +211,10 @@ def test_failures():
             os.path.join(out, "topology.pb")))
         if session:
             closed_once(sim, name)
+        if want_rc == 4 and "UNAVAILABLE" in needle:
+            n = sim.methods().count("CreateSession")
+            tap.check(f"{name}: retried until the deadline", 7 <= took < 11 and n > 5,
+                      f"{took:.2f}s, {n} CreateSession calls")
         sim.stop()
 
 

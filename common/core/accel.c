@@ -744,7 +744,7 @@ static void host_options(const struct gen_info *gi, int chips, char *out, size_t
     int opts[4], n = 0;
     for (int i = 3; i >= 0; i--) {
         int c = gi->cph_allowed[i];
-        if (c != 0 && c <= chips && chips % c == 0) {
+        if (c != 0 && c <= chips && chips % c == 0 && (c != 1 || chips == 1)) {
             opts[n++] = chips / c;
         }
     }
@@ -796,6 +796,17 @@ static int derive_cph(const struct mesh_slice_spec *in, struct derive *dv, struc
                             type, chips, dv->cph, gi->prefix, list,
                             gi->cph_allowed[1] == 0 ? "a multiple of 4 chips"
                                                     : "1 chip or a multiple of 4 chips");
+    }
+    /* 1-chip VMs (ct5lp-hightpu-1t, ct6e-standard-1t, tpu7x-standard-1t)
+     * only run 1-chip slices: xpk's rule "1 chip per VM if the slice has 1
+     * chip, else 4" (spec §8.4). 8-chip VMs are allowed for any multiple of
+     * 8: GCE counts v5e/v6e hosts of 8 chips (spec §8.4, a 4x4 is 2 hosts). */
+    if (dv->cph == 1 && chips != 1) {
+        host_options(gi, chips, opts, sizeof(opts));
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%s has %d chips but 1-chip VMs (%.*s) only run 1x1 slices; it runs on "
+                            "%s hosts",
+                            type, chips, (int)strcspn(gi->vm_example, "/"), gi->vm_example, opts);
     }
     if (in->hosts > 0 && chips / dv->cph != in->hosts) {
         host_options(gi, chips, opts, sizeof(opts));

@@ -70,7 +70,8 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
  *    count GKE VMs, not GCE physical hosts). So v5litepod-8/v6e-8 "2x4" is
  *    2 hosts of 4 chips unless chips_per_host 8 or hosts 1 says it is one
  *    8-chip VM. Allowed: 4 for v2/v3/v4/v5p, 1/4/8 for v5e/v6e, 1/4 for
- *    tpu7x.
+ *    tpu7x; 1-chip VMs only for a 1-chip slice (xpk). 8-chip VMs may form
+ *    multi-host slices (GCE counts v5e hosts of 8 chips: spec §8.4).
  *  - chips-per-host bounds (the host block): 1 chip 1,1,1; 4 chips 2,2,1;
  *    8 chips 2,4,1. The topology must divide into such blocks; host bounds
  *    = topology / block per axis (spec §8.6).
@@ -80,9 +81,11 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
  *    topology = host bounds * 2,2,1.
  *  - no topology given: the default is the most compact shape (smallest
  *    max/min dimension ratio, dimensions non-decreasing, e.g. 2x2x4, 4x8,
- *    2x4x4; 2x2x1 for a single 4-chip v4/v5p/tpu7x host) when exactly one
- *    shape is most compact and its ratio is <= 2; otherwise -MESH_E_CONFIG
- *    listing the possible topologies and asking for TPU_TOPOLOGY.
+ *    2x4x4; 2x2x1 for a single 4-chip v4/v5p/tpu7x host) when it is the
+ *    only shape, or exactly one shape is most compact and its ratio is <= 2;
+ *    otherwise -MESH_E_CONFIG listing the possible topologies (most compact
+ *    first) and asking for TPU_TOPOLOGY. A given topology may be any
+ *    permutation that divides into host blocks (4x2x2 is kept as 4x2x2).
  *  - devices per chip (TF/JAX devices): 2 for v2/v3 (one per TensorCore),
  *    1 for v4/v5p (megacore) and v5e/v6e, 2 for tpu7x (no megacore; JAX
  *    ChipVersion 7x). devices_per_host = chips_per_host * that;

@@ -321,6 +321,11 @@ static void test_bad_inputs_table(void **state)
         in.mode = rows[r].mode;
         expect_fail(mesh_render_dtensor_env, &in, rows[r].code, rows[r].needle);
     }
+    /* Never an empty DTENSOR_JOBS (spec §6: "" would mean one client with
+     * an empty address in some DTensor versions). */
+    struct mesh_render_input empty = input_of(NULL, 0, 0, NULL);
+    expect_fail(mesh_render_dtensor_env, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
+    expect_fail(mesh_render_tf_config, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
     /* A dns-mode job whose worker lost its host name is incomplete. */
     w[2].host[0] = '\0';
     struct mesh_render_input in = input_of(w, 4, 0, NULL);

@@ -108,10 +108,13 @@ struct mesh_init_cli {
     int log_format; /* enum mesh_log_format */
 };
 
-/* Parse argv (long options, "--flag value" and "--flag=value") and the
- * TPUMESH_<FLAG_UPPER_SNAKE> environment into ctx->opts (flag wins; empty
- * environment values count as unset) and apply the defaults of DESIGN.md §6.
- * argv is borrowed; strings stored in ctx->opts are owned by ctx.
+/* Parse argv (long options, "--flag value" and "--flag=value"), the pod
+ * annotations file (tpumesh.dev/* keys, --annotations-file) and the
+ * TPUMESH_<FLAG_UPPER_SNAKE> environment into ctx->opts (flag > annotation >
+ * environment; empty environment values count as unset) and apply the
+ * defaults of DESIGN.md §6. Logs each effective option and its source at
+ * debug level. argv is borrowed; strings stored in ctx->opts are owned by
+ * ctx. --help/--version set out_cli->action and skip the rest.
  * Returns 0 or -MESH_E_CONFIG with a message naming the flag or variable
  * and the accepted values (exit 2). */
 int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],

@@ -109,7 +109,7 @@ struct mesh_init_cli {
 };
 
 /* Parse argv (long options, "--flag value" and "--flag=value"), the pod
- * annotations file (tpumesh.dev/* keys, --annotations-file) and the
+ * annotations file (tpumesh.dev/ keys, --annotations-file) and the
  * TPUMESH_<FLAG_UPPER_SNAKE> environment into ctx->opts (flag > annotation >
  * environment; empty environment values count as unset) and apply the
  * defaults of DESIGN.md §6. Logs each effective option and its source at

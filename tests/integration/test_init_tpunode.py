@@ -255,6 +255,33 @@ def test_deadlines():
     tap.check("unreachable server: --timeout 2 holds", 1.5 <= took < 5, f"{took:.2f}s")
 
 
+def test_server_boots_late():
+    # The TPU server comes up 2 s after tpumesh-init starts: init waits for the channel
+    # (TF's fail_fast=false) and succeeds well before its deadline.
+    port = free_port()
+    out = tempfile.mkdtemp(dir=TMP)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": TMP}
+    t0 = time.monotonic()
+    p = subprocess.Popen([INIT, "--out-dir", out, "--annotations-file", "/dev/null", "--tpu",
+                          f"grpc://127.0.0.1:{port}", "--timeout", "20"], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        sim = Sim("--port", str(port))
+        _, err = p.communicate(timeout=25)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    took = time.monotonic() - t0
+    tap.check("server boots late: exit 0", p.returncode == 0, err)
+    tap.check("server boots late: waited, then initialized in time", 2 <= took < 10,
+              f"{took:.2f}s")
+    tap.check("server boots late: topology.pb written",
+              os.path.exists(os.path.join(out, "topology.pb")))
+    sim.stop()
+
+
 def test_server_checks_trap():
     # The simulator itself must reject what a real TPU server rejects (spec §4.1): a
     # client that names the server's boot job, and the generated stub's method path.
@@ -313,6 +340,7 @@ def main():
         test_variants_ok()
         test_failures()
         test_deadlines()
+        test_server_boots_late()
         test_server_checks_trap()
     finally:
         for s in SIMS:

@@ -404,6 +404,41 @@ else
     fail "tpumesh-sidecar --help in the image as ${RT_USER}" "exit $rc (expected 0 and a usage text)" \
         "$(head -n 5 "$WORK/sidecar.out")"
 fi
+# The pod's view: read-only root file system (securityContext), the shared volume an
+# in-memory mount at /var/run/tpumesh (emptyDir medium: Memory), no TPU (--skip-init).
+# /var/run is a symlink to /run inside the image: resolve it there, not on this host.
+if [ -e "$rootfs/etc/ssl/certs/ca-certificates.crt" ]; then
+    ok "CA bundle for the Cloud TPU API and metadata HTTPS calls is in the image"
+else
+    fail "CA bundle is in the image" "/etc/ssl/certs/ca-certificates.crt missing (ca-certificates)"
+fi
+vrun=$(chroot "$rootfs" /usr/bin/readlink -f /var/run)
+case "$vrun" in
+/*) ;;
+*) vrun=/var/run ;;
+esac
+mkdir -p "$rootfs$vrun/tpumesh"
+unshare -m /bin/sh -c '
+    set -e
+    r=$1; shift
+    mount --bind "$r" "$r"
+    mount -o remount,bind,ro "$r"
+    t=$r$1
+    mount -t tmpfs -o mode=1777,size=16m tmpfs "$t"
+    shift
+    chroot --userspec="$1" "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
+        TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=localhost TINI_SUBREAPER=1 \
+        /usr/bin/tini -- tpumesh-init --skip-init --tpu local --accelerator-type v5litepod-1 \
+        --topology 1x1 --annotations-file /nonexistent --out-dir /var/run/tpumesh
+    ls "$t" >"$2"
+' sh "$rootfs" "$vrun/tpumesh" "$RT_USER" "$WORK/published" >"$WORK/publish.out" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qx dtensor.env "$WORK/published"; then
+    ok "tpumesh-init publishes in the image as ${RT_USER} with a read-only root ($(wc -l <"$WORK/published") files)"
+else
+    fail "tpumesh-init publishes in the image as ${RT_USER} with a read-only root" "exit $rc" \
+        "$(tail -n 3 "$WORK/publish.out")"
+fi
 echo "# time: runs in the image $(( $(now_ms) - T5 )) ms"
 echo "# image size (root file system + programs): $(du -sh "$rootfs" | cut -f1)"
 echo "# time: total $(( $(now_ms) - T_START )) ms"

@@ -6,10 +6,15 @@
  *   the list) -> diff against the store -> callbacks -> "synced"
  *   WATCH from the list's resourceVersion, allowWatchBookmarks=true,
  *   timeoutSeconds uniform in [watch_timeout_min_s, watch_timeout_max_s)
- *     normal end            -> re-watch from the last RV (no relist)
+ *     normal end, or the connection cut (even mid-event: the partial
+ *       event is dropped)   -> re-watch from the last RV (no relist); a
+ *       watch that ends within 1 s without any event backs off first
+ *       (client-go "very short watch")
  *     BOOKMARK              -> advances the RV
  *     ERROR 410 / HTTP 410  -> relist
- *     malformed / cut event / oversized event -> logged, relist
+ *     in-stream ERROR 504 "Too large resource version" -> relist
+ *     other in-stream ERROR -> backoff, then relist (429: wait, re-watch)
+ *     malformed event line / oversized event -> logged as an error, relist
  *     stall (no byte for stall_timeout_s) -> reconnect (relist if it
  *                              happens twice in a row without an event)
  *     RV going backwards (apiserver restarted with lost history) -> relist

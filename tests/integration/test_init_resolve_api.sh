@@ -71,6 +71,20 @@ start_sim API "$APISIM" --token tok-1 --project sim-proj --zone us-central2-b \
     --node 'second={"networkEndpoints":[{"ipAddress":"10.3.3.3","port":8470}]}' \
     --node 'slow={"_delay":0.3}'
 
+# ---- the simulators against a real client (curl) ------------------------------
+check "metadata sim --help" bash -c "\"$PY\" \"$MDSIM\" --help | grep -q Metadata-Flavor"
+check "tpu-api sim --help" bash -c "\"$PY\" \"$APISIM\" --help | grep -q _ready_after"
+check_eq "metadata sim: 403 without Metadata-Flavor" 403 \
+    "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MD_PORT/computeMetadata/v1/project/project-id")"
+check_eq "metadata sim: zone path and reply header" "projects/123456789012/zones/us-central2-b Google" \
+    "$(curl -s -D "$TMP/h" -H 'Metadata-Flavor: Google' "http://127.0.0.1:$MD_PORT/computeMetadata/v1/instance/zone"; \
+       tr -d '\r' <"$TMP/h" | sed -n 's/^Metadata-Flavor: / /p')"
+check_eq "tpu-api sim: 401 without a token" 401 \
+    "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$API_PORT/v1/projects/sim-proj/locations/us-central2-b/nodes/ready")"
+check_eq "tpu-api sim: node resource" "READY HEALTHY projects/sim-proj/locations/us-central2-b/nodes/ready" \
+    "$(curl -s -H 'Authorization: Bearer tok-1' "http://127.0.0.1:$API_PORT/v1/projects/sim-proj/locations/us-central2-b/nodes/ready" |
+       "$PY" -c 'import json,sys; n=json.load(sys.stdin); print(n["state"], n["health"], n["name"])')"
+
 run_init ready -- --tpu ready
 expect "READY+HEALTHY node -> exit 0" 0 "complete"
 check_eq "ready: cluster_spec from networkEndpoints" '{"worker":["10.0.0.1:8470","10.0.0.2:8470"]}' \

@@ -120,6 +120,11 @@ if events:
         for ev in w.stream(v1.list_namespaced_pod, ns, resource_version=rv, allow_watch_bookmarks=True,
                            timeout_seconds=600):
             o = ev["object"]
+            if isinstance(o, dict):  # BOOKMARK/ERROR come back undecoded in some client versions
+                if ev["type"] == "ERROR":
+                    raise SystemExit("watch ERROR: %s" % o)
+                rv = o.get("metadata", {}).get("resourceVersion", rv)
+                continue
             if ev["type"] == "BOOKMARK":
                 rv = o.metadata.resource_version
                 continue
@@ -175,6 +180,8 @@ def main():
         # C: memory baseline from an empty namespace, then the real list and the churn.
         c0 = run_c(driver, sim, "bench-empty", 0, tokfile, S)
         c = run_c(driver, sim, "bench", a.events, tokfile, S)
+        print("C: list %.3f s CPU, %d events %.3f s CPU, heap %d (empty ns %d)" % (
+            c["list_cpu"], c.get("events_seen", 0), c["watch_cpu"], c["heap"], c0["heap"]), flush=True)
         py = run_py(sim, "benchpy", a.events, S)
         c_mem = (c["heap"] - c0["heap"]) / a.pods
         py_mem = py["rss_growth"] / a.pods

@@ -282,6 +282,48 @@ def test_server_boots_late():
     sim.stop()
 
 
+class HttpSim:
+    """The GCE metadata / Cloud TPU API simulators of tests/sim (READY port=<n> ...)."""
+
+    def __init__(self, script, *args):
+        self.proc = subprocess.Popen([PY, os.path.join(ROOT, "tests", "sim", script), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        SIMS.append(self)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY port="):
+            self.stop()
+            raise RuntimeError(f"{script} did not start: {line!r}")
+        self.port = int(line.split()[1].split("=", 1)[1])
+
+    stop = Sim.stop
+
+
+def test_tpu_name_via_api():
+    # A TPU name: project/zone/token from the metadata server, the node from the Cloud TPU
+    # API (READY, HEALTHY, networkEndpoints -> our TF master), then ConfigureDistributedTPU.
+    tf = Sim("--accelerator-type", "v3-8")
+    md = HttpSim("gce-metadata/gce_metadata_sim.py", "--project", "p1", "--zone",
+                 "us-central1-b", "--token", "tok")
+    node = json.dumps({"acceleratorType": "v3-8", "networkEndpoints": [
+        {"ipAddress": "127.0.0.1", "port": tf.port}]})
+    api = HttpSim("tpu-api/tpu_api_sim.py", "--token", "tok", "--project", "p1", "--zone",
+                  "us-central1-b", "--node", f"mytpu={node}")
+    rc, lines, took, out = run_init(["--tpu", "mytpu", "--timeout", "30",
+                                     "--metadata-host", f"127.0.0.1:{md.port}",
+                                     "--tpu-api-endpoint", f"http://127.0.0.1:{api.port}"])
+    tap.check("TPU name via the Cloud TPU API: exit 0", rc == 0, "\n".join(lines[-5:]))
+    got = read(os.path.join(out, "topology.pb"), "rb") if rc == 0 else b""
+    tap.check("TPU name via the Cloud TPU API: topology.pb is the TPU's bytes",
+              got == sim_topology("--accelerator-type", "v3-8"))
+    spec = json.loads(read(os.path.join(out, "tf_config.json"))) if rc == 0 else None
+    tap.check("TPU name via the Cloud TPU API: cluster_spec of the node's endpoints",
+              spec == {"worker": [f"127.0.0.1:{tf.port}"]}, f"{spec}")
+    tap.check("TPU name via the Cloud TPU API: session opened and closed",
+              tf.methods() == ["CreateSession", "RunStep", "CloseSession"], f"{tf.methods()}")
+    for s in (tf, md, api):
+        s.stop()
+
+
 def test_server_checks_trap():
     # The simulator itself must reject what a real TPU server rejects (spec §4.1): a
     # client that names the server's boot job, and the generated stub's method path.
@@ -341,6 +383,7 @@ def main():
         test_failures()
         test_deadlines()
         test_server_boots_late()
+        test_tpu_name_via_api()
         test_server_checks_trap()
     finally:
         for s in SIMS:

@@ -407,6 +407,25 @@ static bool is_tpu_name(const char *s, size_t len)
     return true;
 }
 
+/* A project ID or zone as it may appear in an API path: starts with a
+ * lower-case letter, then lower-case letters, digits, '-' (and for
+ * domain-scoped project IDs '.' and ':'); at most max characters. */
+static bool is_path_word(const char *s, const char *extra, size_t max)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > max || !(s[0] >= 'a' && s[0] <= 'z')) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+              (extra != NULL && strchr(extra, c) != NULL))) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Project and zone: flag/annotation > TPU_CONFIG > metadata (spec §3.3). */
 static int api_location(struct mesh_init *ctx, struct mesh_gce_metadata *md, char **out_project,
                         char **out_zone, struct mesh_err *err)
@@ -426,13 +445,30 @@ static int api_location(struct mesh_init *ctx, struct mesh_gce_metadata *md, cha
             return mesh_err_prefix(err, "zone unknown (set --zone or tpumesh.dev/zone)");
         }
     }
+    if (!is_path_word(project, ".:", 100)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "project '%.64s' is not a project ID (lower-case letters, digits, "
+                            "'-'); fix --project / tpumesh.dev/project / TPU_CONFIG",
+                            project);
+    }
+    if (!is_path_word(zone, NULL, 63)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "zone '%.64s' is not a zone such as us-central2-b; fix --zone / "
+                            "tpumesh.dev/zone / TPU_CONFIG",
+                            zone);
+    }
     *out_project = MESH_STEAL(project);
     *out_zone = MESH_STEAL(zone);
     return 0;
 }
 
-static void append_endpoints(struct mesh_init *ctx, const struct mesh_tpu_api_node *node)
+static int append_endpoints(struct mesh_init *ctx, const struct mesh_tpu_api_node *node,
+                            struct mesh_err *err)
 {
+    if (ctx->nendpoints + node->nendpoints > MESH_INIT_MAX_ENDPOINTS) {
+        return mesh_err_set(err, MESH_E_API, 0, "the TPUs list more than %d endpoints in total",
+                            MESH_INIT_MAX_ENDPOINTS);
+    }
     ctx->endpoints = mesh_reallocarray(ctx->endpoints, ctx->nendpoints + node->nendpoints,
                                        sizeof(*ctx->endpoints));
     for (size_t i = 0; i < node->nendpoints; i++) {
@@ -441,6 +477,7 @@ static void append_endpoints(struct mesh_init *ctx, const struct mesh_tpu_api_no
         snprintf(e->ip, sizeof(e->ip), "%s", node->endpoints[i].ip);
         e->port = node->endpoints[i].port;
     }
+    return 0;
 }
 
 static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
@@ -513,7 +550,11 @@ static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *
         if (rc < 0) {
             return rc;
         }
-        append_endpoints(ctx, &node);
+        rc = append_endpoints(ctx, &node, err);
+        if (rc < 0) {
+            mesh_tpu_api_node_cleanup(&node);
+            return rc;
+        }
         /* The legacy GKE annotation names the TensorFlow version the TPU
          * should run (spec §1.1); a mismatch is worth a warning, not a failure. */
         if (ctx->opts.tf_version != NULL && node.tensorflow_version[0] != '\0' &&

@@ -163,6 +163,12 @@ expect "TPU_CONFIG zone is used (node not in that zone -> 3)" 3 "zone europe-wes
 run_init flagzone -- --tpu ready --zone us-central1-f --project other
 expect "--zone/--project beat metadata" 3 "project other, zone us-central1-f"
 
+run_init badzone -- --tpu ready --zone 'us/../x'
+expect "zone that is not a zone -> 2 before any API call" 2 "zone 'us/../x' is not a zone"
+
+run_init badproject -- --tpu ready --project 'p?x=1'
+expect "project that is not a project ID -> 2" 2 "project 'p?x=1' is not a project ID"
+
 run_init disco TPUMESH_TPU_API_ENDPOINT= "TPU_API_DISCOVERY_URL=http://127.0.0.1:$API_PORT/discovery/{api}/{apiVersion}" -- --tpu ready
 expect "endpoint from TPU_API_DISCOVERY_URL" 0 "complete"
 

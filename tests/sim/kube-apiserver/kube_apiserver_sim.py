@@ -17,6 +17,7 @@ import argparse
 import base64
 import bisect
 import collections
+import gc
 import gzip
 import hashlib
 import json
@@ -362,9 +363,11 @@ def order_meta(md):
 
 
 class Rec:
-    """One immutable version of a pod: the dict and its cached JSON."""
+    """One immutable version of a pod: the dict and the JSON of its three parts. Versions share
+    unchanged spec/status dicts (never mutated), so they share those JSON bytes too; a body is
+    joined from the parts when sent, which keeps a long event history small."""
 
-    __slots__ = ("pod", "core", "rv", "key", "spec_j", "status_j")
+    __slots__ = ("pod", "rv", "key", "md_j", "spec_j", "status_j")
 
     def __init__(self, pod, rv, prev=None):
         self.pod = pod
@@ -372,7 +375,6 @@ class Rec:
         md = pod["metadata"]
         self.key = (md["namespace"], md["name"])
         spec, status = pod.get("spec", {}), pod.get("status", {})
-        # Versions share unchanged spec/status dicts (they are never mutated), so their JSON is reused.
         if prev is not None and prev.pod.get("spec") is spec:
             self.spec_j = prev.spec_j
         else:
@@ -381,13 +383,21 @@ class Rec:
             self.status_j = prev.status_j
         else:
             self.status_j = gojson_b(status)
-        self.core = b'"metadata":' + gojson_b(md) + b',"spec":' + self.spec_j + b',"status":' + self.status_j
+        self.md_j = gojson_b(md)
 
     def item(self):
-        return b"{" + self.core + b"}"
+        """The pod as a list item (no kind/apiVersion, spec §1.2)."""
+        return b"".join((b'{"metadata":', self.md_j, b',"spec":', self.spec_j, b',"status":', self.status_j,
+                         b"}"))
 
     def full(self):
-        return b'{"kind":"Pod","apiVersion":"v1",' + self.core + b"}"
+        return b"".join((b'{"kind":"Pod","apiVersion":"v1","metadata":', self.md_j, b',"spec":', self.spec_j,
+                         b',"status":', self.status_j, b"}"))
+
+    def event_line(self, etype):
+        """One watch event line: compact JSON + newline (spec §2.2)."""
+        return b"".join((b'{"type":"', etype, b'","object":{"kind":"Pod","apiVersion":"v1","metadata":', self.md_j,
+                         b',"spec":', self.spec_j, b',"status":', self.status_j, b"}}\n"))
 
     def full_obj(self):
         o = {"kind": "Pod", "apiVersion": "v1"}
@@ -405,27 +415,21 @@ def with_rv(pod, rv, **meta_changes):
 
 
 class Event:
-    __slots__ = ("rv", "type", "key", "new", "old", "_lines", "_old_at")
+    __slots__ = ("rv", "type", "key", "new", "old", "_old_at")
 
     def __init__(self, rv, etype, key, new, old):
         self.rv, self.type, self.key, self.new, self.old = rv, etype, key, new, old
-        self._lines = {}
         self._old_at = None
 
     def line(self, etype, which):
         """Compact JSON + "\\n" of this event as seen by one watcher (spec §2.2, §2.3)."""
-        k = (etype, which)
-        b = self._lines.get(k)
-        if b is None:
-            if which == "new":
-                rec = self.new
-            else:
-                if self._old_at is None:
-                    self._old_at = Rec(with_rv(self.old.pod, self.rv), self.rv, self.old)
-                rec = self._old_at
-            b = b'{"type":"' + etype.encode() + b'","object":' + rec.full() + b"}\n"
-            self._lines[k] = b
-        return b
+        if which == "new":
+            rec = self.new
+        else:
+            if self._old_at is None:
+                self._old_at = Rec(with_rv(self.old.pod, self.rv), self.rv, self.old)
+            rec = self._old_at
+        return rec.event_line(etype.encode())
 
     def view(self, flt):
         """(type, which) for a watcher with filter flt, or None (spec §2.3 selector transitions)."""
@@ -1610,7 +1614,7 @@ class Handler(BaseHTTPRequestHandler):
                     batch.append(self._table_line("ADDED", r, first_table))
                     first_table = False
                 else:
-                    batch.append(b'{"type":"ADDED","object":' + r.full() + b"}\n")
+                    batch.append(r.event_line(b"ADDED"))
                 if len(batch) >= 256:
                     self._send_lines(batch, w, events=len(batch))
                     batch = []
@@ -2454,8 +2458,13 @@ def server_main(argv):
     p.add_argument("--pods", type=int, default=0, help="bulk-create this many Indexed-Job pods at start-up")
     p.add_argument("--namespace", default="default", help="namespace for --pods (default 'default')")
     p.add_argument("--job", default="trainer", help="job name for --pods (default 'trainer')")
+    p.add_argument("--gc", default="off", choices=("on", "off"),
+                   help="Python's cyclic garbage collector (default off: pods and events are acyclic, and full"
+                        " collections over a 16k-pod heap stall every stream; about 2x faster churn)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request to stderr")
     args = p.parse_args(argv)
+    if args.gc == "off":
+        gc.disable()
 
     import tempfile
     state_dir = args.state_dir or tempfile.mkdtemp(prefix="kube-apiserver-sim.")

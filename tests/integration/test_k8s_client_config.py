@@ -158,6 +158,33 @@ contexts:
     d.stop()
     check("no token in the logs", not any("secret-" in line for line in d.err_lines))
 
+    # -- kubeconfig variants: static token, tls-server-name, insecure-skip-tls-verify ---------
+    write(SIM_TOKEN, "secret-c\n")
+    S.token(reload=True)
+    variants = [
+        ("static token + certificate-authority file",
+         "certificate-authority: %s" % sim.ca, "token: secret-c", True),
+        ("tls-server-name verifies the certificate against another name",
+         "certificate-authority-data: %s\n    tls-server-name: kubernetes" % ca_b64, "token: secret-c", True),
+        ("tls-server-name not in the certificate fails",
+         "certificate-authority-data: %s\n    tls-server-name: wrong.example" % ca_b64, "token: secret-c", False),
+        ("insecure-skip-tls-verify: true skips verification",
+         "insecure-skip-tls-verify: true", "token: secret-c", True),
+        ("without a CA the system store rejects the test CA", "", "token: secret-c", False),
+        ("tokenFile relative to the kubeconfig", "certificate-authority-data: %s" % ca_b64,
+         "tokenFile: tok-c", True),
+    ]
+    write(os.path.join(os.path.dirname(kc), "tok-c"), "secret-c\n")
+    for title, cl, us, want_ok in variants:
+        write(kc, "apiVersion: v1\nkind: Config\ncurrent-context: v\nclusters:\n- name: c\n  cluster:\n"
+                  "    server: %s\n    %s\nusers:\n- name: u\n  user:\n    %s\ncontexts:\n- name: v\n"
+                  "  context: {cluster: c, user: u, namespace: default}\n" % (sim.url, cl, us))
+        rc, out, err = run(["--kubeconfig", kc, "--get", POD])
+        if want_ok:
+            check("kubeconfig: " + title, rc == 0 and out.startswith("GOT default/" + POD), err)
+        else:
+            check("kubeconfig: " + title, rc == 1 and "TLS with" in err, err)
+
     # -- configuration errors ---------------------------------------------------------------
     rc, out, err = run(["--get", POD])
     check("no configuration at all names every option", rc == 2 and "--apiserver" in err and

@@ -318,6 +318,10 @@ def test_tpu_name_via_api():
     spec = json.loads(read(os.path.join(out, "tf_config.json"))) if rc == 0 else None
     tap.check("TPU name via the Cloud TPU API: cluster_spec of the node's endpoints",
               spec == {"worker": [f"127.0.0.1:{tf.port}"]}, f"{spec}")
+    warns = [x for x in lines if " WARN " in x]
+    tap.check("TPU name via the Cloud TPU API: the TPU's topology matches v3-8, no warnings",
+              rc == 0 and not warns and any("mesh_shape [2,2,1,2]" in x for x in lines),
+              "\n".join(warns or lines))
     tap.check("TPU name via the Cloud TPU API: session opened and closed",
               tf.methods() == ["CreateSession", "RunStep", "CloseSession"], f"{tf.methods()}")
     for s in (tf, md, api):

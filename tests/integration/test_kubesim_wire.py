@@ -549,6 +549,17 @@ def run(sim, c, port):
     tap.check("sendInitialEvents without NotOlderThan is 422", r.status == 422 and b"sendInitialEvents requires setting "
               b"resourceVersionMatch to NotOlderThan" in r.body, r.body)
 
+    c.call("config", watchlist=False)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                "&allowWatchBookmarks=true")
+    tap.check("WatchList gate off: sendInitialEvents is 422", r.status == 422 and b"sendInitialEvents is forbidden for "
+              b"watch unless the WatchList feature gate is enabled" in r.body, r.body)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=1", timeout=5)
+    evs = [json.loads(ln) for ln in stream_lines(r) if ln]
+    tap.check("WatchList gate off: an RV-unset watch has no initial-events-end bookmark",
+              evs and all(e["type"] == "ADDED" for e in evs), [e["type"] for e in evs])
+    c.call("config", watchlist=True)
+
     # --- too-old RV: 200 + one ERROR 410 + end (spec §2.7) ------------------------------------------------
     c.compact()
     comp = c.state()["compacted"]

@@ -1860,9 +1860,9 @@ class Control:
     # -- helpers ---------------------------------------------------------
     def _key(self, a):
         name = a.get("name")
-        if not name:
+        if name is None or name == "":
             raise ValueError("name is required")
-        return (a.get("namespace") or "default", name)
+        return (str(a.get("namespace") or "default"), str(name))
 
     def _mutate(self, a, fn):
         st = self.st
@@ -2439,7 +2439,8 @@ def server_main(argv):
     p.add_argument("--history", type=int, default=50000,
                    help="events kept for watch resumption; older RVs get 410 (default 50000)")
     p.add_argument("--bookmark-interval", type=float, default=60.0,
-                   help="seconds between bookmarks on watches that allow them (default 60, spec §2.5)")
+                   help="seconds between bookmarks on watches that allow them (default 60, spec §2.5;"
+                        " 0 = only the one 2 s before the deadline and those the bookmark verb asks for)")
     p.add_argument("--min-request-timeout", type=float, default=1800.0,
                    help="watch without timeoutSeconds lasts this x (1+rand) seconds (default 1800)")
     p.add_argument("--chunking", default="natural",
@@ -2466,7 +2467,9 @@ def server_main(argv):
     if args.gc == "off":
         gc.disable()
 
+    import shutil
     import tempfile
+    own_dir = not args.state_dir
     state_dir = args.state_dir or tempfile.mkdtemp(prefix="kube-apiserver-sim.")
     os.makedirs(state_dir, exist_ok=True)
     state = State(args)
@@ -2498,6 +2501,8 @@ def server_main(argv):
         srv.serve_forever(poll_interval=0.2)
     finally:
         srv.server_close()
+        if own_dir:
+            shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 

@@ -480,18 +480,18 @@ static int append_endpoints(struct mesh_init *ctx, const struct mesh_tpu_api_nod
     return 0;
 }
 
-static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
+/* Every name of a comma list must be a Cloud TPU name; checked before any
+ * network traffic. */
+static int check_names(const struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
 {
-    size_t len = strlen(tpu);
     size_t nnames = 1;
-    for (size_t i = 0; i < len; i++) {
-        nnames += tpu[i] == ',';
+    for (const char *q = tpu; *q; q++) {
+        nnames += *q == ',';
     }
     if (nnames > MESH_INIT_MAX_ENDPOINTS) {
         return mesh_err_set(err, MESH_E_CONFIG, 0, "%s lists more than %d TPU names",
                             ctx->tpu_source, MESH_INIT_MAX_ENDPOINTS);
     }
-    /* Check every name before any network traffic. */
     for (const char *p = tpu;;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
@@ -502,82 +502,144 @@ static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *
                                 ctx->tpu_source, (int)(n > 64 ? 64 : n), p);
         }
         if (comma == NULL) {
-            break;
+            return 0;
         }
         p = comma + 1;
     }
+}
+
+/* What the API path needs for the whole run. Strings owned. */
+struct api_session {
     struct mesh_gce_metadata md;
-    int rc = mesh_gce_metadata_init(&md, ctx->opts.metadata_host, err);
-    if (rc < 0) {
-        return rc;
-    }
-    mesh_autofree char *project = NULL;
-    mesh_autofree char *zone = NULL;
-    mesh_autofree char *token = NULL;
-    mesh_autofree char *endpoint = NULL;
-    rc = api_location(ctx, &md, &project, &zone, err);
+    char *project;
+    char *zone;
+    char *token;
+    char *endpoint;
+    struct mesh_tpu_api api;
+};
+
+static void api_session_cleanup(struct api_session *s)
+{
+    mesh_gce_metadata_cleanup(&s->md);
+    mesh_free(s->project);
+    mesh_free(s->zone);
+    mesh_free(s->token);
+    mesh_free(s->endpoint);
+}
+
+static int api_session_open(struct mesh_init *ctx, struct api_session *s, struct mesh_err *err)
+{
+    int rc = mesh_gce_metadata_init(&s->md, ctx->opts.metadata_host, err);
     if (rc == 0) {
-        rc = mesh_gce_metadata_token(&md, &token, err);
+        rc = api_location(ctx, &s->md, &s->project, &s->zone, err);
+    }
+    if (rc == 0) {
+        rc = mesh_gce_metadata_token(&s->md, &s->token, err);
         if (rc < 0) {
             mesh_err_prefix(err, "access token for the Cloud TPU API");
         }
     }
     if (rc == 0) {
         rc = mesh_tpu_api_endpoint(ctx->opts.tpu_api_endpoint, env_get("TPU_API_DISCOVERY_URL"),
-                                   &endpoint, err);
+                                   &s->endpoint, err);
     }
-    mesh_gce_metadata_cleanup(&md);
     if (rc < 0) {
         return rc;
     }
-    mesh_info(MOD, "Cloud TPU API %s, project %s, zone %s", endpoint, project, zone);
-    struct mesh_tpu_api api = {
-        .endpoint = endpoint,
-        .project = project,
-        .zone = zone,
-        .token = token,
-        .timeout_s = ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600,
-    };
+    mesh_info(MOD, "Cloud TPU API %s, project %s, zone %s", s->endpoint, s->project, s->zone);
+    s->api.endpoint = s->endpoint;
+    s->api.project = s->project;
+    s->api.zone = s->zone;
+    s->api.token = s->token;
+    s->api.timeout_s = ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600;
     /* One deadline for every listed TPU, not one per TPU. */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    api.deadline_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + api.timeout_s * 1000LL;
-    for (const char *p = tpu;;) {
+    s->api.deadline_ms =
+        (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->api.timeout_s * 1000LL;
+    return 0;
+}
+
+/* Wait for one node. Access tokens expire (about an hour); when the API
+ * rejects ours, fetch a fresh one from the metadata server once and retry. */
+static int api_wait(struct api_session *s, const char *name, struct mesh_tpu_api_node *out,
+                    struct mesh_err *err)
+{
+    int rc = mesh_tpu_api_wait_ready(&s->api, name, out, err);
+    if (rc != -MESH_E_AUTH) {
+        return rc;
+    }
+    char *fresh = NULL;
+    struct mesh_err terr;
+    if (mesh_gce_metadata_token(&s->md, &fresh, &terr) < 0) {
+        return rc;
+    }
+    if (strcmp(fresh, s->token) == 0) {
+        mesh_free(fresh);
+        return rc; /* the same token: refused for a reason a refresh cannot fix */
+    }
+    mesh_free(s->token);
+    s->token = fresh;
+    s->api.token = fresh;
+    mesh_info(MOD, "TPU \"%s\": access token refused; retrying with a fresh token", name);
+    return mesh_tpu_api_wait_ready(&s->api, name, out, err);
+}
+
+/* Add one READY node's endpoints (and the slice from its type). */
+static int api_take_node(struct mesh_init *ctx, const char *name,
+                         const struct mesh_tpu_api_node *node, struct mesh_err *err)
+{
+    int rc = append_endpoints(ctx, node, err);
+    if (rc < 0) {
+        return rc;
+    }
+    /* The legacy GKE annotation names the TensorFlow version the TPU
+     * should run (spec §1.1); a mismatch is worth a warning, not a failure. */
+    if (ctx->opts.tf_version != NULL && node->tensorflow_version[0] != '\0' &&
+        strcmp(ctx->opts.tf_version, node->tensorflow_version) != 0) {
+        mesh_warn(MOD, "TPU \"%s\" runs TensorFlow %s but the pod asks for %s (%s)", name,
+                  node->tensorflow_version, ctx->opts.tf_version, MESH_TF_VERSION_KEY);
+    }
+    if (!ctx->have_slice && node->accelerator_type[0] != '\0') {
+        struct mesh_slice_spec spec = {.accelerator_type = node->accelerator_type};
+        struct mesh_err serr;
+        if (mesh_slice_derive(&spec, &ctx->slice, &serr) == 0) {
+            ctx->have_slice = true;
+        } else {
+            mesh_warn(MOD, "TPU \"%s\": %s", name, serr.msg);
+        }
+    }
+    mesh_info(MOD, "TPU \"%s\" is READY and HEALTHY: %zu endpoint(s), %s", name, node->nendpoints,
+              node->accelerator_type[0] ? node->accelerator_type : "type ?");
+    return 0;
+}
+
+static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
+{
+    int rc = check_names(ctx, tpu, err);
+    if (rc < 0) {
+        return rc;
+    }
+    struct api_session s;
+    memset(&s, 0, sizeof(s));
+    rc = api_session_open(ctx, &s, err);
+    for (const char *p = tpu; rc == 0;) {
         const char *comma = strchr(p, ',');
         mesh_autofree char *name = mesh_strndup(p, comma ? (size_t)(comma - p) : strlen(p));
         struct mesh_tpu_api_node node;
-        rc = mesh_tpu_api_wait_ready(&api, name, &node, err);
-        if (rc < 0) {
-            return rc;
-        }
-        rc = append_endpoints(ctx, &node, err);
-        if (rc < 0) {
+        rc = api_wait(&s, name, &node, err);
+        if (rc == 0) {
+            rc = api_take_node(ctx, name, &node, err);
             mesh_tpu_api_node_cleanup(&node);
-            return rc;
         }
-        /* The legacy GKE annotation names the TensorFlow version the TPU
-         * should run (spec §1.1); a mismatch is worth a warning, not a failure. */
-        if (ctx->opts.tf_version != NULL && node.tensorflow_version[0] != '\0' &&
-            strcmp(ctx->opts.tf_version, node.tensorflow_version) != 0) {
-            mesh_warn(MOD, "TPU \"%s\" runs TensorFlow %s but the pod asks for %s (%s)", name,
-                      node.tensorflow_version, ctx->opts.tf_version, MESH_TF_VERSION_KEY);
-        }
-        if (!ctx->have_slice && node.accelerator_type[0] != '\0') {
-            struct mesh_slice_spec spec = {.accelerator_type = node.accelerator_type};
-            struct mesh_err serr;
-            if (mesh_slice_derive(&spec, &ctx->slice, &serr) == 0) {
-                ctx->have_slice = true;
-            } else {
-                mesh_warn(MOD, "TPU \"%s\": %s", name, serr.msg);
-            }
-        }
-        mesh_info(MOD, "TPU \"%s\" is READY and HEALTHY: %zu endpoint(s), %s", name,
-                  node.nendpoints, node.accelerator_type[0] ? node.accelerator_type : "type ?");
-        mesh_tpu_api_node_cleanup(&node);
         if (comma == NULL) {
             break;
         }
         p = comma + 1;
+    }
+    api_session_cleanup(&s);
+    if (rc < 0) {
+        return rc;
     }
     ctx->kind = MESH_TPU_NODE_API;
     ctx->complete = true;

@@ -209,6 +209,12 @@ run_init wrongtoken TPUMESH_METADATA_HOST=127.0.0.1:$MDW_PORT -- --tpu ready
 expect "API rejects the token -> 5" 5 "HTTP 403"
 stop_sim "$MDW_PID"
 
+start_sim MDK "$MDSIM" --project sim-proj --zone us-central2-b --tokens expired,tok-1
+run_init refresh TPUMESH_METADATA_HOST=127.0.0.1:$MDK_PORT -- --tpu ready
+expect "refused token -> one refresh from metadata -> exit 0" 0 "complete"
+check "refresh: logged" grep -q "access token refused; retrying with a fresh token" "$OUT.log"
+stop_sim "$MDK_PID"
+
 start_sim MDR "$MDSIM" --project sim-proj --zone us-central2-b --token tok-1 --fail-first 2
 run_init mdretry TPUMESH_METADATA_HOST=127.0.0.1:$MDR_PORT -- --tpu ready
 expect "metadata 500s are retried" 0 "complete"

@@ -8,7 +8,8 @@ metadata server does for the keys tpumesh-init reads
   project/project-id                       --project
   instance/zone                            projects/<num>/zones/<--zone>
   instance/network-interfaces/0/ip         --ip
-  instance/service-accounts/default/token  {"access_token": --token, ...} (404 with --no-token)
+  instance/service-accounts/default/token  {"access_token": --token, ...} (404 with --no-token;
+                                           --tokens T1,T2 rotates them)
   instance/attributes/<key>                --attr KEY=VALUE / --attr-file KEY=PATH
 
 Every request must carry `Metadata-Flavor: Google` (else 403, like the real
@@ -38,6 +39,8 @@ def parse_args(argv):
     p.add_argument("--zone", default="us-central2-b")
     p.add_argument("--ip", default="10.128.0.7")
     p.add_argument("--token", default="sim-token-123")
+    p.add_argument("--tokens", default=None, metavar="T1,T2,...",
+                   help="hand out these tokens in turn (the last one repeats): token rotation")
     p.add_argument("--no-token", action="store_true", help="404 for the service-account token")
     p.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
                    help="instance attribute (repeatable)")
@@ -57,6 +60,8 @@ class State:
         self.requests = 0
         self.paths = {}
         self.attrs = {}
+        self.tokens = args.tokens.split(",") if args.tokens else [args.token]
+        self.token_calls = 0
         for kv in args.attr:
             k, _, v = kv.partition("=")
             self.attrs[k] = v
@@ -78,7 +83,10 @@ class State:
         if path == "instance/service-accounts/default/token":
             if a.no_token:
                 return 404, "Not Found", "text/html"
-            body = json.dumps({"access_token": a.token, "expires_in": 3599, "token_type": "Bearer"})
+            with self.lock:
+                tok = self.tokens[min(self.token_calls, len(self.tokens) - 1)]
+                self.token_calls += 1
+            body = json.dumps({"access_token": tok, "expires_in": 3599, "token_type": "Bearer"})
             return 200, body, "application/json"
         if path.startswith("instance/attributes/"):
             key = path[len("instance/attributes/"):]

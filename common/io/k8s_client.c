@@ -1055,7 +1055,12 @@ int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query
     if (wo->bookmarks) {
         mesh_buf_puts(&p, "&allowWatchBookmarks=true", NULL);
     }
-    add_param(c, &p, "resourceVersion", wo->rv);
+    if (wo->send_initial_events) {
+        mesh_buf_puts(&p, "&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", NULL);
+        add_param(c, &p, "resourceVersion", wo->rv ? wo->rv : "");
+    } else {
+        add_param(c, &p, "resourceVersion", wo->rv);
+    }
     if (wo->timeout_s > 0) {
         mesh_buf_printf(&p, NULL, "&timeoutSeconds=%ld", wo->timeout_s);
     }

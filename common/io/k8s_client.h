@@ -135,6 +135,11 @@ struct mesh_k8s_watch_opts {
     long stall_ms;          /* no byte at all for this long -> dead (0 = off) */
     size_t max_event_bytes; /* bound of one event (0 = MESH_K8S_EVENT_MAX_DEFAULT) */
     bool bookmarks;         /* allowWatchBookmarks=true */
+    /* Streaming list (spec §2.6): sendInitialEvents=true&resourceVersionMatch=NotOlderThan;
+     * rv "" or NULL = consistent read. The server replies with ADDED for every object,
+     * then a BOOKMARK with initial_events_end, then live events. A server without the
+     * WatchList feature answers HTTP 422 (-MESH_E_API, last_status 422). */
+    bool send_initial_events;
 };
 
 /* WATCH from wo->rv, framing events on newlines whatever the chunking

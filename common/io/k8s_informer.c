@@ -175,6 +175,10 @@ struct mesh_k8s_informer {
     uint64_t watch_events;
     bool rv_went_back;
     struct mesh_k8s_watch_status stream_error; /* in-stream ERROR other than 410 */
+    /* streaming list (sendInitialEvents, spec §2.6) */
+    bool initial;       /* collecting the initial events into `fresh` */
+    bool streaming_off; /* the server rejected sendInitialEvents: use LIST */
+    struct table fresh;
 };
 
 static int64_t mono_ms(void)
@@ -288,6 +292,7 @@ void mesh_k8s_informer_free(struct mesh_k8s_informer *inf)
         return;
     }
     table_free(inf, &inf->store);
+    table_free(inf, &inf->fresh);
     if (inf->notify_fd >= 0) {
         close(inf->notify_fd);
     }
@@ -481,6 +486,30 @@ static int list_page_into(struct mesh_k8s_informer *inf, const struct mesh_k8s_w
     return 0;
 }
 
+/* Apply a complete list (LIST pages or a streaming list's initial events)
+ * at resourceVersion rv, then "synced". Consumes fresh. Returns the count. */
+static size_t finish_sync(struct mesh_k8s_informer *inf, struct table *fresh, const char *rv,
+                          int pages)
+{
+    pthread_mutex_lock(&inf->lock);
+    apply_list(inf, fresh);
+    snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
+    snprintf(inf->stats.rv, sizeof(inf->stats.rv), "%s", rv);
+    inf->stats.lists++;
+    if (inf->stats.lists > 1) {
+        inf->stats.relists++;
+    }
+    inf->stats.pages += (uint64_t)pages;
+    size_t count = inf->store.n;
+    atomic_store(&inf->synced, true);
+    if (inf->o.cb.on_synced != NULL) {
+        inf->o.cb.on_synced(inf->o.ctx, count);
+    }
+    pthread_mutex_unlock(&inf->lock);
+    notify(inf);
+    return count;
+}
+
 /* One complete, consistent LIST (all pages). An expired continue token
  * restarts the list; after 3 expiries in a row the list is fetched in one
  * request without limit (client-go pager FullListIfExpired, spec §1.3). */
@@ -524,19 +553,7 @@ static int do_list(struct mesh_k8s_informer *inf, struct mesh_err *err)
         table_free(inf, &fresh);
         return rc;
     }
-    pthread_mutex_lock(&inf->lock);
-    apply_list(inf, &fresh);
-    snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
-    snprintf(inf->stats.rv, sizeof(inf->stats.rv), "%s", rv);
-    inf->stats.lists++;
-    inf->stats.pages += (uint64_t)pages;
-    size_t count = inf->store.n;
-    atomic_store(&inf->synced, true);
-    if (inf->o.cb.on_synced != NULL) {
-        inf->o.cb.on_synced(inf->o.ctx, count);
-    }
-    pthread_mutex_unlock(&inf->lock);
-    notify(inf);
+    size_t count = finish_sync(inf, &fresh, rv, pages);
     mesh_info(MOD, "listed %zu objects in %d page(s) at resourceVersion %s", count, pages, rv);
     return 0;
 }
@@ -585,9 +602,45 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
     return 0;
 }
 
+/* The initial events of a streaming list: ADDED objects (their RVs are not
+ * ordered, so they neither advance nor check the RV) go to `fresh` until
+ * the BOOKMARK annotated k8s.io/initial-events-end, which makes them the
+ * store exactly as a LIST would (spec §2.6, client-go watch-list). */
+static int on_initial_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watch_event *ev)
+{
+    const struct mesh_k8s_informer_opts *o = &inf->o;
+    if (ev->type == MESH_K8S_EV_BOOKMARK) {
+        if (ev->initial_events_end) {
+            inf->initial = false;
+            size_t n = finish_sync(inf, &inf->fresh, ev->rv, 0);
+            mesh_info(MOD, "streamed %zu objects (sendInitialEvents) at resourceVersion %s", n,
+                      ev->rv);
+        }
+        return 0;
+    }
+    size_t slot;
+    struct entry *old = tbl_get(&inf->fresh, ev->key, &slot);
+    if (old != NULL) {
+        tbl_del_at(&inf->fresh, slot);
+        o->record_free(o->ctx, old->rec);
+        mesh_free(old);
+    }
+    if (ev->type != MESH_K8S_EV_DELETED) {
+        void *rec = o->extract(o->ctx, ev->object);
+        if (rec != NULL) {
+            tbl_put(&inf->fresh, entry_new(ev->key, ev->rv, rec));
+        }
+    }
+    return 0;
+}
+
 static int on_event(void *ctx, const struct mesh_k8s_watch_event *ev, struct mesh_err *err)
 {
     struct mesh_k8s_informer *inf = ctx;
+    if (inf->initial && ev->type != MESH_K8S_EV_ERROR) {
+        inf->watch_events++;
+        return on_initial_event(inf, ev);
+    }
     pthread_mutex_lock(&inf->lock);
     int rc = apply_event(inf, ev, err);
     pthread_mutex_unlock(&inf->lock);
@@ -723,7 +776,7 @@ static enum next after_watch(struct mesh_k8s_informer *inf, int rc, int64_t star
     }
 }
 
-static int do_watch(struct mesh_k8s_informer *inf, struct mesh_err *err)
+static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_err *err)
 {
     const struct mesh_k8s_informer_opts *o = &inf->o;
     long span = o->watch_timeout_max_s - o->watch_timeout_min_s;
@@ -738,7 +791,11 @@ static int do_watch(struct mesh_k8s_informer *inf, struct mesh_err *err)
         .stall_ms = (long)o->stall_timeout_s * 1000,
         .max_event_bytes = o->max_event_bytes,
         .bookmarks = true,
+        .send_initial_events = streaming,
     };
+    if (streaming) {
+        wo.rv = ""; /* consistent read (spec §2.6) */
+    }
     inf->watch_events = 0;
     inf->rv_went_back = false;
     memset(&inf->stream_error, 0, sizeof(inf->stream_error));
@@ -755,6 +812,35 @@ static void list_failed(struct mesh_k8s_informer *inf, int rc, const struct mesh
     }
 }
 
+/* A streaming list: one watch that first delivers the state, then goes on
+ * as the live watch. Returns true when it synced; on a server that
+ * rejects sendInitialEvents (HTTP 4xx) it switches to LIST for good. */
+static bool stream_list(struct mesh_k8s_informer *inf, int *stalls, bool *need_list)
+{
+    struct mesh_err e;
+    mesh_err_clear(&e);
+    inf->initial = true;
+    int64_t started = mono_ms();
+    int rc = do_watch(inf, true, &e);
+    bool synced = !inf->initial;
+    if (inf->initial) {
+        inf->initial = false;
+        table_free(inf, &inf->fresh);
+    }
+    if (atomic_load(&inf->stop)) {
+        return synced;
+    }
+    long st = mesh_k8s_client_last_status(inf->client);
+    if (!synced && rc < 0 && st >= 400 && st < 500 && st != 401 && st != 403 && st != 429) {
+        mesh_info(MOD, "the API server does not support streaming lists (%s); using LIST", e.msg);
+        inf->streaming_off = true;
+        return false;
+    }
+    enum next nx = after_watch(inf, rc, started, stalls, &e);
+    *need_list = !synced || nx == NEXT_RELIST;
+    return synced;
+}
+
 int mesh_k8s_informer_run(struct mesh_k8s_informer *inf, struct mesh_err *err)
 {
     if (atomic_exchange(&inf->running, true)) {
@@ -765,6 +851,10 @@ int mesh_k8s_informer_run(struct mesh_k8s_informer *inf, struct mesh_err *err)
     while (!atomic_load(&inf->stop)) {
         struct mesh_err e;
         mesh_err_clear(&e);
+        if (need_list && inf->o.streaming_list && !inf->streaming_off) {
+            (void)stream_list(inf, &stalls, &need_list);
+            continue;
+        }
         if (need_list) {
             int rc = do_list(inf, &e);
             if (rc < 0) {
@@ -775,14 +865,9 @@ int mesh_k8s_informer_run(struct mesh_k8s_informer *inf, struct mesh_err *err)
             }
             need_list = false;
             stalls = 0;
-            if (inf->stats.lists > 1) {
-                pthread_mutex_lock(&inf->lock);
-                inf->stats.relists++;
-                pthread_mutex_unlock(&inf->lock);
-            }
         }
         int64_t started = mono_ms();
-        int rc = do_watch(inf, &e);
+        int rc = do_watch(inf, false, &e);
         if (atomic_load(&inf->stop)) {
             break;
         }

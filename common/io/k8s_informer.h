@@ -78,17 +78,20 @@ struct mesh_k8s_informer_callbacks {
 };
 
 struct mesh_k8s_informer_opts {
-    struct mesh_k8s_query query;         /* strings copied by _new */
-    long page_limit;                     /* LIST limit, 0 = 500 (client-go pager) */
-    int watch_timeout_min_s;             /* 0 = 300 (client-go) */
-    int watch_timeout_max_s;             /* 0 = 2 x min */
-    int stall_timeout_s;                 /* 0 = 90 (bookmarks come every ~60 s, spec §2.5) */
-    size_t max_event_bytes;              /* 0 = MESH_K8S_EVENT_MAX_DEFAULT */
-    size_t max_list_bytes;               /* one page, 0 = MESH_K8S_LIST_MAX_DEFAULT */
-    int backoff_initial_ms;              /* 0 = 800 */
-    int backoff_max_ms;                  /* 0 = 30000 */
-    int backoff_reset_ms;                /* 0 = 120000 */
-    int retry_after_cap_s;               /* 0 = 30 */
+    struct mesh_k8s_query query; /* strings copied by _new */
+    long page_limit;             /* LIST limit, 0 = 500 (client-go pager) */
+    int watch_timeout_min_s;     /* 0 = 300 (client-go) */
+    int watch_timeout_max_s;     /* 0 = 2 x min */
+    int stall_timeout_s;         /* 0 = 90 (bookmarks come every ~60 s, spec §2.5) */
+    size_t max_event_bytes;      /* 0 = MESH_K8S_EVENT_MAX_DEFAULT */
+    size_t max_list_bytes;       /* one page, 0 = MESH_K8S_LIST_MAX_DEFAULT */
+    int backoff_initial_ms;      /* 0 = 800 */
+    int backoff_max_ms;          /* 0 = 30000 */
+    int backoff_reset_ms;        /* 0 = 120000 */
+    int retry_after_cap_s;       /* 0 = 30 */
+    /* Sync with a streaming list (sendInitialEvents, spec §2.6) instead of LIST; falls back
+     * to LIST for good when the server rejects it (HTTP 4xx, e.g. 422 WatchList off). */
+    bool streaming_list;
     mesh_k8s_extract_fn extract;         /* required */
     mesh_k8s_record_free_fn record_free; /* required */
     mesh_k8s_record_equal_fn equal;      /* optional */

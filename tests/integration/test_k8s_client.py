@@ -301,6 +301,33 @@ def t_expired_continue(name):
         S.make(name="trainer-%d-x" % _, index=_)
 
 
+def t_streaming(name):
+    d = driver("--streaming-list")
+    check(name + ": synced from the initial events", d.wait_synced() and d.synced[0] == len(truth(S)) and
+          d.log_has("streamed %d objects (sendInitialEvents)" % len(truth(S))), d.stderr_tail())
+    S.make(name="wl-0", index=97)
+    S.ready(name="wl-0", ready=False)
+    conv_check(name, d)
+    S.compact()
+    S.stall(seconds=30)
+    S.make(name="wl-1", index=98)
+    S.compact()
+    S.cut(mode="clean")
+    check(name + ": 410 -> a new streaming list", d.wait(lambda x: lists(x) >= 2), d.stderr_tail())
+    S.stall(seconds=0)
+    conv_check(name + " after relist", d)
+    d.stop()
+    S.call("config", watchlist=False)
+    d = driver("--streaming-list")
+    check(name + ": falls back to LIST when the server rejects it (422)", d.wait_synced(timeout=30) and
+          d.log_has("does not support streaming lists") and d.log_has("listed"), d.stderr_tail())
+    conv_check(name + " (fallback)", d)
+    d.stop()
+    S.call("config", watchlist=True)
+    S.delete(name="wl-0")
+    S.delete(name="wl-1")
+
+
 def t_convergence(name):
     rnd = random.Random(7)
     d = driver("--limit", "3")
@@ -355,6 +382,7 @@ scenario("token rotation", t_token_rotation)
 scenario("403", t_forbidden)
 scenario("apiserver restart (RVs backwards)", t_restart)
 scenario("expired continue token", t_expired_continue)
+scenario("streaming list", t_streaming)
 scenario("convergence", t_convergence)
 
 sim.stop()

@@ -175,7 +175,8 @@ static void usage(void)
             "[--context C]]\n"
             "       [--namespace NS] [--selector S] [--field-selector S] [--limit N]\n"
             "       [--watch-timeout S] [--stall S] [--max-event BYTES] [--backoff-ms MS]\n"
-            "       [--token-reload S] [--quiet] [--log-level L] [--get NAME | --list]\n");
+            "       [--token-reload S] [--streaming-list] [--quiet] [--log-level L]\n"
+            "       [--get NAME | --list]\n");
 }
 
 struct args {
@@ -206,6 +207,10 @@ static int parse_args(int argc, char **argv, struct args *a)
         }
         if (strcmp(k, "--list") == 0) {
             a->list = true;
+            continue;
+        }
+        if (strcmp(k, "--streaming-list") == 0) {
+            a->iopts.streaming_list = true;
             continue;
         }
         if (i + 1 >= argc) {

@@ -10,7 +10,8 @@ Measures, for build/bin/tpumesh-init --skip-init:
            wall time, which includes 3 metadata GETs, 1 API GET and the
            simulators' (Python) reply latency;
   grpc     the legacy KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS path (no network).
-and the peak RSS of each run (ru_maxrss from wait4). `floor` is the same binary
+the CPU time (user + system, from wait4: steadier than wall time on a busy
+machine) and the peak RSS of each run (ru_maxrss). `floor` is the same binary
 with --version: what loading its shared libraries costs before main() does any
 work. As a yardstick in the same
 run it also times a Python process that only parses the same environment and
@@ -67,7 +68,7 @@ def run_once(argv, env):
     p.stderr.close()
     if p.returncode != 0:
         raise SystemExit("%s failed (%d): %s" % (argv[0], p.returncode, err[-400:]))
-    return (t1 - t0) / 1e6, ru.ru_maxrss
+    return (t1 - t0) / 1e6, ru.ru_maxrss, (ru.ru_utime + ru.ru_stime) * 1000.0
 
 
 def bench(cases, runs):
@@ -76,14 +77,16 @@ def bench(cases, runs):
     Prints one line per case; returns ({name: median_ms}, {name: min_ms})."""
     times = {c[0]: [] for c in cases}
     rss = {c[0]: [] for c in cases}
+    cpu = {c[0]: [] for c in cases}
     for _ in range(3):  # warm the page cache
         for _, argv, env in cases:
             run_once(argv, env)
     for _ in range(runs):
         for name, argv, env in cases:
-            ms, kb = run_once(argv, env)
+            ms, kb, cpu_ms = run_once(argv, env)
             times[name].append(ms)
             rss[name].append(kb)
+            cpu[name].append(cpu_ms)
     med = {}
     best = {}
     for name, _, _ in cases:
@@ -91,8 +94,9 @@ def bench(cases, runs):
         p90 = t[min(len(t) - 1, int(len(t) * 0.9))]
         med[name] = statistics.median(t)
         best[name] = t[0]
-        print("%-7s runs=%d median_ms=%.2f p90_ms=%.2f min_ms=%.2f max_ms=%.2f rss_kb_max=%d"
-              % (name, runs, med[name], p90, t[0], t[-1], max(rss[name])), flush=True)
+        print("%-7s runs=%d median_ms=%.2f p90_ms=%.2f min_ms=%.2f max_ms=%.2f cpu_ms_median=%.2f "
+              "rss_kb_max=%d" % (name, runs, med[name], p90, t[0], t[-1],
+                                 statistics.median(cpu[name]), max(rss[name])), flush=True)
     return med, best
 
 

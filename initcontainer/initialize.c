@@ -209,6 +209,8 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
         return rc;
     }
     int want = ctx->have_slice ? ctx->slice.chips_per_host : 0;
+    const char *slice_name =
+        ctx->slice.accelerator_type[0] != '\0' ? ctx->slice.accelerator_type : ctx->slice.topology;
 
     /* TensorFlow reports a missing TPU as NotFound "TPUs not found in the
      * cluster. Failed in initialization: ..." (spec §5.1 step 5). */
@@ -225,13 +227,13 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
                             "TPUs not found in the cluster. Failed in initialization: %d TPU "
                             "device(s) under '%s' but %s has %d chips per host; request "
                             "google.com/tpu: %d for this container",
-                            ndev, dev_dir, ctx->slice.accelerator_type, want, want);
+                            ndev, dev_dir, slice_name, want, want);
     }
     if (want > 0 && ndev > want) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "%d TPU devices under '%s' but %s has %d chips per host; check "
                             "--accelerator-type/--topology (v5e/v6e count chips, v4/v5p cores)",
-                            ndev, dev_dir, ctx->slice.accelerator_type, want);
+                            ndev, dev_dir, slice_name, want);
     }
 
     rc = check_tpu_locks(err);

@@ -162,7 +162,7 @@ int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
             next_log = now + PROGRESS_MS;
         }
         int64_t until = deadline_ms < next_log ? deadline_ms : next_log;
-        static int watch_tag;
+        int watch_tag = 0; /* its address is the completion tag */
         grpc_channel_watch_connectivity_state(m->channel, st, deadline_ts(until), m->cq,
                                               &watch_tag);
         grpc_completion_queue_pluck(m->cq, &watch_tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
@@ -245,7 +245,7 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
     ops[5].data.recv_status_on_client.error_string = &error_string;
 
     int rc = 0;
-    static int call_tag;
+    int call_tag = 0; /* its address is the completion tag */
     grpc_call_error ce = grpc_call_start_batch(call, ops, 6, &call_tag, NULL);
     if (ce != GRPC_CALL_OK) {
         rc = mesh_err_set(err, MESH_E_API, 0, "gRPC refused to start %s to %s (call error %d)",

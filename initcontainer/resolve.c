@@ -17,7 +17,9 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/accel.h"
 #include "core/cleanup.h"
@@ -222,18 +224,35 @@ static int resolve_vm_slice(struct mesh_init *ctx, const struct mesh_gce_tpu_vm 
     return 0;
 }
 
-static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
-                              struct mesh_err *err)
+/* This worker's index: TPU_WORKER_ID (or tpu-env WORKER_ID), else the
+ * metadata agent-worker-number, else JOB_COMPLETION_INDEX (Indexed Jobs,
+ * gke-and-peers.md §2.4; GKE's webhook sets TPU_WORKER_ID from it), else 0
+ * for a one-worker list. *out_id = -1 when unknown. */
+static int vm_worker_id(const struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
+                        long long *out_id, struct mesh_err *err)
 {
     const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
-    bool have_id = false;
-    long long id = -1;
+    bool have_id = false, have_jci = false;
+    long long id = -1, jci = -1;
     int rc = env_int(tenv, "TPU_WORKER_ID", 0, MESH_INIT_MAX_WORKERS - 1, &have_id, &id, err);
+    if (rc == 0) {
+        rc = env_int(NULL, "JOB_COMPLETION_INDEX", 0, MESH_INIT_MAX_WORKERS - 1, &have_jci, &jci,
+                     err);
+    }
     if (rc < 0) {
         return rc;
     }
     if (!have_id && md != NULL && md->worker_number >= 0) {
         id = md->worker_number;
+        have_id = true;
+    }
+    if (have_id && have_jci && id != jci) {
+        mesh_warn(MOD, "TPU_WORKER_ID=%lld but JOB_COMPLETION_INDEX=%lld: using TPU_WORKER_ID", id,
+                  jci);
+    }
+    if (!have_id && have_jci && ctx->nworkers > 0) {
+        mesh_info(MOD, "TPU_WORKER_ID not set: using JOB_COMPLETION_INDEX=%lld", jci);
+        id = jci;
         have_id = true;
     }
     if (!have_id && ctx->nworkers == 1) {
@@ -253,7 +272,48 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
                             "index)",
                             ctx->nworkers);
     }
-    ctx->self_index = have_id ? (int)id : -1;
+    *out_id = have_id ? id : -1;
+    return 0;
+}
+
+/* GKE names worker i `<hostname>.<subdomain>` (gke-and-peers.md §2.4), so
+ * our own entry should start with our host name. A mismatch (wrong
+ * TPU_WORKER_ID, hostNetwork pods) is worth a warning: the DTensor client id
+ * would point at another pod. */
+static void check_self_host(const struct mesh_init *ctx)
+{
+    char me[256];
+    if (ctx->self_index < 0 || (size_t)ctx->self_index >= ctx->nworkers ||
+        gethostname(me, sizeof(me)) != 0) {
+        return;
+    }
+    me[sizeof(me) - 1] = '\0';
+    const char *entry = ctx->workers[ctx->self_index].host;
+    size_t label = strcspn(entry, ".");
+    if (ctx->workers[ctx->self_index].ip[0] != '\0' || strcmp(entry, "localhost") == 0) {
+        return;
+    }
+    size_t mine = strcspn(me, ".");
+    if (label != mine || strncasecmp(entry, me, label) != 0) {
+        mesh_warn(MOD,
+                  "TPU_WORKER_HOSTNAMES entry %d is '%s' but this pod's host name is '%s': "
+                  "check TPU_WORKER_ID",
+                  ctx->self_index, entry, me);
+    }
+}
+
+static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
+                              struct mesh_err *err)
+{
+    const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
+    long long id = -1;
+    int rc = vm_worker_id(ctx, md, &id, err);
+    if (rc < 0) {
+        return rc;
+    }
+    bool have_id = id >= 0;
+    ctx->self_index = (int)id;
+    check_self_host(ctx);
     rc = check_megascale(tenv, err);
     if (rc == 0) {
         rc = resolve_vm_slice(ctx, md, ctx->nworkers, err);

@@ -88,6 +88,19 @@ expect "TPU_WORKER_ID not an integer -> 2" 2 "TPU_WORKER_ID='x' is not an intege
 run_init noid TPU_WORKER_HOSTNAMES=w-0.s,w-1.s
 expect "TPU_WORKER_ID missing with 2 workers -> 2" 2 "TPU_WORKER_ID is not set"
 
+run_init jci TPU_WORKER_HOSTNAMES=w-0.s,w-1.s JOB_COMPLETION_INDEX=1
+expect "JOB_COMPLETION_INDEX stands in for a missing TPU_WORKER_ID" 0 "complete"
+check_eq "jci: client id from the completion index" "DTENSOR_CLIENT_ID='1'" "$(grep CLIENT_ID "$OUT/dtensor.env" 2>/dev/null)"
+
+run_init jcimismatch TPU_WORKER_HOSTNAMES=w-0.s,w-1.s TPU_WORKER_ID=0 JOB_COMPLETION_INDEX=1
+check "TPU_WORKER_ID vs JOB_COMPLETION_INDEX mismatch warned" grep -q "TPU_WORKER_ID=0 but JOB_COMPLETION_INDEX=1" "$OUT.log"
+
+ME=$(hostname | cut -d. -f1)
+run_init selfok TPU_WORKER_HOSTNAMES="other.s,$ME.svc" TPU_WORKER_ID=1
+check "own host name at TPU_WORKER_ID: no warning" bash -c "! grep -q \"this pod's host name\" '$OUT.log'"
+run_init selfbad TPU_WORKER_HOSTNAMES="$ME.svc,other.s" TPU_WORKER_ID=1
+check "own host name elsewhere: warned" grep -q "entry 1 is 'other.s' but this pod's host name is" "$OUT.log"
+
 run_init count TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=w-0.s,w-1.s TPU_ACCELERATOR_TYPE=v4-32 \
     TPU_TOPOLOGY=2x2x4 TPU_HOST_BOUNDS=1,1,4
 expect "worker count != slice hosts -> 2" 2 "TPU_WORKER_HOSTNAMES lists 2 workers but v4-32 2x2x4 has 4 hosts"

@@ -259,6 +259,33 @@ def run2(sim, c, port, token_file, state_dir):
     st = c.state()
     tap.check("history stays bounded", st["history"] <= 5 + 64, st)
 
+    # bulk-create + churn: every change reaches a watcher once, in RV order
+    c.call("config", history=100000)
+    res = c.bulk_create(2000, start=100, job="bulk")
+    tap.check("bulk-create 2000", res["created"] == 2000 and len(c.pods()) == 2006, res)
+    cur = c.state()["rv"]
+    n = 5000
+    t = threading.Timer(0.3, lambda: c.churn(events=n, rate=0, kind="mixed", wait=True))
+    t.start()
+    t0 = time.time()
+    seen = [0]
+
+    def enough(resp):
+        seen[0] += resp.chunks[-1].count(b"\n")
+        return seen[0] >= n and resp.chunks[-1].endswith(b"\n")
+    r = request(port, "/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d&timeoutSeconds=60" % cur, token=tok,
+                timeout=60, stop_after=enough)
+    t.join()
+    dt = time.time() - t0
+    rvs = [int(json.loads(ln)["object"]["metadata"]["resourceVersion"]) for ln in stream_lines(r) if ln]
+    tap.check("churn 5000 (mixed): the watcher gets each change once, RVs consecutive",
+              rvs == list(range(cur + 1, cur + n + 1)), (len(rvs), rvs[:3], rvs[-3:]))
+    print("# churn of %d events streamed in %.2f s" % (n, dt))
+    t0 = time.time()
+    c.churn(events=40, rate=100, wait=True)
+    dt = time.time() - t0
+    tap.check("churn rate is honoured (40 events at 100/s take ~0.4 s)", 0.3 < dt < 2.0, dt)
+
 
 def run(sim, c, port):
     ns = "wire"
@@ -590,6 +617,15 @@ def run(sim, c, port):
     tap.check("malformed line injected after a good event", len(lines) == 2 and bad == 1, lines)
 
     cur = c.state()["rv"]
+    t = later(lambda: c.call("error-event", code=500))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % cur, timeout=6)
+    t.join()
+    want_500 = (b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+                b'"message":"Internal error occurred: etcdserver: request timed out","reason":"InternalError",'
+                b'"code":500}}\n')
+    tap.check("error-event 500: in-stream ERROR InternalError, then the body ends",
+              b"".join(r.chunks) == want_500 and r.terminated, b"".join(r.chunks))
+
     t = later(lambda: c.call("cut", mode="mid-event"))
     r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % cur, timeout=6)
     t.join()

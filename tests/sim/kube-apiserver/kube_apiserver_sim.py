@@ -1710,6 +1710,11 @@ class Handler(BaseHTTPRequestHandler):
                     st.add_bytes(len(data))
                 elif kind == "lines":
                     self._send_lines([data], w)
+                elif kind == "error":
+                    # An in-stream ERROR ends the watch (spec §2.7).
+                    self._send_lines([data], w)
+                    self._end_stream()
+                    return
             if cut is not None:
                 if cut == "clean":
                     self._end_stream()
@@ -1818,7 +1823,7 @@ class Control:
     VERBS = ("state", "pods", "get", "create", "make", "update", "delete", "ready", "ip", "labels",
              "annotate", "phase", "cut", "malformed", "oversize", "stall", "token", "fail", "forbid",
              "compact", "restart", "stats", "reset-stats", "bookmark", "chunking", "config", "bulk-create",
-             "churn", "churn-stop", "batch", "clear")
+             "churn", "churn-stop", "batch", "clear", "error-event")
 
     def __init__(self, server):
         self.server = server
@@ -2049,6 +2054,24 @@ class Control:
             n = len(st.watchers)
             st.cond.notify_all()
         return n
+
+    def v_error_event(self, a):
+        """Send an in-stream ERROR event to every watch, then end it (spec §2.7): code 410 (Expired,
+        'too old resource version'), 500 (InternalError), 429 (TooManyRequests) or 504 (Timeout)."""
+        code = _as_int(a.get("code"), "code", 410)
+        st = self.st
+        with st.cond:
+            cur, comp = st.rv, st.compacted
+        texts = {410: ("Expired", "too old resource version: %d (%d)" % (max(0, comp - 1), comp)),
+                 500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
+                 429: ("TooManyRequests", "storage is (re)initializing"),
+                 504: ("Timeout", "Timeout: Too large resource version: %d, current: %d" % (cur + 1, cur))}
+        if code not in texts:
+            raise ValueError("code must be 410, 500, 429 or 504")
+        reason, msg = texts[code]
+        status = status_obj(code, reason, a.get("message") or msg,
+                            details_obj(retry_after=1) if code in (429, 504) else None)
+        return {"watchers": self._inject(("error", error_line(status)))}
 
     def v_malformed(self, a):
         line = a.get("line")
@@ -2400,6 +2423,7 @@ control API (unauthenticated, same port, see README.md):
     batch       ops=[{verb:...,...},...]  (one lock hold: watchers get the events together)
     clear       delete every pod
     cut         mode=clean|abrupt|mid-event   (end every watch; mid-event closes inside a JSON line)
+    error-event code=410|500|429|504 [message=...]  in-stream ERROR Status on every watch, then end it
     malformed   [line=TEXT]  inject a malformed line into every watch
     oversize    mib=N [name namespace]  inject one MODIFIED event of N MiB into every watch
     stall       seconds=N    watches send nothing for N s (events are delivered afterwards)

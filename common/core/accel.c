@@ -306,7 +306,6 @@ struct derive {
     int chips;      /* 0 until known */
     int cph;        /* chips per host */
     int block[3];   /* chips per host bounds */
-    char type[MESH_ACCEL_TYPE_MAX];
 };
 
 static void format_topology(const int d[3], int ndims, char *out, size_t out_len)
@@ -612,7 +611,7 @@ static void describe_for(const struct gen_info *gi, int chips, int cph, char *ou
         format_topology(d, 2, out, cap);
         return;
     }
-    if (!cph_allowed(gi, cph) || chips % cph != 0) {
+    if (!cph_allowed(gi, cph) || chips % cph != 0 || (cph == 1 && chips != 1)) {
         cph = default_cph(gi, chips);
         block_for(cph, block);
     }

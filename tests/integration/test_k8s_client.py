@@ -81,6 +81,8 @@ def t_basic(name):
     conv_check(name, d)
     d.stop()
     check(name + ": one list, no relist", d.stats and d.stats["lists"] == "1", str(d.stats))
+    check(name + ": the notify fd woke the driver's event loop", d.stats and int(d.stats["wakeups"]) >= 2,
+          str(d.stats))
 
 
 def t_bookmarks(name):

@@ -9,7 +9,8 @@
  *   DELETE <ns/name> rv=<rv>
  *   SYNCED <count>
  *   STORE <ns/name> rv=<rv> ip=<ip> ready=<0|1> phase=<phase>   (on SIGUSR1, then END <n>)
- *   STATS lists=.. relists=.. watches=.. events=.. bookmarks=.. failures=.. rv=..  (at exit)
+ *   STATS lists=.. relists=.. watches=.. events=.. bookmarks=.. failures=.. changes=..
+ *         wakeups=.. rv=..   (at exit; wakeups = times the notify fd woke the main loop)
  *   MEM heap=<live heap bytes>            (after each SYNCED, for bench/k8s_client)
  *   PROGRESS changes=<n>                  (--quiet: every 1,000 changes instead of the lines)
  *
@@ -21,6 +22,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -335,12 +337,29 @@ static int run_informer(struct mesh_k8s_client *c, struct args *a)
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     pthread_t th;
     pthread_create(&th, NULL, run_thread, &d);
+    /* The main thread is an event loop over the signalfd and the informer's
+     * notify fd, as a sidecar polling the store would be. */
+    uint64_t wakeups = 0;
     for (;;) {
-        struct signalfd_siginfo si;
-        ssize_t r = read(sfd, &si, sizeof(si));
-        if (r < 0 && errno == EINTR) {
+        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+                                {.fd = mesh_k8s_informer_notify_fd(d.inf), .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        if (pfd[1].revents & POLLIN) {
+            uint64_t n;
+            if (read(pfd[1].fd, &n, sizeof(n)) == (ssize_t)sizeof(n)) {
+                wakeups++;
+            }
+        }
+        if (!(pfd[0].revents & POLLIN)) {
             continue;
         }
+        struct signalfd_siginfo si;
+        ssize_t r = read(sfd, &si, sizeof(si));
         if (r == (ssize_t)sizeof(si) && si.ssi_signo == SIGUSR1) {
             dump(&d);
             continue;
@@ -353,9 +372,10 @@ static int run_informer(struct mesh_k8s_client *c, struct args *a)
     struct mesh_k8s_informer_stats st;
     mesh_k8s_informer_stats(d.inf, &st);
     printf("STATS lists=%" PRIu64 " relists=%" PRIu64 " watches=%" PRIu64 " events=%" PRIu64
-           " bookmarks=%" PRIu64 " failures=%" PRIu64 " changes=%" PRIu64 " rv=%s\n",
+           " bookmarks=%" PRIu64 " failures=%" PRIu64 " changes=%" PRIu64 " wakeups=%" PRIu64
+           " rv=%s\n",
            st.lists, st.relists, st.watches, st.events, st.bookmarks, st.failures, d.changes,
-           st.rv);
+           wakeups, st.rv);
     fflush(stdout);
     mesh_k8s_informer_free(d.inf);
     return 0;

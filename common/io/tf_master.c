@@ -18,6 +18,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "core/mem.h"
@@ -81,12 +82,26 @@ static const char *state_name(grpc_connectivity_state s)
     return "?";
 }
 
+/* gRPC's own log lines (GRPC_VERBOSITY, GRPC_TRACE) go through our logger,
+ * so `--log-format json` stays one JSON object per line and the last line
+ * stays ours. Called from gRPC's threads: mesh_log_emit writes each line with
+ * one write(2) from a local buffer. */
+static void grpc_log_to_mesh(gpr_log_func_args *args)
+{
+    if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+        mesh_warn("grpc", "%s (%s:%d)", args->message, args->file, args->line);
+    } else {
+        mesh_debug("grpc", "%s (%s:%d)", args->message, args->file, args->line);
+    }
+}
+
 struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *err)
 {
     if (target == NULL || target[0] == '\0') {
         mesh_err_set(err, MESH_E_INVAL, 0, "no TPU server address to connect to");
         return NULL;
     }
+    gpr_set_log_function(grpc_log_to_mesh);
     grpc_init();
     /* Channel settings of TF's own client (spec §5.3): reconnect backoff
      * capped at 1 s, no keepalive. We cap received messages at the size
@@ -154,11 +169,11 @@ int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
             return mesh_err_set(err, MESH_E_NOTREADY, 0,
                                 "TPU server %s unreachable: no connection after %lld s (state "
                                 "%s); check the TPU's IP and that it is READY, or raise --timeout",
-                                m->target, (long long)((now - start) / 1000), state_name(st));
+                                m->target, (long long)((now - start + 500) / 1000), state_name(st));
         }
         if (now >= next_log) {
             mesh_info(MOD, "waiting for the TPU server %s to accept connections (%lld s, %s)",
-                      m->target, (long long)((now - start) / 1000), state_name(st));
+                      m->target, (long long)((now - start + 500) / 1000), state_name(st));
             next_log = now + PROGRESS_MS;
         }
         int64_t until = deadline_ms < next_log ? deadline_ms : next_log;

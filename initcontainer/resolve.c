@@ -791,7 +791,8 @@ int mesh_init_resolve(struct mesh_init *ctx, struct mesh_err *err)
     if (rc < 0) {
         return rc;
     }
-    mesh_info(MOD, "tpu '%s' from %s", tpu, ctx->tpu_source);
+    const struct mesh_log_field fields[] = {{"tpu", tpu}, {"source", ctx->tpu_source}};
+    mesh_log_kv(MESH_LOG_INFO, MOD, fields, 2, "tpu '%s' from %s", tpu, ctx->tpu_source);
     if (tpu[0] == '\0') {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "%s is set but empty: it must name a TPU ('local', grpc://IP:PORT,... "

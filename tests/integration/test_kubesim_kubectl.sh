@@ -108,6 +108,17 @@ check_eq "jsonpath hostname.subdomain" "trainer-4.trainer" \
 check_eq "kubectl get pods -A sees both namespaces" "2" \
     "$(K get pods -A --no-headers | awk '{print $1}' | sort -u | wc -l | tr -d ' ')"
 
+# --- discovery: kubectl uses the aggregated document (no /api/v1 request) -------------------------
+rm -rf "$HOME/.kube/cache"
+K get pods -v=6 >/dev/null 2>"$TMP/disc.err"
+check "aggregated discovery: kubectl fetched /api" grep -q 'GET https://127.0.0.1:[0-9]*/api?timeout' "$TMP/disc.err"
+if grep -q 'GET https://127.0.0.1:[0-9]*/api/v1?timeout' "$TMP/disc.err"; then
+    fail "aggregated discovery: no legacy /api/v1 fallback" "$(grep 'GET ' "$TMP/disc.err")"
+else
+    ok "aggregated discovery: no legacy /api/v1 fallback"
+fi
+check_eq "kubectl api-resources" "namespaces pods" "$(K api-resources --no-headers | awk '{print $1}' | tr '\n' ' ' | sed 's/ $//')"
+
 # --- selectors ----------------------------------------------------------------------------------
 check_eq "label selector in (...)" "pod/trainer-1-k1111 pod/trainer-2-k2222" \
     "$(K get pods -l 'batch.kubernetes.io/job-name=trainer,batch.kubernetes.io/job-completion-index in (1,2)' -o name | sort | tr '\n' ' ' | sed 's/ $//')"

@@ -1068,6 +1068,25 @@ API_RESOURCES = {
         {"name": "pods/status", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
     ]}
 
+def _agg_resource(resource, singular, kind, scope, verbs, short=None, categories=None, subresources=None):
+    r = {"resource": resource, "responseKind": {"group": "", "version": "v1", "kind": kind}, "scope": scope,
+         "singularResource": singular, "verbs": verbs}
+    if short:
+        r["shortNames"] = short
+    if categories:
+        r["categories"] = categories
+    if subresources:
+        r["subresources"] = subresources
+    return r
+
+
+AGGREGATED_CORE = {"metadata": {}, "versions": [{"version": "v1", "resources": [
+    _agg_resource("namespaces", "namespace", "Namespace", "Cluster", ["get", "list"], ["ns"]),
+    _agg_resource("pods", "pod", "Pod", "Namespaced", ["get", "list", "watch"], ["po"], ["all"],
+                  [{"subresource": "status", "responseKind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "verbs": ["get"]}]),
+], "freshness": "Current"}]}
+
 NS_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
 POD_PATH = re.compile(r"^/api/v1/(?:(watch)/)?(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?(/status)?/?$")
 
@@ -1314,6 +1333,17 @@ class Handler(BaseHTTPRequestHandler):
         raise ApiError(status_obj(403, "Forbidden", msg, details_obj(name=name, kind="pods")))
 
     def _discovery(self, path):
+        accept = self.headers.get("Accept") or ""
+        if (path in ("/api", "/apis") and self.server.discovery == "aggregated"
+                and "as=APIGroupDiscoveryList" in accept and "g=apidiscovery.k8s.io" in accept
+                and "v=v2" in accept.replace("v=v2beta1", "")):
+            # Aggregated discovery (apidiscovery.k8s.io/v2, GA 1.30): one document per root.
+            items = [AGGREGATED_CORE] if path == "/api" else []
+            body = gojson_b({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+                             "metadata": {}, "items": items}) + b"\n"
+            self.send_body(200, body, ctype="application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                           extra={"Vary": "Accept", "Etag": '"%s"' % hashlib.sha256(body).hexdigest().upper()})
+            return
         if path == "/api":
             self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % self.server.port}]})
@@ -2345,6 +2375,7 @@ class Server(ThreadingHTTPServer):
         self.user = args.user
         self.ssl_ctx = None
         self.gzip_min = args.gzip_min
+        self.discovery = args.discovery
         self.min_request_timeout = float(args.min_request_timeout)
         self.port = self.server_address[1]
         self.fs_uid = _uid("flowschema")
@@ -2479,6 +2510,9 @@ def server_main(argv):
                    help="WatchList feature gate: sendInitialEvents allowed (on, 1.34+ default) or 422 (off)")
     p.add_argument("--gzip-min", type=int, default=128 * 1024,
                    help="gzip list/get bodies at least this big when asked (0 = never; default 128 KiB)")
+    p.add_argument("--discovery", default="aggregated", choices=("aggregated", "legacy"),
+                   help="serve aggregated discovery (apidiscovery.k8s.io/v2) when asked, or only the legacy"
+                        " /api, /apis, /api/v1 documents (default aggregated)")
     p.add_argument("--k8s-version", default="v1.34.1", help="version reported by /version")
     p.add_argument("--pods", type=int, default=0, help="bulk-create this many Indexed-Job pods at start-up")
     p.add_argument("--namespace", default="default", help="namespace for --pods (default 'default')")

@@ -178,6 +178,9 @@ expect "--tpu local beats KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" 0 "complete"
 run_init emptyflagenv "$KUBE" TPUMESH_TPU=
 expect "empty TPUMESH_TPU counts as unset" 0 "complete"
 
+run_init nameempty TPU_NAME= 'TPU_CONFIG={"tpu_node_name":"x"}'
+expect "empty TPU_NAME is present: wins over TPU_CONFIG and fails -> 2" 2 "env TPU_NAME is set but empty"
+
 run_init badname "TPU_NAME=My_TPU"
 expect "TPU_NAME that is not a Cloud TPU name -> 2" 2 "env TPU_NAME: 'My_TPU' is not 'local', grpc://IP:PORT or a Cloud TPU name"
 

@@ -113,6 +113,28 @@ check_eq "incomplete after complete: env files keep the last complete version" "
     "$(cat "$DI/dtensor.env" "$DI/tf_config.json")"
 check_eq "incomplete after complete: generation 3" 3 "$(gen_of "$DI/topology.json")"
 
+# A DTENSOR_JOBS longer than Linux's 128 KiB limit for one environment
+# string is published, with a warning (exporting it would fail exec).
+DL=$TMP/long; mkdir -p "$DL"
+long_hosts() { # long_hosts N: N 87-byte host names
+    local i
+    for i in $(seq 0 $(($1 - 1))); do
+        printf 'worker-%04d-abcdefghijklmnopqrstuvwxyz0123456789.jobset-name.default.svc.cluster.local,' "$i"
+    done
+}
+H=$(long_hosts 1420)
+TPU_WORKER_ID=5 TPU_WORKER_HOSTNAMES=${H%,} "$INIT" --skip-init --out-dir "$DL" "${NOANN[@]}" \
+    2>"$TMP/long.log"
+rc=$?
+check_eq "1420 long host names publish" 0 "$rc"
+check "... with a warning about the 128 KiB environment limit" \
+    grep -q "WARN .*DTENSOR_JOBS is 132073 bytes exported, above Linux's 131072-byte limit" \
+    "$TMP/long.log"
+H=$(long_hosts 1400)
+TPU_WORKER_ID=5 TPU_WORKER_HOSTNAMES=${H%,} "$INIT" --skip-init --out-dir "$DL" "${NOANN[@]}" \
+    2>"$TMP/long.log"
+check "1400 long host names: no warning" test -z "$(grep 'WARN .*environment string' "$TMP/long.log")"
+
 # Flag > TPUMESH_* environment.
 DP=$TMP/prec; mkdir -p "$DP"
 TPUMESH_PORT=2000 v4 "$DP" --port 3000 2>/dev/null

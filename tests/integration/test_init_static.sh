@@ -116,7 +116,7 @@ check_eq "incomplete after complete: generation 3" 3 "$(gen_of "$DI/topology.jso
 # A DTENSOR_JOBS longer than Linux's 128 KiB limit for one environment
 # string is published, with a warning (exporting it would fail exec).
 DL=$TMP/long; mkdir -p "$DL"
-long_hosts() { # long_hosts N: N 87-byte host names
+long_hosts() { # long_hosts N: N 86-byte host names
     local i
     for i in $(seq 0 $(($1 - 1))); do
         printf 'worker-%04d-abcdefghijklmnopqrstuvwxyz0123456789.jobset-name.default.svc.cluster.local,' "$i"

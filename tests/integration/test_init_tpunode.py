@@ -218,6 +218,29 @@ def test_failures():
         sim.stop()
 
 
+def test_json_log_with_grpc_tracing():
+    # gRPC's own log lines (GRPC_VERBOSITY=debug) go through our logger: every stderr line
+    # is one JSON object and the last one is our error.
+    sim = Sim("--fail", "no-tpu")
+    rc, lines, took, _ = run_init(["--tpu", f"grpc://127.0.0.1:{sim.port}", "--timeout", "10",
+                                   "--log-format", "json", "--log-level", "debug"],
+                                  env={"GRPC_VERBOSITY": "debug"})
+    objs = []
+    for x in lines:
+        try:
+            objs.append(json.loads(x))
+        except ValueError:
+            objs.append(None)
+    tap.check("json logs: every line is JSON, gRPC's included",
+              objs and None not in objs and any(o["mod"] == "grpc" for o in objs),
+              "\n".join(x for x, o in zip(lines, objs) if o is None)[:2000])
+    last = objs[-1] if objs and objs[-1] else {}
+    tap.check("json logs: the last line is the error, exit 3",
+              rc == 3 and last.get("level") == "error" and "TPUs not found" in last.get("msg", ""),
+              f"rc={rc} last={last}")
+    sim.stop()
+
+
 def test_deadlines():
     # A server that accepts the connection but never answers CreateSession.
     # 11 s: long enough for the 10 s "still waiting" progress line.
@@ -385,6 +408,7 @@ def main():
         test_env_endpoints_multi_host()
         test_variants_ok()
         test_failures()
+        test_json_log_with_grpc_tracing()
         test_deadlines()
         test_server_boots_late()
         test_tpu_name_via_api()

@@ -69,7 +69,8 @@ start_sim API "$APISIM" --token tok-1 --project sim-proj --zone us-central2-b \
     --node 'badip={"networkEndpoints":[{"ipAddress":"not an ip","port":8470}]}' \
     --node 'legacy={"_legacy":true,"networkEndpoints":[{"ipAddress":"10.1.1.1","port":8471}]}' \
     --node 'second={"networkEndpoints":[{"ipAddress":"10.3.3.3","port":8470}]}' \
-    --node 'slow={"_delay":0.3}'
+    --node 'slow={"_delay":0.3}' \
+    --node 'timed={"_ready_after_s":1.5,"_initial":"STARTING"}'
 
 # ---- the simulators against a real client (curl) ------------------------------
 check "metadata sim --help" bash -c "\"$PY\" \"$MDSIM\" --help | grep -q Metadata-Flavor"
@@ -146,6 +147,10 @@ run_init tfversion -- --tpu ready --annotations-file "$TMP/ann-tfv"
 expect "tf-version annotation differs: still resolves" 0 "complete"
 check "tf-version mismatch warned" grep -q 'runs TensorFlow 2.12.0 but the pod asks for 2.11.0' "$OUT.log"
 
+run_init timed -- --tpu timed
+expect "STARTING for 1.5 s then READY -> exit 0" 0 "complete"
+check "timed: saw STARTING" grep -q 'with state "STARTING"' "$OUT.log"
+
 run_init slow -- --tpu slow
 expect "slow API reply" 0 "complete"
 
@@ -219,6 +224,11 @@ start_sim MDR "$MDSIM" --project sim-proj --zone us-central2-b --token tok-1 --f
 run_init mdretry TPUMESH_METADATA_HOST=127.0.0.1:$MDR_PORT -- --tpu ready
 expect "metadata 500s are retried" 0 "complete"
 stop_sim "$MDR_PID"
+
+start_sim MD5 "$MDSIM" --status 503
+run_init md503 TPUMESH_METADATA_HOST=127.0.0.1:$MD5_PORT -- --tpu ready
+expect "metadata answering 503 every time -> 5 after the retries" 5 "HTTP 503 after 3 attempts"
+stop_sim "$MD5_PID"
 
 start_sim MDS "$MDSIM" --delay 3
 run_init mdslow TPUMESH_METADATA_HOST=127.0.0.1:$MDS_PORT -- --tpu ready

@@ -10,7 +10,7 @@ port}] (or the deprecated top-level ipAddress/port), symptoms.
 Nodes: --node NAME=JSON (repeatable). JSON holds node fields plus simulator
 controls (keys starting with '_'):
   _ready_after N     state _initial (default CREATING) for the first N GETs, then the node's state
-  _ready_after_s S   the same, by seconds since the simulator started
+  _ready_after_s S   the same, by seconds since the node's first GET
   _initial STATE     state before _ready_after* expires (default CREATING)
   _status CODE       answer with this HTTP status (e.g. 403, 404, 500, 503) and a Google error body
   _fail_first N      answer the first N GETs with 503
@@ -67,6 +67,7 @@ class State:
         self.start = time.monotonic()
         self.requests = 0
         self.gets = {}
+        self.first_get = {}
         self.nodes = {}
         for spec in args.node:
             name, _, js = spec.partition("=")
@@ -87,7 +88,8 @@ class State:
         waiting = False
         if "_ready_after" in ctl and n <= int(ctl["_ready_after"]):
             waiting = True
-        if "_ready_after_s" in ctl and time.monotonic() - self.start < float(ctl["_ready_after_s"]):
+        first = self.first_get.get(name, time.monotonic())
+        if "_ready_after_s" in ctl and time.monotonic() - first < float(ctl["_ready_after_s"]):
             waiting = True
         if waiting:
             res["state"] = ctl.get("_initial", "CREATING")
@@ -152,6 +154,7 @@ def make_handler(state):
             with state.lock:
                 n = state.gets.get(name, 0) + 1
                 state.gets[name] = n
+                state.first_get.setdefault(name, time.monotonic())
             if "_delay" in node:
                 time.sleep(float(node["_delay"]))
             if "_status" in node:

@@ -130,33 +130,22 @@ static void to_files(const struct mesh_render_out *r, struct mesh_publish_file f
     }
 }
 
-/* Linux refuses to exec with an environment string longer than
- * MAX_ARG_STRLEN (32 pages = 128 KiB): a trainer that exports a longer
- * DTENSOR_JOBS or TPU_WORKER_HOSTNAMES fails with E2BIG. Warn (the files
- * are still right, and tf_config.json can be read instead). */
-#define ENV_STRING_MAX (32 * 4096)
-
+/* Warn about an env line a trainer could not export (the files are still
+ * right, and tf_config.json can be read instead). */
 static void warn_long_env_lines(const struct mesh_render_out *r)
 {
     static const enum mesh_render_file_id envs[] = {MESH_FILE_DTENSOR_ENV, MESH_FILE_TPU_ENV};
     for (size_t k = 0; k < sizeof(envs) / sizeof(envs[0]); k++) {
-        const char *p = r->data[envs[k]];
-        const char *end = p + r->len[envs[k]];
-        while (p != NULL && p < end) {
-            const char *nl = memchr(p, '\n', (size_t)(end - p));
-            size_t n = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
-            /* Exported it is KEY=value without the two quotes, plus a NUL
-             * (values are validated: they contain no quote to unescape). */
-            if (n >= 2 && n - 2 + 1 > ENV_STRING_MAX) {
-                const char *eq = memchr(p, '=', n);
-                mesh_warn(MOD,
-                          "%s: %.*s is %zu bytes exported, above Linux's %d-byte limit for "
-                          "one environment string; exporting it makes exec fail (E2BIG): use "
-                          "shorter host names or read tf_config.json instead",
-                          mesh_render_file_name(envs[k]), eq != NULL ? (int)(eq - p) : 0, p, n - 1,
-                          ENV_STRING_MAX);
-            }
-            p = nl != NULL ? nl + 1 : end;
+        const char *key = NULL;
+        size_t key_len = 0;
+        size_t n = mesh_render_env_longest(r->data[envs[k]], r->len[envs[k]], &key, &key_len);
+        if (n > MESH_RENDER_ENV_STRING_MAX) {
+            mesh_warn(MOD,
+                      "%s: %.*s is %zu bytes exported, above Linux's %d-byte limit for one "
+                      "environment string; exporting it makes exec fail (E2BIG): use shorter "
+                      "host names or read tf_config.json instead",
+                      mesh_render_file_name(envs[k]), (int)key_len, key, n,
+                      MESH_RENDER_ENV_STRING_MAX);
         }
     }
 }

@@ -704,6 +704,36 @@ int mesh_render_topology_json(const struct mesh_render_input *in, char **out_dat
     return print_json(root, true, out_data, out_len, err);
 }
 
+size_t mesh_render_env_longest(const char *data, size_t len, const char **out_key,
+                               size_t *out_key_len)
+{
+    size_t best = 0;
+    const char *best_key = NULL;
+    size_t best_key_len = 0;
+    const char *p = data;
+    const char *end = data != NULL ? data + len : NULL;
+    while (p != NULL && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+        /* KEY='value' -> KEY=value + NUL: two bytes less, one more. */
+        size_t exported = n >= 2 ? n - 1 : n + 1;
+        if (n > 0 && exported > best) {
+            const char *eq = memchr(p, '=', n);
+            best = exported;
+            best_key = p;
+            best_key_len = eq != NULL ? (size_t)(eq - p) : 0;
+        }
+        p = nl != NULL ? nl + 1 : end;
+    }
+    if (out_key != NULL) {
+        *out_key = best_key;
+    }
+    if (out_key_len != NULL) {
+        *out_key_len = best_key_len;
+    }
+    return best;
+}
+
 int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
                     struct mesh_err *err)
 {

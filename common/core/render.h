@@ -146,6 +146,19 @@ int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, siz
 int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                         struct mesh_err *err);
 
+/* Linux's limit for one environment string, "KEY=value" plus its NUL
+ * (MAX_ARG_STRLEN, 32 pages): a trainer that exports a longer one cannot
+ * exec anything (E2BIG). */
+#define MESH_RENDER_ENV_STRING_MAX (32 * 4096)
+
+/* The size a rendered env file's longest line takes once exported:
+ * "KEY=value" without the quotes, plus the NUL (values are validated, so no
+ * quote needs unescaping). *out_key / *out_key_len (may be NULL) receive that
+ * line's key, borrowed from data. 0 for an empty file. Compare with
+ * MESH_RENDER_ENV_STRING_MAX. */
+size_t mesh_render_env_longest(const char *data, size_t len, const char **out_key,
+                               size_t *out_key_len);
+
 /* Render the set: topology.json always; dtensor.env, tf_config.json, tpu.env
  * and jax.env only when in->complete (DESIGN.md §5: an incomplete job keeps
  * the last complete versions). topology.pb is binary and not rendered here.

@@ -577,6 +577,34 @@ static void test_diff(void **state)
     mesh_free(b);
 }
 
+static void test_env_longest(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        size_t want;
+        const char *key;
+    } rows[] = {
+        {"", 0, NULL},
+        {"A='1'\n", 4, "A"}, /* "A=1" + NUL */
+        {"A='1'\nLONGER='12345'\nB='x'\n", 13, "LONGER"},
+        {"A='1'", 4, "A"}, /* no final newline */
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        const char *key = NULL;
+        size_t key_len = 0;
+        size_t n = mesh_render_env_longest(rows[r].in, strlen(rows[r].in), &key, &key_len);
+        assert_int_equal(n, rows[r].want);
+        if (rows[r].key == NULL) {
+            assert_null(key);
+        } else {
+            assert_int_equal(key_len, strlen(rows[r].key));
+            assert_memory_equal(key, rows[r].key, key_len);
+        }
+    }
+    assert_int_equal(mesh_render_env_longest(NULL, 0, NULL, NULL), 0);
+}
+
 static void test_render_all_complete(void **state)
 {
     (void)state;
@@ -617,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_cluster_spec),
         cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_env_longest),
         cmocka_unit_test(test_render_all_complete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -153,6 +153,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < 3; i++) {
             if (out.data[envs[i]] != NULL) {
                 check_env(out.data[envs[i]], out.len[envs[i]]);
+                /* The exported size of a line never exceeds the file. */
+                if (mesh_render_env_longest(out.data[envs[i]], out.len[envs[i]], NULL, NULL) >
+                    out.len[envs[i]]) {
+                    abort();
+                }
             }
         }
     }

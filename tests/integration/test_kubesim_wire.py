@@ -399,6 +399,28 @@ def run(sim, c, port):
     tap.check("continue + resourceVersion is 400 with the exact message", r.status == 400 and json.loads(r.body)[
         "message"] == "specifying resource version is not allowed when using continue", r.body)
 
+    # --- list at an exact past RV reconstructs that state ---------------------------------------------
+    base = c.state()["rv"]
+    old_body = request(port, "/api/v1/namespaces/wire/pods").body
+    c.labels(name="trainer-0-abcde", namespace=ns, set="moved=1")
+    c.make(namespace=ns, name="trainer-7-abcde", index=7)
+    c.delete(name="trainer-9-abcde", namespace=ns)
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d&resourceVersionMatch=Exact" % base)
+    tap.check("Exact list at an older RV is byte-identical to the list taken then", r.status == 200 and r.body == old_body,
+              (r.status, len(r.body), len(old_body)))
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d&limit=2" % base)
+    d = json.loads(r.body)
+    tap.check("RV=N with limit is Exact too (spec §1.5 table)", d["metadata"]["resourceVersion"] == str(base)
+              and [p["metadata"]["name"] for p in d["items"]] == ["trainer-0-abcde", "trainer-1-abcde"]
+              and "moved" not in d["items"][0]["metadata"]["labels"], d["metadata"])
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d" % base)
+    d = json.loads(r.body)
+    tap.check("RV=N without limit is NotOlderThan: the latest state", d["metadata"]["resourceVersion"] == str(base + 3)
+              and "trainer-7-abcde" in [p["metadata"]["name"] for p in d["items"]], d["metadata"])
+    r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=0&limit=1")
+    d = json.loads(r.body)
+    tap.check("RV=0 is Any: served at the latest RV", d["metadata"]["resourceVersion"] == str(base + 3), d["metadata"])
+
     # --- resourceVersion rules for list (spec §1.4, §1.5) -------------------------------------------
     r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d&resourceVersionMatch=Exact" % (rv0 - 2))
     want410 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The resourceVersion for '

@@ -445,7 +445,13 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
     rc = call_with_retry(m, MESH_TF_METHOD_CREATE_SESSION, req, len, deadline_ms, &r, err);
     mesh_free(req);
     if (rc == 0 && r.status != GRPC_STATUS_OK) {
-        rc = call_status_error(m, &r, "CreateSession", now, deadline_ms, err);
+        /* With several tasks the master first reaches every task of the
+         * cluster_def and waits for them without a timeout of its own
+         * (spec §5.3): say so, it is the likely cause. */
+        const char *what = ntasks > 1 ? "CreateSession (the TPU's master waits until every "
+                                        "task of the cluster_def answers: check every endpoint)"
+                                      : "CreateSession";
+        rc = call_status_error(m, &r, what, now, deadline_ms, err);
     } else if (rc == 0) {
         rc = mesh_tf_graph_parse_create_session_response(r.response, r.response_len, out_handle,
                                                          err);

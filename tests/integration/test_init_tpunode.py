@@ -255,6 +255,13 @@ def test_deadlines():
               "\n".join(lines))
     sim.stop()
 
+    # Several tasks: the hint names the master's wait for every task of the cluster_def.
+    sim = Sim("--fail", "hang-create")
+    rc, lines, took, _ = run_init(["--timeout", "3"], env={
+        "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS": f"grpc://127.0.0.1:{sim.port},grpc://10.0.0.9:8470"})
+    expect_fail("CreateSession never answers, 2 tasks", rc, lines, 4, "check every endpoint")
+    sim.stop()
+
     # RunStep never answers: deadline, then the session is still closed.
     sim = Sim("--fail", "hang-run")
     rc, lines, took, _ = run_init(["--tpu", f"grpc://127.0.0.1:{sim.port}", "--timeout", "3"])

@@ -93,6 +93,46 @@ TPU_WORKER_ID=3 TPU_WORKER_HOSTNAMES=10.8.0.2,10.8.0.3,10.8.0.4,10.8.0.5 "$INIT"
 check "static v5litepod-16 (--flag=value form) equals the golden files" same_files "$D5" \
     "$FIX/v5litepod-16"
 
+# Every worker of the job, as its own pod: all get the identical DTENSOR_JOBS
+# and cluster (spec §10.9), and DTENSOR_CLIENT_ID == TPU_WORKER_ID ==
+# task.index == JAX_PROCESS_ID == its index (spec §10.13); the values parse
+# as DTensor and TF read them (spec §6, §7.1).
+for id in 0 1 2 3; do
+    mkdir -p "$TMP/pod$id"
+    WID=$id v4 "$TMP/pod$id" 2>/dev/null
+done
+consistency=$("$PY" - "$TMP" <<'EOF_PY'
+import json, shlex, sys
+def env(path):
+    out = {}
+    for line in open(path):
+        k, v = line.rstrip("\n").split("=", 1)
+        out[k] = shlex.split(v)[0]
+    return out
+problems, jobs, clusters = [], set(), set()
+for i in range(4):
+    d = "%s/pod%d/" % (sys.argv[1], i)
+    dt, tpu, jax = env(d + "dtensor.env"), env(d + "tpu.env"), env(d + "jax.env")
+    tf = json.load(open(d + "tf_config.json"))
+    jobs.add(dt["DTENSOR_JOBS"]); clusters.add(json.dumps(tf["cluster"]))
+    n = len(dt["DTENSOR_JOBS"].split(","))            # DTensor: num_clients = len(jobs)
+    cid = int(dt["DTENSOR_CLIENT_ID"])                 # DTensor: int(); 0 <= id < n
+    if not 0 <= cid < n: problems.append("client id %d out of range" % cid)
+    ids = {cid, int(tpu["TPU_WORKER_ID"]), int(tf["task"]["index"]), int(jax["JAX_PROCESS_ID"])}
+    if ids != {i}: problems.append("pod %d: ids %s" % (i, ids))
+    if str(tf["task"]["type"]) != "worker": problems.append("task type")
+    if tf["cluster"]["worker"] != dt["DTENSOR_JOBS"].split(","): problems.append("cluster")
+    if int(dt["DTENSOR_NUM_CLIENTS"]) != n or int(jax["JAX_NUM_PROCESSES"]) != n:
+        problems.append("counts")
+    if jax["JAX_COORDINATOR_ADDRESS"] != tpu["TPU_WORKER_HOSTNAMES"].split(",")[0] + ":8476":
+        problems.append("coordinator")
+if len(jobs) != 1 or len(clusters) != 1: problems.append("workers disagree")
+print("; ".join(problems) or "consistent")
+EOF_PY
+)
+check_eq "4 pods of one job: identical DTENSOR_JOBS/cluster, ids == worker index" \
+    consistent "$consistency"
+
 # Incomplete worker list (no TPU_WORKER_HOSTNAMES): only topology.json says
 # what is known; env files keep the last complete version (DESIGN.md §5).
 DI=$TMP/incomplete; mkdir -p "$DI"

@@ -115,7 +115,7 @@ static int unescape(const char *s, size_t end, size_t *i, char *o, const char **
     return (int)put_utf8(o, v);
 }
 
-int mesh_annotations_unquote(const char *s, size_t len, char **out, struct mesh_err *err)
+int mesh_annotations_unquote(const char *s, size_t len, char **out_value, struct mesh_err *err)
 {
     if (len < 2 || s[0] != '"' || s[len - 1] != '"') {
         return mesh_err_set(err, MESH_E_PARSE, 0, "value is not a \"double-quoted\" string");
@@ -154,7 +154,7 @@ int mesh_annotations_unquote(const char *s, size_t len, char **out, struct mesh_
         return mesh_err_set(err, MESH_E_PARSE, 0, "%s", why);
     }
     o[n] = '\0';
-    *out = o;
+    *out_value = o;
     return 0;
 }
 
@@ -251,7 +251,7 @@ static int parse_line(const char *line, size_t llen, size_t lineno, struct mesh_
     return 0;
 }
 
-int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out,
+int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out_annotations,
                            struct mesh_err *err)
 {
     struct mesh_annotations a = {0};
@@ -272,7 +272,7 @@ int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations 
         pos += llen + (nl ? 1 : 0);
         lineno++;
     }
-    *out = a;
+    *out_annotations = a;
     return 0;
 }
 
@@ -413,8 +413,8 @@ void mesh_annotations_config_cleanup(struct mesh_annotations_config *c)
     memset(c, 0, sizeof(*c));
 }
 
-int mesh_annotations_config(const struct mesh_annotations *a, struct mesh_annotations_config *out,
-                            struct mesh_err *err)
+int mesh_annotations_config(const struct mesh_annotations *a,
+                            struct mesh_annotations_config *out_config, struct mesh_err *err)
 {
     struct mesh_annotations_config c = {0};
     const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
@@ -439,6 +439,6 @@ int mesh_annotations_config(const struct mesh_annotations *a, struct mesh_annota
             return rc;
         }
     }
-    *out = c;
+    *out_config = c;
     return 0;
 }

@@ -35,12 +35,12 @@ struct mesh_annotations {
     size_t n;
 };
 
-/* Parse buf[0..len) into out (which need not be initialised). Errors:
+/* Parse buf[0..len) into out_annotations (which need not be initialised). Errors:
  * -MESH_E_TOOBIG (input above MESH_ANNOTATIONS_MAX_INPUT or more than
  * MESH_ANNOTATIONS_MAX_ITEMS lines), -MESH_E_PARSE naming the line and the
  * problem (no '=', value not a "quoted string", bad escape, NUL, duplicate
- * key). On failure out is empty. Free with mesh_annotations_cleanup. */
-int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out,
+ * key). On failure out_annotations is empty. Free with mesh_annotations_cleanup. */
+int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out_annotations,
                            struct mesh_err *err);
 /* The decoded value of key, or NULL. Borrowed from a. */
 const char *mesh_annotations_get(const struct mesh_annotations *a, const char *key);
@@ -49,7 +49,7 @@ void mesh_annotations_cleanup(struct mesh_annotations *a);
 
 /* Decode one Go double-quoted string literal s[0..len) (with its quotes)
  * into an owned NUL-terminated string. -MESH_E_PARSE with the reason. */
-int mesh_annotations_unquote(const char *s, size_t len, char **out, struct mesh_err *err);
+int mesh_annotations_unquote(const char *s, size_t len, char **out_value, struct mesh_err *err);
 
 /* The prefix of our keys and the legacy TPU Node key (spec §1.1, gke §2.1). */
 #define MESH_ANNOTATION_PREFIX "tpumesh.dev/"
@@ -74,9 +74,9 @@ struct mesh_annotations_config {
  * ignored except tf-version.cloud-tpus.google.com. tpumesh.dev/inject (the
  * webhook's switch) is accepted and ignored. Any other tpumesh.dev/ key, or a
  * bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.
- * out is filled only on success; free with mesh_annotations_config_cleanup. */
-int mesh_annotations_config(const struct mesh_annotations *a, struct mesh_annotations_config *out,
-                            struct mesh_err *err);
+ * out_config is filled only on success; free with mesh_annotations_config_cleanup. */
+int mesh_annotations_config(const struct mesh_annotations *a,
+                            struct mesh_annotations_config *out_config, struct mesh_err *err);
 void mesh_annotations_config_cleanup(struct mesh_annotations_config *c);
 
 #endif

@@ -426,7 +426,8 @@ static int parse_tpuenv_line(const char *line, size_t llen, size_t lineno, struc
     return 0;
 }
 
-int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out, struct mesh_err *err)
+int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
+                      struct mesh_err *err)
 {
     struct mesh_tpuenv env = {0};
     size_t cap = 0, pos = 0, lineno = 1;
@@ -449,7 +450,7 @@ int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out, stru
         pos += llen + (nl ? 1 : 0);
         lineno++;
     }
-    *out = env;
+    *out_env = env;
     return 0;
 }
 

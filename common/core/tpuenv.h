@@ -82,12 +82,13 @@ struct mesh_tpuenv {
     size_t n;
 };
 
-/* Parse buf[0..len) into out (which the caller has zeroed or cleaned up).
+/* Parse buf[0..len) into out_env (which the caller has zeroed or cleaned up).
  * Keys must be [A-Za-z0-9_]+, unique; at most MESH_TPUENV_MAX_KEYS;
  * input at most MESH_TPUENV_MAX_INPUT bytes; NUL bytes are rejected.
- * On failure out is left empty. Errors: -MESH_E_PARSE naming the line,
+ * On failure out_env is left empty. Errors: -MESH_E_PARSE naming the line,
  * -MESH_E_TOOBIG. */
-int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out, struct mesh_err *err);
+int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
+                      struct mesh_err *err);
 /* The value of key, or NULL. Borrowed from env. */
 const char *mesh_tpuenv_get(const struct mesh_tpuenv *env, const char *key);
 /* Free everything env owns; env is empty afterwards. NULL is fine. */

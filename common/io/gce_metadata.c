@@ -130,7 +130,7 @@ static int get_once(const struct mesh_gce_metadata *md, const char *url, struct 
     return 0;
 }
 
-int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, char **out,
+int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, char **out_value,
                           struct mesh_err *err)
 {
     mesh_autofree char *url = mesh_asprintf("%s%s", md->base, path);
@@ -157,7 +157,7 @@ int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, 
                                 url);
         }
         if (rc == 0 && status == 200) {
-            *out = mesh_buf_steal(&body, NULL);
+            *out_value = mesh_buf_steal(&body, NULL);
             return 0;
         }
         mesh_buf_cleanup(&body);
@@ -175,7 +175,8 @@ int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, 
     return rc;
 }
 
-int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err)
+int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out_value,
+                              struct mesh_err *err)
 {
     char *v = NULL;
     int rc = mesh_gce_metadata_get(md, "project/project-id", &v, err);
@@ -186,11 +187,12 @@ int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out, st
         mesh_free(v);
         return mesh_err_set(err, MESH_E_API, 0, "metadata project/project-id is empty");
     }
-    *out = v;
+    *out_value = v;
     return 0;
 }
 
-int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err)
+int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out_value,
+                           struct mesh_err *err)
 {
     mesh_autofree char *v = NULL;
     int rc = mesh_gce_metadata_get(md, "instance/zone", &v, err);
@@ -203,11 +205,11 @@ int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out, struc
     if (*zone == '\0') {
         return mesh_err_set(err, MESH_E_API, 0, "metadata instance/zone '%.64s' has no zone", v);
     }
-    *out = mesh_strdup(zone);
+    *out_value = mesh_strdup(zone);
     return 0;
 }
 
-int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err)
+int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out_value, struct mesh_err *err)
 {
     char *v = NULL;
     int rc = mesh_gce_metadata_get(md, "instance/network-interfaces/0/ip", &v, err);
@@ -219,11 +221,12 @@ int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out, struct 
         return mesh_err_set(err, MESH_E_API, 0,
                             "metadata instance/network-interfaces/0/ip is not an IP address");
     }
-    *out = v;
+    *out_value = v;
     return 0;
 }
 
-int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err)
+int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value,
+                            struct mesh_err *err)
 {
     mesh_autofree char *v = NULL;
     int rc = mesh_gce_metadata_get(md, "instance/service-accounts/default/token", &v, err);
@@ -249,7 +252,7 @@ int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out, stru
                                 "metadata access_token contains spaces or control characters");
         }
     }
-    *out = mesh_strdup(tok);
+    *out_value = mesh_strdup(tok);
     return 0;
 }
 
@@ -283,7 +286,7 @@ void mesh_gce_metadata_tpu_vm_cleanup(struct mesh_gce_tpu_vm *vm)
 }
 
 int mesh_gce_metadata_tpu_vm(const struct mesh_gce_metadata *md, size_t max_workers,
-                             struct mesh_gce_tpu_vm *out, struct mesh_err *err)
+                             struct mesh_gce_tpu_vm *out_vm, struct mesh_err *err)
 {
     struct mesh_gce_tpu_vm vm = {.worker_number = -1};
     mesh_autofree char *env = NULL;
@@ -332,6 +335,6 @@ int mesh_gce_metadata_tpu_vm(const struct mesh_gce_metadata *md, size_t max_work
         mesh_gce_metadata_tpu_vm_cleanup(&vm);
         return rc;
     }
-    *out = vm;
+    *out_vm = vm;
     return 0;
 }

@@ -38,24 +38,28 @@ int mesh_gce_metadata_init(struct mesh_gce_metadata *md, const char *host, struc
 /* Release what md owns. md may be zeroed or NULL. */
 void mesh_gce_metadata_cleanup(struct mesh_gce_metadata *md);
 
-/* GET <base><path>. On success *out (owned by caller, mesh_free; NUL
+/* GET <base><path>. On success *out_value (owned by caller, mesh_free; NUL
  * terminated) holds the body. Errors: -MESH_E_NOTFOUND (404), -MESH_E_API
  * (unreachable after the retries, other status, missing Metadata-Flavor
  * response header), -MESH_E_TOOBIG (body above MESH_GCE_METADATA_MAX).
  * Messages name the URL, never a token. */
-int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, char **out,
+int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, char **out_value,
                           struct mesh_err *err);
 
-/* project/project-id. *out owned by caller. Errors as mesh_gce_metadata_get. */
-int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
+/* project/project-id. *out_value owned by caller. Errors as mesh_gce_metadata_get. */
+int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out_value,
+                              struct mesh_err *err);
 /* instance/zone reduced to its last path segment ("projects/1/zones/us-central2-b"
- * -> "us-central2-b"). *out owned by caller. */
-int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
-/* instance/network-interfaces/0/ip, validated as an IP. *out owned by caller. */
-int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
-/* The access_token of instance/service-accounts/default/token (JSON). *out
+ * -> "us-central2-b"). *out_value owned by caller. */
+int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out_value,
+                           struct mesh_err *err);
+/* instance/network-interfaces/0/ip, validated as an IP. *out_value owned by caller. */
+int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out_value,
+                         struct mesh_err *err);
+/* The access_token of instance/service-accounts/default/token (JSON). *out_value
  * owned by caller; never log it. -MESH_E_AUTH when the reply has no token. */
-int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out, struct mesh_err *err);
+int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value,
+                            struct mesh_err *err);
 
 /* TPU VM attributes (instance/attributes/<key>, spec §4.4). Each member is
  * owned by the struct; a member that the server does not have (404) stays
@@ -70,10 +74,10 @@ struct mesh_gce_tpu_vm {
 
 /* Fetch and parse all four attributes. Errors: -MESH_E_NOTFOUND when none of
  * them exists (not a TPU VM), -MESH_E_API / -MESH_E_PARSE (a malformed
- * tpu-env or endpoint list, naming the attribute). out is filled only on
+ * tpu-env or endpoint list, naming the attribute). out_vm is filled only on
  * success; free it with mesh_gce_metadata_tpu_vm_cleanup. */
 int mesh_gce_metadata_tpu_vm(const struct mesh_gce_metadata *md, size_t max_workers,
-                             struct mesh_gce_tpu_vm *out, struct mesh_err *err);
+                             struct mesh_gce_tpu_vm *out_vm, struct mesh_err *err);
 void mesh_gce_metadata_tpu_vm_cleanup(struct mesh_gce_tpu_vm *vm);
 
 #endif

@@ -104,7 +104,7 @@ static char *strip_slash(char *s)
     return s;
 }
 
-int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **out,
+int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **out_endpoint,
                           struct mesh_err *err)
 {
     if (flag != NULL && *flag != '\0') {
@@ -112,11 +112,11 @@ int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **ou
             return mesh_err_set(err, MESH_E_CONFIG, 0,
                                 "--tpu-api-endpoint '%.64s' is not an http(s):// URL", flag);
         }
-        *out = strip_slash(mesh_strdup(flag));
+        *out_endpoint = strip_slash(mesh_strdup(flag));
         return 0;
     }
     if (discovery_url == NULL || *discovery_url == '\0') {
-        *out = mesh_strdup(MESH_TPU_API_DEFAULT_ENDPOINT);
+        *out_endpoint = mesh_strdup(MESH_TPU_API_DEFAULT_ENDPOINT);
         return 0;
     }
     if (strstr(discovery_url, "{api}") == NULL || strstr(discovery_url, "{apiVersion}") == NULL ||
@@ -153,7 +153,7 @@ int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **ou
                             doc ? "" : ": ", doc ? "" : jerr.msg);
     }
     mesh_autofree char *joined = mesh_asprintf("%s%s", root, svc ? svc : "");
-    *out = strip_slash(MESH_STEAL(joined));
+    *out_endpoint = strip_slash(MESH_STEAL(joined));
     return 0;
 }
 
@@ -194,7 +194,7 @@ static int parse_ep(const cJSON *o, size_t idx, struct mesh_tpuenv_endpoint *ep,
     return 0;
 }
 
-int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_node *out,
+int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_node *out_node,
                             struct mesh_err *err)
 {
     struct mesh_err jerr;
@@ -240,7 +240,7 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
         }
         node.nendpoints = 1;
     }
-    *out = node;
+    *out_node = node;
     return 0;
 }
 
@@ -248,7 +248,7 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
 #define LOOKUP_FMT "Could not lookup TPU metadata from name '%s'. Please doublecheck the tpu "
 
 int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
-                          struct mesh_tpu_api_node *out, int *out_retry, struct mesh_err *err)
+                          struct mesh_tpu_api_node *out_node, int *out_retry, struct mesh_err *err)
 {
     int dummy = 0;
     int *retry = out_retry ? out_retry : &dummy;
@@ -279,7 +279,7 @@ int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
         rc = mesh_err_set(err, MESH_E_API, 0, LOOKUP_FMT "argument. Exception: HTTP %ld", name,
                           status);
     } else {
-        rc = mesh_tpu_api_parse_node(body.data ? body.data : "", body.len, out, err);
+        rc = mesh_tpu_api_parse_node(body.data ? body.data : "", body.len, out_node, err);
         if (rc < 0) {
             if (err != NULL) {
                 err->code = MESH_E_API;
@@ -312,7 +312,7 @@ static bool is_ready(const struct mesh_tpu_api_node *n)
 }
 
 int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
-                            struct mesh_tpu_api_node *out, struct mesh_err *err)
+                            struct mesh_tpu_api_node *out_node, struct mesh_err *err)
 {
     long long start = now_ms();
     long long deadline = api->deadline_ms > 0
@@ -342,7 +342,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                                         "networkEndpoints nor ipAddress",
                                         name);
                 }
-                *out = node;
+                *out_node = node;
                 return 0;
             }
             copy_str(last_state, sizeof(last_state), node.state);

@@ -49,27 +49,27 @@ struct mesh_tpu_api_node {
 /* The API endpoint: flag (borrowed, may be NULL) if set; else the discovery
  * document named by discovery_url (TPU_API_DISCOVERY_URL: must contain {api}
  * and {apiVersion}, replaced by "tpu" and "v1"; its rootUrl + servicePath);
- * else MESH_TPU_API_DEFAULT_ENDPOINT. *out owned by caller, without a
+ * else MESH_TPU_API_DEFAULT_ENDPOINT. *out_endpoint owned by caller, without a
  * trailing '/'. Errors: -MESH_E_CONFIG (bad URL/template), -MESH_E_API
  * (discovery unreachable or malformed). */
-int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **out,
+int mesh_tpu_api_endpoint(const char *flag, const char *discovery_url, char **out_endpoint,
                           struct mesh_err *err);
 
 /* Parse a node resource (JSON, buf[0..len), at most MESH_TPU_API_MAX_REPLY).
  * Endpoint IPs must be IPv4/IPv6 literals or host names and ports 1-65535
- * (missing port = 8470). On success out is filled (free with
+ * (missing port = 8470). On success out_node is filled (free with
  * mesh_tpu_api_node_cleanup). Errors: -MESH_E_PARSE naming the bad field. */
-int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_node *out,
+int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_node *out_node,
                             struct mesh_err *err);
 void mesh_tpu_api_node_cleanup(struct mesh_tpu_api_node *node);
 
 /* One GET of node name (a valid Cloud TPU name; borrowed). Returns 0 with
- * out filled, or: -MESH_E_NOTFOUND (404), -MESH_E_AUTH (401/403), -MESH_E_API
+ * out_node filled, or: -MESH_E_NOTFOUND (404), -MESH_E_AUTH (401/403), -MESH_E_API
  * (transport error, other status, malformed JSON; *out_retry set true for
  * transport errors, 429 and 5xx). Messages carry TensorFlow's "Could not
  * lookup TPU metadata" wrapping. out_retry may be NULL. */
 int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
-                          struct mesh_tpu_api_node *out, int *out_retry, struct mesh_err *err);
+                          struct mesh_tpu_api_node *out_node, int *out_retry, struct mesh_err *err);
 
 /* Poll the node until state READY and (when reported) health HEALTHY, with
  * exponential backoff and an info log line per poll showing state and
@@ -78,8 +78,8 @@ int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
  * PREEMPTED (-MESH_E_NOTREADY) and READY without endpoints (-MESH_E_API);
  * at the deadline returns -MESH_E_TIMEOUT saying what it saw last (or
  * -MESH_E_API if the last attempt was a transport error / 5xx). On success
- * out is filled (mesh_tpu_api_node_cleanup). */
+ * out_node is filled (mesh_tpu_api_node_cleanup). */
 int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
-                            struct mesh_tpu_api_node *out, struct mesh_err *err);
+                            struct mesh_tpu_api_node *out_node, struct mesh_err *err);
 
 #endif

@@ -35,11 +35,12 @@ struct mesh_annotations {
     size_t n;
 };
 
-/* Parse buf[0..len) into out_annotations (which need not be initialised). Errors:
- * -MESH_E_TOOBIG (input above MESH_ANNOTATIONS_MAX_INPUT or more than
- * MESH_ANNOTATIONS_MAX_ITEMS lines), -MESH_E_PARSE naming the line and the
- * problem (no '=', value not a "quoted string", bad escape, NUL, duplicate
- * key). On failure out_annotations is empty. Free with mesh_annotations_cleanup. */
+/* Parse buf[0..len) into out_annotations (need not be initialised; written
+ * only on success, then owned by the caller: mesh_annotations_cleanup).
+ * Errors: -MESH_E_TOOBIG (input above MESH_ANNOTATIONS_MAX_INPUT or more
+ * than MESH_ANNOTATIONS_MAX_ITEMS lines), -MESH_E_PARSE naming the line and
+ * the problem (no '=', value not a "quoted string", bad escape, NUL,
+ * duplicate key). */
 int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations *out_annotations,
                            struct mesh_err *err);
 /* The decoded value of key, or NULL. Borrowed from a. */

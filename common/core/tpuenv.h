@@ -82,11 +82,10 @@ struct mesh_tpuenv {
     size_t n;
 };
 
-/* Parse buf[0..len) into out_env (which the caller has zeroed or cleaned up).
- * Keys must be [A-Za-z0-9_]+, unique; at most MESH_TPUENV_MAX_KEYS;
- * input at most MESH_TPUENV_MAX_INPUT bytes; NUL bytes are rejected.
- * On failure out_env is left empty. Errors: -MESH_E_PARSE naming the line,
- * -MESH_E_TOOBIG. */
+/* Parse buf[0..len) into out_env (written only on success, then owned by
+ * the caller: mesh_tpuenv_cleanup). Keys must be [A-Za-z0-9_]+, unique; at
+ * most MESH_TPUENV_MAX_KEYS; input at most MESH_TPUENV_MAX_INPUT bytes; NUL
+ * bytes are rejected. Errors: -MESH_E_PARSE naming the line, -MESH_E_TOOBIG. */
 int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
                       struct mesh_err *err);
 /* The value of key, or NULL. Borrowed from env. */

@@ -12,22 +12,26 @@
 #    (DT_NEEDED) must come from a package the runtime stage lists; one loaded
 #    indirectly must come from a listed package or from the dependency closure
 #    of the list (`apt-cache depends --recurse`), which apt installs with it.
-# 3. (skipped with --static) Builds the runtime root file system with
+# 3. (skipped with --static) Runs the build stage: debootstrap of its base suite
+#    plus its package list, the source tree copied in, its RUN (`make`) in a
+#    chroot. Then builds the runtime root file system with
 #    `debootstrap --variant=minbase` (what debian:<suite>-slim is made of) plus
 #    exactly the parsed package list, from the Debian mirror configured in
 #    /etc/apt/sources.list*, caching the result as a tarball under
 #    $BUILD/image-cache keyed by suite, mirror and package list. Copies the
-#    programs in where the Dockerfile puts them and runs, through the image's
+#    build stage's programs in where the Dockerfile puts them and runs, through the image's
 #    ENTRYPOINT and as the image's USER, `tpumesh-init --version` and
 #    `tpumesh-sidecar --help` with chroot.
 #
 # Prints TAP lines (`ok N - ...`), timings as `# time` comments, and exits
 # non-zero when a check failed. Needs root for step 3 (debootstrap, chroot).
 # Env: BUILD (default build), DEBIAN_MIRROR (override the mirror), DOCKERFILE,
-#      IMAGE_CACHE (cache directory, default $BUILD/image-cache).
+#      IMAGE_CACHE (cache directory, default $BUILD/image-cache),
+#      IMAGE_TEST_BUILD=0 (skip the build stage; use $BUILD/bin's programs),
+#      IMAGE_TEST_TREE=HEAD (build the committed tree instead of the working tree).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 STATIC=0
@@ -62,9 +66,12 @@ T_START=$(now_ms)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tpumesh-image.XXXXXX")
 cleanup() {
     # The root file system may hold a proc mount if debootstrap was interrupted.
-    if [ -d "$WORK/rootfs/proc" ] && mountpoint -q "$WORK/rootfs/proc" 2>/dev/null; then
-        umount "$WORK/rootfs/proc" 2>/dev/null || true
-    fi
+    local d
+    for d in "$WORK/rootfs" "$WORK/buildfs"; do
+        if [ -d "$d/proc" ] && mountpoint -q "$d/proc" 2>/dev/null; then
+            umount "$d/proc" 2>/dev/null || true
+        fi
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -123,19 +130,29 @@ for ln in lines:
 
 if "runtime" not in stages:
     sys.exit("no stage named 'runtime' (FROM ... AS runtime)")
+
+
+def apt_packages(st, name):
+    """The package list of the stage's one `apt-get install`."""
+    found = []
+    for op, rest in st["ins"]:
+        if op == "RUN" and "apt-get install" in rest:
+            if found:
+                sys.exit("more than one apt-get install in the %s stage" % name)
+            toks = shlex.split(rest)
+            i = toks.index("install") + 1
+            while i < len(toks) and toks[i] not in ("&&", ";", "||"):
+                if not toks[i].startswith("-"):
+                    found.append(toks[i])
+                i += 1
+    return found
+
+
 rt = stages["runtime"]
-pkgs, user, entry, copies = [], "", [], []
+pkgs = apt_packages(rt, "runtime")
+user, entry, copies = "", [], []
 for op, rest in rt["ins"]:
-    if op == "RUN" and "apt-get install" in rest:
-        if pkgs:
-            sys.exit("more than one apt-get install in the runtime stage")
-        toks = shlex.split(rest)
-        i = toks.index("install") + 1
-        while i < len(toks) and toks[i] not in ("&&", ";", "||"):
-            if not toks[i].startswith("-"):
-                pkgs.append(toks[i])
-            i += 1
-    elif op == "USER":
+    if op == "USER":
         user = rest
     elif op == "ENTRYPOINT":
         entry = json.loads(rest)
@@ -147,10 +164,34 @@ if not pkgs:
 m = re.match(r"debian:([a-z]+)(-slim)?$", rt["base"])
 if not m:
     sys.exit("runtime base image is not debian:<suite>[-slim]: " + rt["base"])
-dest = {}
+dest, srcs = {}, {}
 for c in copies:
     for src in c[:-1]:
         dest[src.rsplit("/", 1)[-1]] = c[-1]
+        srcs[src.rsplit("/", 1)[-1]] = src
+# The build stage: base image, packages, WORKDIR, COPY . <dir>, and the RUN commands after
+# the apt-get one (what `docker build` would run there).
+bs = stages.get("build")
+if bs:
+    bm = re.match(r"debian:([a-z]+)$", bs["base"])
+    bpkgs = apt_packages(bs, "build")
+    workdir, runs, copied = "/", [], False
+    for op, rest in bs["ins"]:
+        if op == "WORKDIR":
+            workdir = rest
+        elif op == "COPY" and shlex.split(rest)[0] == ".":
+            copied = True
+        elif op == "RUN" and "apt-get install" not in rest:
+            runs.append(rest)
+    print("BS_SUITE=" + shlex.quote(bm.group(1) if bm else ""))
+    print("BS_BASE=" + shlex.quote(bs["base"]))
+    print("BS_PKGS=" + shlex.quote(" ".join(bpkgs)))
+    print("BS_WORKDIR=" + shlex.quote(workdir))
+    print("BS_COPIES_TREE=" + ("1" if copied else "0"))
+    print("BS_RUN=" + shlex.quote(" && ".join("(%s)" % r for r in runs)))
+print("RT_SRC_INIT=" + shlex.quote(srcs.get("tpumesh-init", "")))
+print("RT_SRC_SIDECAR=" + shlex.quote(srcs.get("tpumesh-sidecar", "")))
+print("RT_SRC_VERSION=" + shlex.quote(srcs.get("VERSION", "")))
 print("RT_BASE=" + shlex.quote(rt["base"]))
 print("RT_SUITE=" + shlex.quote(m.group(1)))
 print("RT_PKGS=" + shlex.quote(" ".join(pkgs)))
@@ -228,6 +269,7 @@ owner_of() {
 in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }
 
 T1=$(now_ms)
+# shellcheck disable=SC2086 # the package list is meant to split into words
 closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances $RT_PKGS 2>/dev/null |
     awk '/^[a-z0-9]/ { print $1 } /Depends: [a-z0-9]/ { print $2 }' | sed 's/:.*//' | sort -u |
@@ -305,35 +347,90 @@ if [ -z "$mirror" ]; then
 fi
 ok "Debian mirror for $RT_SUITE: $mirror"
 
-sorted=$(echo "$RT_PKGS" | tr ' ' '\n' | sort -u | tr '\n' ',' | sed 's/,$//')
-key=$(printf '%s\n' "$RT_SUITE" "$mirror" minbase "$sorted" | sha256sum | cut -c1-16)
-tarball=$CACHE/rootfs-$RT_SUITE-$key.tar.gz
-rootfs=$WORK/rootfs
-mkdir -p "$CACHE" "$rootfs"
-T3=$(now_ms)
-if [ -s "$tarball" ]; then
-    if tar -xzf "$tarball" -C "$rootfs"; then
-        ok "root file system restored from cache $(basename "$tarball")"
-    else
-        fail "root file system restored from cache" "remove $tarball and rerun"
+# make_rootfs NAME SUITE "PKGS" DIR: debootstrap --variant=minbase SUITE plus PKGS into DIR,
+# or restore it from the cache tarball made by an earlier run with the same inputs.
+make_rootfs() {
+    local name=$1 suite=$2 pkgs=$3 dir=$4 sorted key tarball t
+    sorted=$(echo "$pkgs" | tr ' ' '\n' | sort -u | tr '\n' ',' | sed 's/,$//')
+    key=$(printf '%s\n' "$suite" "$mirror" minbase "$sorted" | sha256sum | cut -c1-16)
+    tarball=$CACHE/rootfs-$suite-$key.tar.gz
+    mkdir -p "$CACHE" "$dir"
+    t=$(now_ms)
+    if [ -s "$tarball" ]; then
+        if tar -xzf "$tarball" -C "$dir"; then
+            ok "$name root file system restored from cache $(basename "$tarball")"
+            echo "# time: $name: restore from cache $(( $(now_ms) - t )) ms"
+            return 0
+        fi
+        fail "$name root file system restored from cache" "remove $tarball and rerun"
+        return 1
     fi
-    echo "# time: restore from cache $(( $(now_ms) - T3 )) ms"
-else
-    if debootstrap --variant=minbase --include="$sorted" "$RT_SUITE" "$rootfs" "$mirror" \
-        >"$WORK/debootstrap.log" 2>&1; then
-        ok "debootstrap --variant=minbase $RT_SUITE + runtime packages"
-        echo "# time: debootstrap $(( $(now_ms) - T3 )) ms"
-        T4=$(now_ms)
-        # Save it for the next run; apt's downloaded .debs are not part of the image.
-        rm -f "$rootfs"/var/cache/apt/archives/*.deb
-        tar -C "$rootfs" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-        echo "# time: cache tarball $(( $(now_ms) - T4 )) ms"
-    else
-        fail "debootstrap --variant=minbase $RT_SUITE + runtime packages" \
-            "$(tail -n 5 "$WORK/debootstrap.log")"
-        finish
+    if ! debootstrap --variant=minbase --include="$sorted" "$suite" "$dir" "$mirror" \
+        >"$WORK/debootstrap-$name.log" 2>&1; then
+        fail "debootstrap --variant=minbase $suite + $name packages" \
+            "$(tail -n 5 "$WORK/debootstrap-$name.log")"
+        return 1
+    fi
+    ok "debootstrap --variant=minbase $suite + $name packages"
+    echo "# time: $name: debootstrap $(( $(now_ms) - t )) ms"
+    t=$(now_ms)
+    # Save it for the next run; apt's downloaded .debs are not part of the image.
+    rm -f "$dir"/var/cache/apt/archives/*.deb
+    tar -C "$dir" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+    echo "# time: $name: cache tarball $(( $(now_ms) - t )) ms"
+}
+
+# ---- 3a. the build stage: `make` in debian:<suite> + the build packages ----
+# What `docker build` does there: the source tree (COPY . .; the tracked files, as
+# a fresh clone has them) in WORKDIR, then the stage's RUN commands, as root.
+# Its programs are what the runtime stage copies (COPY --from=build). Skip with
+# IMAGE_TEST_BUILD=0; the runtime checks then use $BUILD/bin.
+init_src=$BUILD/bin/tpumesh-init
+side_src=$BUILD/bin/tpumesh-sidecar
+if [ "${IMAGE_TEST_BUILD:-1}" != 0 ] && [ -n "${BS_PKGS:-}" ]; then
+    buildfs=$WORK/buildfs
+    if [ -z "$BS_SUITE" ] || [ "$BS_COPIES_TREE" != 1 ] || [ -z "$BS_RUN" ]; then
+        fail "build stage is debian:<suite>, copies the tree and runs make" \
+            "base $BS_BASE, COPY . .: $BS_COPIES_TREE, RUN: $BS_RUN"
+    elif make_rootfs build "$BS_SUITE" "$BS_PKGS" "$buildfs"; then
+        mkdir -p "$buildfs$BS_WORKDIR"
+        if [ "${IMAGE_TEST_TREE:-worktree}" = HEAD ]; then
+            git -C "$ROOT" archive HEAD | tar -C "$buildfs$BS_WORKDIR" -xf -
+        elif git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+            git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 cp -a --parents -t "$buildfs$BS_WORKDIR/")
+        else
+            tar -C "$ROOT" --exclude='./build*' --exclude=./.git --exclude='*/node_modules' -cf - . |
+                tar -C "$buildfs$BS_WORKDIR" -xf -
+        fi
+        t=$(now_ms)
+        if timeout 900 chroot "$buildfs" /usr/bin/env -i \
+            PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+            /bin/sh -c "cd '$BS_WORKDIR' && $BS_RUN" >"$WORK/build-stage.log" 2>&1; then
+            ok "build stage: $BS_RUN (in $BS_BASE + build packages)"
+            init_src=$buildfs$RT_SRC_INIT
+            side_src=$buildfs$RT_SRC_SIDECAR
+        else
+            fail "build stage: $BS_RUN (in $BS_BASE + build packages)" \
+                "$(tail -n 8 "$WORK/build-stage.log")"
+        fi
+        echo "# time: build stage make $(( $(now_ms) - t )) ms"
     fi
 fi
+if [ -x "$init_src" ] && [ -x "$side_src" ]; then
+    ok "the runtime stage gets the programs from ${init_src%/*}"
+else
+    fail "the build stage produced ${RT_SRC_INIT} and ${RT_SRC_SIDECAR}" "missing under the build root"
+    init_src=$BUILD/bin/tpumesh-init
+    side_src=$BUILD/bin/tpumesh-sidecar
+fi
+
+# ---- 3b. the runtime stage -------------------------------------------------
+rootfs=$WORK/rootfs
+T3=$(now_ms)
+if ! make_rootfs runtime "$RT_SUITE" "$RT_PKGS" "$rootfs"; then
+    finish
+fi
+echo "# time: runtime root file system $(( $(now_ms) - T3 )) ms"
 
 # Exactly the listed packages and what they depend on: each ldd package is installed.
 installed=$(dpkg-query --admindir="$rootfs/var/lib/dpkg" -W -f '${Package} ${Status}\n' |
@@ -358,8 +455,8 @@ else
 fi
 
 # COPY --from=build ... as the Dockerfile does.
-install -m 0755 "$BUILD/bin/tpumesh-init" "$rootfs$RT_DEST_INIT/tpumesh-init"
-install -m 0755 "$BUILD/bin/tpumesh-sidecar" "$rootfs$RT_DEST_SIDECAR/tpumesh-sidecar"
+install -m 0755 "$init_src" "$rootfs$RT_DEST_INIT/tpumesh-init"
+install -m 0755 "$side_src" "$rootfs$RT_DEST_SIDECAR/tpumesh-sidecar"
 if [ -n "$RT_DEST_VERSION" ]; then
     install -D -m 0644 VERSION "$rootfs$RT_DEST_VERSION"
 fi

@@ -518,6 +518,29 @@ if (rendered) {
     check('k8s/rbac.yaml equals the chart\'s ServiceAccount, Role and RoleBinding (without Helm labels)', rbacErrs);
 }
 
+/* The same named templates included from a parent chart that has tpumesh as a dependency:
+ * Helm gives them the parent's context, with this chart's values (defaults merged) under
+ * .Values.tpumesh, and renders the subchart's own ServiceAccount in the subchart's context. */
+if (rendered) {
+    check('chart: the named templates give the same containers from a parent chart', guard(() => {
+        const e = [];
+        const parentValues = { tpumesh: helmMerge(defaults, { image: { repository: 'reg.example/t' } }), replicas: 4 };
+        const parent = { ...rendered.top, Values: parentValues, Release: { ...rendered.top.Release, Name: 'train' },
+            Chart: { Name: 'my-training', Version: '1.0.0', AppVersion: '1.0' } };
+        const sub = { ...rendered.top, Values: parentValues.tpumesh, Release: parent.Release };
+        for (const [name, opts] of [['tpumesh.initContainer', { tpuChips: 4 }], ['tpumesh.sidecar', null],
+            ['tpumesh.volumes', null], ['tpumesh.volumeMounts', null], ['tpumesh.serviceAccountName', null]]) {
+            const a = rendered.renderer.include(name, opts ? { ctx: parent, ...opts } : parent, 'parent');
+            const b = rendered.renderer.include(name, opts ? { ctx: sub, ...opts } : sub, 'subchart');
+            if (a !== b) e.push(`${name}: parent and subchart renderings differ`);
+        }
+        const sa = rendered.renderer.include('tpumesh.serviceAccountName', parent, 'parent');
+        if (sa !== 'train-tpumesh') e.push(`serviceAccountName from the parent is ${sa}, the subchart creates train-tpumesh`);
+        if (!rendered.renderer.include('tpumesh.sidecar', parent, 'parent').includes('reg.example/t:')) e.push('the parent\'s tpumesh.image.repository is not used');
+        return e;
+    }));
+}
+
 /* ---- 4. the validator rejects known-bad manifests -------------------------------------- */
 const badM = path.join(FIX, 'bad-manifests');
 for (const f of fs.readdirSync(badM).filter((x) => /\.ya?ml$/.test(x)).sort()) {

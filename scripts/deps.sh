@@ -13,6 +13,11 @@ nodejs npm debootstrap"
 
 missing=""
 for p in $PKGS; do
+    # A nodejs from another origin (NodeSource) bundles npm, and Debian's npm
+    # package would conflict with it: a working npm command is enough.
+    if [ "$p" = npm ] && command -v npm >/dev/null 2>&1; then
+        continue
+    fi
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         missing="$missing $p"
     fi

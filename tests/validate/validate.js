@@ -575,8 +575,12 @@ if (helm) {
         return [];
     }));
     if (out) {
-        const objs = guard(() => parseYamlText(out, 'helm template'));
-        checkObjects(Array.isArray(objs) && typeof objs[0] !== 'string' ? objs : [], 'helm template');
+        let objs = [];
+        check('helm template output is well-formed YAML', guard(() => {
+            objs = parseYamlText(out, 'helm template');
+            return [];
+        }));
+        checkObjects(objs, 'helm template');
     }
 } else {
     console.log('# helm is not on PATH: helm lint and helm template were not run (the offline renderer was)');

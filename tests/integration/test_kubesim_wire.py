@@ -185,6 +185,29 @@ def run2(sim, c, port, token_file, state_dir):
               and [row["cells"][0] for row in d["rows"]] == ["w-0-aaaaa", "w-1-aaaaa"]
               and d["rows"][0]["object"]["kind"] == "PartialObjectMetadata" and d["metadata"].get("continue"),
               r.body[:300])
+    pom_list = ("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json")
+    r = request(port, "/api/v1/namespaces/default/pods?limit=2", token=tok, headers={"Accept": pom_list})
+    d = json.loads(r.body)
+    tap.check("metadata-only list (client-go metadata client Accept)",
+              d["kind"] == "PartialObjectMetadataList" and d["apiVersion"] == "meta.k8s.io/v1"
+              and [i["kind"] for i in d["items"]] == ["PartialObjectMetadata"] * 2
+              and set(d["items"][0]) == {"kind", "apiVersion", "metadata"} and d["metadata"].get("continue"),
+              r.body[:200])
+    r = request(port, "/api/v1/namespaces/default/pods", token=tok,
+                headers={"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"})
+    tap.check("PartialObjectMetadata for a list is 406 with the apiserver's message", r.status == 406 and
+              json.loads(r.body)["message"] == "you requested PartialObjectMetadata, but the requested object is a "
+              "list (*v1.PodList)", r.body)
+    r = request(port, "/api/v1/namespaces/default/pods/w-1-aaaaa", token=tok,
+                headers={"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"})
+    d = json.loads(r.body)
+    tap.check("metadata-only get", d["kind"] == "PartialObjectMetadata" and d["metadata"]["name"] == "w-1-aaaaa", r.body[:120])
+    r = request(port, "/api/v1/namespaces/default/pods/w-1-aaaaa", token=tok,
+                headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+    d = json.loads(r.body)
+    tap.check("Table get: one row", d["kind"] == "Table" and [row["cells"][0] for row in d["rows"]] == ["w-1-aaaaa"],
+              r.body[:120])
     r = request(port, "/api/v1/namespaces/default/pods", token=tok,
                 headers={"Accept": "application/vnd.kubernetes.protobuf"})
     tap.check("protobuf only: 406", r.status == 406, r.status)

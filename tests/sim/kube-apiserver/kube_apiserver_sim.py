@@ -965,6 +965,11 @@ def table_row(pod, include):
     return row
 
 
+def pom_obj(pod):
+    """PartialObjectMetadata of a pod (metadata-only clients, spec §6)."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": pod["metadata"]}
+
+
 def table_obj(pods, meta, include, headers=True):
     t = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
     if headers:
@@ -1248,35 +1253,47 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(status_obj(405, "MethodNotAllowed",
                                       "the server does not allow this method on the requested resource",
                                       details_obj(kind="pods")))
-        if name is not None and verb == "get":
-            return self._get_pod(ns, name, q)
-        if name is not None and verb == "watch":
-            # A watch of one object is a watch with metadata.name=<name>.
-            fs = q.get("fieldSelector", [""])[0]
-            q["fieldSelector"] = [("metadata.name=%s" % name) + ("," + fs if fs else "")]
         accept = self.headers.get("Accept") or "application/json"
-        table = self._want_table(accept)
+        table = self._negotiate(accept)
         if table is None:
             raise ApiError(status_obj(406, "NotAcceptable",
                                       "only the following media types are accepted: application/json,"
                                       " application/yaml, application/vnd.kubernetes.protobuf"))
+        is_list = verb == "list"
+        if table == "PartialObjectMetadata" and is_list:
+            raise ApiError(status_obj(406, "NotAcceptable", "you requested PartialObjectMetadata, but the requested "
+                                                            "object is a list (*v1.PodList)"))
+        if table == "PartialObjectMetadataList" and not is_list:
+            raise ApiError(status_obj(406, "NotAcceptable", "you requested PartialObjectMetadataList, but the "
+                                                            "requested object is not a list (*v1.Pod)"))
+        if name is not None and verb == "get":
+            return self._get_pod(ns, name, q, table)
+        if name is not None and verb == "watch":
+            # A watch of one object is a watch with metadata.name=<name>.
+            fs = q.get("fieldSelector", [""])[0]
+            q["fieldSelector"] = [("metadata.name=%s" % name) + ("," + fs if fs else "")]
         if verb == "watch":
             return self._watch(ns, q, table)
         return self._list(ns, q, table)
 
-    def _want_table(self, accept):
-        """'' for plain JSON, 'Table' for a Table, None when nothing acceptable."""
-        ok_json = False
+    def _negotiate(self, accept):
+        """The first acceptable JSON target in the client's order: '' (the object itself), 'Table',
+        'PartialObjectMetadata' or 'PartialObjectMetadataList'; None when nothing is acceptable
+        (spec §6 Accept header)."""
         for part in accept.split(","):
             params = [x.strip() for x in part.split(";")]
             mt = params[0].lower()
             kv = dict(p.split("=", 1) for p in params[1:] if "=" in p)
-            if mt in ("application/json", "*/*", "application/*", ""):
-                if kv.get("as") == "Table" and kv.get("g") == "meta.k8s.io" and kv.get("v") in ("v1", "v1beta1"):
-                    return "Table"
-                if "as" not in kv:
-                    ok_json = True
-        return "" if ok_json else None
+            if mt not in ("application/json", "*/*", "application/*", ""):
+                continue
+            as_ = kv.get("as")
+            if as_ is None:
+                return ""
+            if kv.get("g") != "meta.k8s.io" or kv.get("v") not in ("v1", "v1beta1"):
+                continue
+            if as_ in ("Table", "PartialObjectMetadata", "PartialObjectMetadataList"):
+                return as_
+        return None
 
     def _faults(self, verb, path):
         st = self.st
@@ -1374,13 +1391,20 @@ class Handler(BaseHTTPRequestHandler):
         self.send_body(200, body)
 
     # -- GET one pod -----------------------------------------------------
-    def _get_pod(self, ns, name, q):
+    def _get_pod(self, ns, name, q, table=""):
         st = self.st
         with st.cond:
             rec = st.pods.get((ns, name))
         if rec is None:
             raise err_not_found_pod(name)
-        self.send_body(200, rec.full() + b"\n")
+        if table == "Table":
+            include = q.get("includeObject", ["Metadata"])[0] or "Metadata"
+            body = gojson_b(table_obj([rec.pod], {"resourceVersion": str(rec.rv)}, include)) + b"\n"
+        elif table == "PartialObjectMetadata":
+            body = gojson_b(pom_obj(rec.pod)) + b"\n"
+        else:
+            body = rec.full() + b"\n"
+        self.send_body(200, body)
 
     # -- LIST ------------------------------------------------------------
     def _list_params(self, q):
@@ -1483,9 +1507,12 @@ class Handler(BaseHTTPRequestHandler):
             meta["continue"] = encode_continue(-1 if inconsistent else snap.rv, last + "\x00")
             if not flt.has_selectors:
                 meta["remainingItemCount"] = n - i
-        if table:
+        if table == "Table":
             include = q.get("includeObject", ["Metadata"])[0] or "Metadata"
             body = gojson_b(table_obj([r.pod for r in items], meta, include)) + b"\n"
+        elif table == "PartialObjectMetadataList":
+            body = gojson_b({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+                             "items": [pom_obj(r.pod) for r in items]}) + b"\n"
         else:
             body = (b'{"kind":"PodList","apiVersion":"v1","metadata":' + gojson_b(meta) + b',"items":['
                     + b",".join(r.item() for r in items) + b"]}\n")
@@ -1623,7 +1650,10 @@ class Handler(BaseHTTPRequestHandler):
             pass
         raise StreamClosed()
 
-    def _table_line(self, etype, rec, first):
+    def _table_line(self, mode, etype, rec, first):
+        """A watch event line for a Table or PartialObjectMetadata watch."""
+        if mode == "PartialObjectMetadata":
+            return gojson_b({"type": etype, "object": pom_obj(rec.pod)}) + b"\n"
         meta = {"resourceVersion": str(rec.rv)}
         obj = table_obj([rec.pod], meta, "Metadata", headers=first)
         return gojson_b({"type": etype, "object": obj}) + b"\n"
@@ -1641,7 +1671,7 @@ class Handler(BaseHTTPRequestHandler):
             batch = []
             for r in initial:
                 if w.table:
-                    batch.append(self._table_line("ADDED", r, first_table))
+                    batch.append(self._table_line(w.table, "ADDED", r, first_table))
                     first_table = False
                 else:
                     batch.append(r.event_line(b"ADDED"))
@@ -1716,7 +1746,7 @@ class Handler(BaseHTTPRequestHandler):
                         continue
                     if w.table:
                         rec = ev.new if v[1] == "new" else Rec(with_rv(ev.old.pod, ev.rv), ev.rv)
-                        lines.append(self._table_line(v[0], rec, first_table))
+                        lines.append(self._table_line(w.table, v[0], rec, first_table))
                         first_table = False
                     else:
                         lines.append(ev.line(v[0], v[1]))

@@ -552,11 +552,12 @@ class State:
     def _reload_token_file(self):
         try:
             st = os.stat(self.token_file)
-            if self.token_file_mtime == st.st_mtime_ns:
+            sig = (st.st_mtime_ns, st.st_ino, st.st_size)
+            if self.token_file_mtime == sig:
                 return
             with open(self.token_file, "r", encoding="utf-8") as f:
                 tok = f.read().strip()
-            self.token_file_mtime = st.st_mtime_ns
+            self.token_file_mtime = sig
             self.tokens = {tok} if tok else set()
         except OSError:
             pass

@@ -382,6 +382,10 @@ def test_server_checks_trap():
         tap.check("sim rejects a cluster_def naming tpu_worker/0",
                   e.code() == grpc.StatusCode.INVALID_ARGUMENT and "same names" in e.details(),
                   f"{e.code()} {e.details()}")
+        md = dict(e.trailing_metadata() or ())
+        tap.check("sim: errors carry a GrpcPayloadContainer in grpc-status-details-bin "
+                  "(our client ignores it)", md.get("grpc-status-details-bin", b"")[:1] == b"\x0a",
+                  f"{md}")
     # Option A (no cluster_def) with /job:worker fails; /job:tpu_worker works.
     req.config.Clear()
     n.device = "/job:worker/replica:0/task:0/device:TPU_SYSTEM:0"

@@ -149,6 +149,20 @@ def varint(n):
             return bytes(out)
 
 
+def tf_abort(context, code, msg):
+    """Fail the RPC as a recent TF server does: the status (message cut at 3072 characters)
+    plus a serialized tensorflow.distributed_runtime.GrpcPayloadContainer (field 1:
+    map<string, bytes> payloads) in grpc-status-details-bin, which is NOT a
+    google.rpc.Status and which clients must ignore (spec §2.7)."""
+    if len(msg) > 3072:
+        msg = msg[:3072] + " ... [truncated]"
+    key, value = b"type.googleapis.com/tensorflow.sim.Payload", b"sim"
+    entry = b"\x0a" + varint(len(key)) + key + b"\x12" + varint(len(value)) + value
+    context.set_trailing_metadata((("grpc-status-details-bin", b"\x0a" + varint(len(entry))
+                                    + entry),))
+    context.abort(code, msg)
+
+
 class DeviceSpec:
     """A parsed TF device string (/job:x/replica:r/task:t/device:TYPE:i, partial allowed)."""
 
@@ -214,7 +228,7 @@ class Sim:
         # Never answer; return only when the client gives up or we stop.
         while context.is_active() and not self.stop.is_set():
             time.sleep(0.05)
-        context.abort(grpc.StatusCode.CANCELLED, "client went away")
+        tf_abort(context, grpc.StatusCode.CANCELLED, "client went away")
 
     # ---- CreateSession -----------------------------------------------------
     def check_graph(self, req):
@@ -314,12 +328,12 @@ class Sim:
                  device=(req.graph_def.node[0].device if req.graph_def.node else "-"))
         if self.args.fail == "unavailable" or (self.args.fail == "unavailable-first"
                                                and n <= self.args.fail_count):
-            context.abort(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+            tf_abort(context, grpc.StatusCode.UNAVAILABLE, "Socket closed")
         if self.args.fail == "hang-create":
             self.hang(context)
         problem = self.check_graph(req)
         if problem:
-            context.abort(getattr(grpc.StatusCode, problem[0]), problem[1])
+            tf_abort(context, getattr(grpc.StatusCode, problem[0]), problem[1])
         with self.lock:
             handle = f"{self.next_handle:016x}"
             self.next_handle += 0x1F3
@@ -331,7 +345,7 @@ class Sim:
         with self.lock:
             nodes = self.sessions.get(req.session_handle)
             if nodes is None:
-                context.abort(grpc.StatusCode.ABORTED,
+                tf_abort(context, grpc.StatusCode.ABORTED,
                               f"Session {req.session_handle} is not found.")
             for n in req.graph_def.node:
                 nodes[n.name] = n
@@ -341,14 +355,14 @@ class Sim:
     def step_error(self, req, context, code, msg):
         if req.store_errors_in_response_body:
             return master_pb2.RunStepResponse(status_code=code, status_error_message=msg)
-        context.abort(getattr(grpc.StatusCode, code_name(code)), msg)
+        tf_abort(context, getattr(grpc.StatusCode, code_name(code)), msg)
 
     def RunStep(self, req, context):
         self.log("RunStep", handle=req.session_handle, fetch=",".join(req.fetch) or "-",
                  target=",".join(req.target) or "-", timeout_ms=req.options.timeout_in_ms,
                  store_errors=str(req.store_errors_in_response_body).lower())
         if self.args.fail == "unavailable":
-            context.abort(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+            tf_abort(context, grpc.StatusCode.UNAVAILABLE, "Socket closed")
         with self.lock:
             nodes = self.sessions.get(req.session_handle)
         if nodes is None:
@@ -383,7 +397,7 @@ class Sim:
             return self.step_error(req, context, 3, "No TPU_SYSTEM device found. Please ensure "
                                    "that you're connected to a host with a TPU_SYSTEM device.")
         if mode == "run-grpc-error":
-            context.abort(grpc.StatusCode.INTERNAL, "TPU driver connection lost")
+            tf_abort(context, grpc.StatusCode.INTERNAL, "TPU driver connection lost")
         resp = master_pb2.RunStepResponse()
         for f in req.fetch:
             nt = resp.tensor.add()
@@ -401,14 +415,14 @@ class Sim:
         self.log("CloseSession", handle=req.session_handle)
         with self.lock:
             if self.sessions.pop(req.session_handle, None) is None:
-                context.abort(grpc.StatusCode.ABORTED, f"Session {req.session_handle} is not "
+                tf_abort(context, grpc.StatusCode.ABORTED, f"Session {req.session_handle} is not "
                               "found. Possibly, this master has restarted.")
         return master_pb2.CloseSessionResponse()
 
     def ListDevices(self, req, context):
         self.log("ListDevices", handle=req.session_handle or "-")
         if req.session_handle and req.session_handle not in self.sessions:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+            tf_abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                           f"Session {req.session_handle} is not found.")
         return master_pb2.ListDevicesResponse(local_device=self.devices())
 

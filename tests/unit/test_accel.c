@@ -13,6 +13,8 @@
 
 #include "core/accel.h"
 #include "core/err.h"
+#include "core/mem.h"
+#include "core/topo.h"
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1152,6 +1154,41 @@ static void check_derived(size_t i, const struct derive_row *r, const struct mes
     assert_int_equal(s->devices_per_host, s->chips_per_host * s->mesh_shape[3]);
 }
 
+/* The slice's device coordinates (topo.h) cover the mesh exactly once and
+ * each task's devices fill one chips_per_host_bounds block aligned to the
+ * block grid. Checked for every derived row, not just test_topo's list. */
+static void check_coords(const struct mesh_slice *s)
+{
+    int32_t *c = NULL;
+    size_t n = 0;
+    struct mesh_err err;
+    if (mesh_topo_coords(s, &c, &n, &err) != 0) {
+        fail_msg("%s: %s", s->accelerator_type, err.msg);
+    }
+    const int *ms = s->mesh_shape, *bb = s->chips_per_host_bounds;
+    size_t mesh = (size_t)ms[0] * ms[1] * ms[2] * ms[3];
+    assert_int_equal(n, mesh * 4);
+    unsigned char *seen = mesh_calloc(mesh, 1);
+    for (int t = 0; t < s->hosts; t++) {
+        const int32_t *d0 = &c[(size_t)t * s->devices_per_host * 4];
+        for (int a = 0; a < 3; a++) {
+            assert_int_equal(d0[a] % bb[a], 0); /* block-aligned origin */
+        }
+        for (int d = 0; d < s->devices_per_host; d++) {
+            const int32_t *v = &d0[(size_t)d * 4];
+            for (int a = 0; a < 3; a++) {
+                assert_true(v[a] >= d0[a] && v[a] < d0[a] + bb[a]);
+            }
+            assert_true(v[3] >= 0 && v[3] < ms[3]);
+            size_t pos = (((size_t)v[2] * ms[1] + v[1]) * ms[0] + v[0]) * ms[3] + v[3];
+            assert_int_equal(seen[pos], 0);
+            seen[pos] = 1;
+        }
+    }
+    mesh_free(seen);
+    mesh_free(c);
+}
+
 static void test_derive_table(void **state)
 {
     (void)state;
@@ -1173,6 +1210,7 @@ static void test_derive_table(void **state)
                      err.msg);
         }
         check_derived(i, r, &s);
+        check_coords(&s);
         /* The derived slice is a fixed point: feeding its own type,
          * topology and chips per host back in gives the same slice. */
         struct mesh_slice_spec again = {s.accelerator_type, NULL, s.topology, s.chips_per_host,
@@ -1403,6 +1441,9 @@ static void test_derive_sweep(void **state)
             assert_int_equal(s.hosts * s.chips_per_host, s.chips);
             for (int a = 0; a < 3; a++) {
                 assert_int_equal(s.host_bounds[a] * s.chips_per_host_bounds[a], s.dims[a]);
+            }
+            if (s.chips <= 256) {
+                check_coords(&s);
             }
         }
     }

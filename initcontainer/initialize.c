@@ -159,7 +159,11 @@ static int check_lock_file(const char *path, struct mesh_err *err)
 /* The lock files libtpu uses (spec §4.2): /tmp/libtpu_lockfile, the per-user
  * /tmp/libtpu_lock_<uid>/libtpu_lockfile of newer XLA (any uid: the trainer
  * need not run as our user) and $HOME/.libtpu_lockfile. TPUMESH_LOCK_DIR
- * replaces /tmp (tests, or a host /tmp mounted elsewhere). */
+ * replaces /tmp (tests, or a host /tmp mounted elsewhere).
+ * Each container has its own /tmp: a holder in another container or pod is
+ * visible only when the chart mounts the shared /tmp (e.g. the host's, via
+ * hostPath) here and points TPUMESH_LOCK_DIR at it. Locks on the same inode
+ * then conflict across PID namespaces; F_GETLK reports pid 0 for those. */
 static int check_tpu_locks(struct mesh_err *err)
 {
     const char *base = getenv("TPUMESH_LOCK_DIR");

@@ -233,9 +233,13 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
                             "google.com/tpu: %d for this container",
                             ndev, dev_dir, slice_name, want, want);
     }
+    /* More devices than chips: the TPU this container got is not the slice
+     * we were told about (issue 4: "as many as the host's chips", else exit
+     * 3); usually a wrong accelerator type (spec §11.6). */
     if (want > 0 && ndev > want) {
-        return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "%d TPU devices under '%s' but %s has %d chips per host; check "
+        return mesh_err_set(err, MESH_E_NOTFOUND, 0,
+                            "TPUs not found in the cluster. Failed in initialization: %d TPU "
+                            "devices under '%s' but %s has %d chips per host; check "
                             "--accelerator-type/--topology (v5e/v6e count chips, v4/v5p cores)",
                             ndev, dev_dir, slice_name, want);
     }

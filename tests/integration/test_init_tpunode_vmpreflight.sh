@@ -65,7 +65,7 @@ expect "2 of 4 chips" 3 "2 TPU device(s) under '$TMP/two' but v4-8 has 4 chips p
 
 devices "$TMP/eight" accel 8
 run eight "${V4[@]}" --dev-dir "$TMP/eight"
-expect "8 devices for a 4-chip host" 2 "8 TPU devices under '$TMP/eight' but v4-8 has 4 chips per host"
+expect "8 devices for a 4-chip host" 3 "8 TPU devices under '$TMP/eight' but v4-8 has 4 chips per host"
 
 devices "$TMP/four" accel 4
 mkfifo "$TMP/four/accelerator" # not accel<N>: ignored

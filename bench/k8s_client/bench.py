@@ -11,7 +11,9 @@ Measured per client (each in its own process, CPU = user+sys of that process onl
     list, minus the same client's figure after listing an empty namespace, divided by --pods.
 The C store keeps a compact record per pod (what the sidecar needs); the Python peer keeps
 V1Pod objects, as a Python informer/sidecar built on the official client does.
-Prints one table and the ratios (Python / C). Not part of make test."""
+Also kubectl (client-go) when installed: CPU of `kubectl get pods -o json --chunk-size=500` and of
+`kubectl get pods -w --output-watch-events -o name` over the same churn (its CPU includes printing).
+Prints one table and the ratios (peer / C). Not part of make test."""
 import argparse
 import json
 import os
@@ -159,6 +161,48 @@ def run_py(sim, ns, events, sim_client):
     return res
 
 
+def run_kubectl(sim, ns, events, sim_client, tmp):
+    """kubectl (client-go): CPU of `get pods -o json` (LIST) and of `get pods -w` over the same
+    churn. Returns {} when kubectl is not installed."""
+    kubectl = subprocess.run(["sh", "-c", "command -v kubectl"], capture_output=True, text=True).stdout.strip()
+    if not kubectl:
+        return {}
+    kc = os.path.join(tmp, "kubeconfig")
+    with open(kc, "w") as f:
+        f.write("apiVersion: v1\nkind: Config\ncurrent-context: s\nclusters:\n- name: s\n  cluster:\n"
+                "    server: %s\n    certificate-authority: %s\nusers:\n- name: u\n  user:\n"
+                "    token: %s\ncontexts:\n- name: s\n  context: {cluster: s, user: u, namespace: %s}\n"
+                % (sim.url, sim.ca, TOKEN, ns))
+    env = dict(os.environ, KUBECONFIG=kc, HOME=tmp)
+    base = [kubectl, "get", "pods", "-n", ns, "--chunk-size=500"]
+
+    def cpu_of(p):
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = status
+        return ru.ru_utime + ru.ru_stime
+    p = subprocess.Popen(base + ["-o", "json"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    list_cpu = cpu_of(p)
+    out = {"list_cpu": list_cpu}
+    if events:
+        p = subprocess.Popen(base + ["-w", "--output-watch-events", "-o", "name"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        n = 0
+        # the initial list prints one line per pod, then one per event
+        total = ns_count(sim_client, ns) + events
+        started = False
+        for _ in p.stdout:
+            n += 1
+            if not started and n >= ns_count(sim_client, ns):
+                started = True
+                sim_client.churn(events=events, rate=0, kind="mixed", namespace=ns, wait=False)
+            if n >= total:
+                break
+        p.terminate()
+        out["watch_cpu"] = cpu_of(p) - list_cpu  # minus the initial list it also did
+        out["events_seen"] = n - ns_count(sim_client, ns)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, default=10000)
@@ -183,6 +227,8 @@ def main():
         print("C: list %.3f s CPU, %d events %.3f s CPU, heap %d (empty ns %d)" % (
             c["list_cpu"], c.get("events_seen", 0), c["watch_cpu"], c["heap"], c0["heap"]), flush=True)
         py = run_py(sim, "benchpy", a.events, S)
+        S.bulk_create(count=a.pods, namespace="benchkc", job="bench")
+        kc = run_kubectl(sim, "benchkc", a.events, S, tmp)
         c_mem = (c["heap"] - c0["heap"]) / a.pods
         py_mem = py["rss_growth"] / a.pods
         rows = [
@@ -190,9 +236,15 @@ def main():
             ("CPU to apply %d watch events (s)" % a.events, c["watch_cpu"], py["watch_cpu"]),
             ("memory per stored pod (bytes)", c_mem, py_mem),
         ]
-        print("%-42s %14s %14s %10s" % ("figure", "C (tpumesh)", "Python client", "Py / C"))
-        for name, cv, pv in rows:
-            print("%-42s %14.3f %14.3f %9.1fx" % (name, cv, pv, pv / cv if cv else float("inf")))
+        kv = [kc.get("list_cpu"), kc.get("watch_cpu"), None]
+        print("%-42s %12s %14s %9s %14s %9s" % ("figure", "C (tpumesh)", "Python client", "Py / C",
+                                                "kubectl", "kc / C"))
+        for (name, cv, pv), k in zip(rows, kv):
+            ks = ("%14.3f %8.1fx" % (k, k / cv)) if k is not None and cv else "%14s %9s" % ("-", "-")
+            print("%-42s %12.3f %14.3f %8.1fx %s" % (name, cv, pv, pv / cv if cv else float("inf"), ks))
+        if kc:
+            print("kubectl saw %s events (get pods -w --output-watch-events -o name; its CPU includes "
+                  "printing)" % kc.get("events_seen"))
         print("C saw %s events, Python %s; Python stored %d pods" % (c.get("events_seen"), py["events_seen"],
                                                                    py["count"]))
         print("C per-event CPU: %.2f us; Python: %.2f us" % (c["watch_cpu"] / max(1, c["events_seen"]) * 1e6,

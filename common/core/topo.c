@@ -156,8 +156,12 @@ static const char *format_list(const int32_t *v, size_t n, char *out, size_t cap
     return out;
 }
 
-/* TensorFlow's Topology._parse_topology rules (spec §5.4) on the decoded
- * message, then the bounds checks that keep the inverse map in range. */
+/* TensorFlow's Topology._parse_topology rules (spec §5.4;
+ * tensorflow/python/tpu/topology.py) on the decoded message, in its order
+ * and with its texts, then the bounds check that keeps the inverse map
+ * (_invert_topology indexes a mesh-shaped array with each coordinate) in
+ * range. One deliberate difference: where TensorFlow's shape message says
+ * "len(mesh_shape) (...)" it prints the whole mesh_shape; we print 4. */
 static int validate(const Tensorflow__Tpu__TopologyProto *m, struct mesh_err *err)
 {
     char l[96];
@@ -202,9 +206,10 @@ static int validate(const Tensorflow__Tpu__TopologyProto *m, struct mesh_err *er
     }
     for (size_t i = 0; i < m->n_device_coordinates; i++) {
         if (m->device_coordinates[i] < 0) {
-            return mesh_err_set(err, MESH_E_INVAL, 0,
-                                "`device_coordinates` must be >= 0; got %d at index %zu",
-                                (int)m->device_coordinates[i], i);
+            return mesh_err_set(
+                err, MESH_E_INVAL, 0,
+                "All values in `device_coordinates` must be >= 0, got %d at index %zu",
+                (int)m->device_coordinates[i], i);
         }
         /* TensorFlow would index its inverse map with this value and fail
          * with an IndexError: reject it with a message instead. */

@@ -82,7 +82,7 @@ int mesh_topo_build(const struct mesh_slice *s, uint8_t **out_buf, size_t *out_l
  *  - "`num_tasks` must be >= 0; got N", same for `num_tpu_devices_per_task`
  *  - "`device_coordinates` must have shape num_tasks (..) *
  *     num_tpu_devices_per_task (..) * len(mesh_shape) (4); got shape N"
- *  - "`device_coordinates` must be >= 0; got V at index I"
+ *  - "All values in `device_coordinates` must be >= 0, got V at index I"
  * plus what would crash TensorFlow or is not a TopologyProto: a coordinate
  * outside mesh_shape, unknown top-level fields, malformed or truncated wire
  * data (trailing garbage), more than MESH_TOPO_PB_MAX bytes

@@ -113,7 +113,7 @@ def tf_topology_errors(msg):
     if len(coords) != msg.num_tasks * msg.num_tpu_devices_per_task * len(ms):
         return ["`device_coordinates` must have shape"]
     if any(c < 0 for c in coords):
-        return ["`device_coordinates` must be >= 0"]
+        return ["All values in `device_coordinates` must be >= 0"]
     if any(coords[i] >= ms[i % 4] for i in range(len(coords))):
         return ["outside mesh_shape"]
     return []
@@ -269,7 +269,7 @@ def part2(pb2, tmp):
          "`device_coordinates` must have shape num_tasks (1) * num_tpu_devices_per_task (2) * "
          "len(mesh_shape) (4); got shape 4"),
         ("negative coordinate", encode(pb2, [2, 1, 1, 1], 1, 2, [0, 0, 0, 0, -1, 0, 0, 0]),
-         "`device_coordinates` must be >= 0; got -1 at index 4"),
+         "All values in `device_coordinates` must be >= 0, got -1 at index 4"),
         ("coordinate outside the mesh", encode(pb2, [2, 1, 1, 1], 1, 2, [0, 0, 0, 0, 2, 0, 0, 0]),
          "outside mesh_shape [2, 1, 1, 1]"),
     ]

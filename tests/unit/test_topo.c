@@ -346,7 +346,7 @@ static void test_parse_rules(void **state)
          0, 0},
         {m2211, 4, 2, 4, c4, 16, -1, -MESH_E_INVAL, "got shape 16", 0, 0},
         {m2211, 4, 1, 4, cneg, 16, -1, -MESH_E_INVAL,
-         "`device_coordinates` must be >= 0; got -1 at index 9", 0, 0},
+         "All values in `device_coordinates` must be >= 0, got -1 at index 9", 0, 0},
         {m2211, 4, 1, 4, cout, 16, -1, -MESH_E_INVAL,
          "device 2 of task 0 has coordinate 2 on axis 1, outside mesh_shape [2, 2, 1, 1]", 0, 0},
         {m1111, 4, 1, 1, c4, 16, -1, -MESH_E_INVAL, "got shape 16", 0, 0},

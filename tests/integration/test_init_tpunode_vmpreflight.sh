@@ -41,16 +41,17 @@ devices() {
 
 # hold FILE : a process that holds libtpu's lockf() lock on FILE; sets HOLDER
 hold() {
+    local out=$TMP/holder.$RANDOM.out
     mkdir -p "$(dirname "$1")"
     "$PY" -c '
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 print("held", flush=True)
-time.sleep(60)' "$1" >"$TMP/holder.out" &
+time.sleep(60)' "$1" >"$out" &
     HOLDER=$!
     HOLDERS+=("$HOLDER")
-    wait_for 5 grep -q held "$TMP/holder.out" || fail "lock holder started"
+    wait_for 5 grep -q held "$out" || fail "lock holder started"
 }
 
 mkdir -p "$TMP/home" "$TMP/lock"

@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,8 +185,71 @@ static int token_file_read(struct mesh_k8s_client *c, struct mesh_err *err)
     return 0;
 }
 
-/* Build the plugin's environment: ours, then its env entries, then
- * KUBERNETES_EXEC_INFO (client-go plugin/pkg/client/auth/exec/exec.go). */
+static char *base64_encode(const unsigned char *p, size_t n)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = mesh_malloc((n + 2) / 3 * 4 + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        v |= i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0;
+        v |= i + 2 < n ? (uint32_t)p[i + 2] : 0;
+        out[k++] = tbl[(v >> 18) & 63];
+        out[k++] = tbl[(v >> 12) & 63];
+        out[k++] = i + 1 < n ? tbl[(v >> 6) & 63] : '=';
+        out[k++] = i + 2 < n ? tbl[v & 63] : '=';
+    }
+    out[k] = '\0';
+    return out;
+}
+
+/* KUBERNETES_EXEC_INFO: the ExecCredential input of client-go's exec
+ * plugin runner (plugin/pkg/client/auth/exec/exec.go), with spec.cluster
+ * when the kubeconfig says provideClusterInfo: true. */
+static char *exec_info(const struct mesh_k8s_client *c)
+{
+    const struct mesh_kubeconfig_exec *ex = c->exec;
+    mesh_autocjson cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "apiVersion", ex->api_version);
+    cJSON_AddStringToObject(j, "kind", "ExecCredential");
+    cJSON *spec = cJSON_AddObjectToObject(j, "spec");
+    cJSON_AddBoolToObject(spec, "interactive", false);
+    if (ex->provide_cluster_info) {
+        cJSON *cl = cJSON_AddObjectToObject(spec, "cluster");
+        cJSON_AddStringToObject(cl, "server", c->server);
+        if (c->kc.tls_server_name != NULL) {
+            cJSON_AddStringToObject(cl, "tls-server-name", c->kc.tls_server_name);
+        }
+        if (c->insecure) {
+            cJSON_AddBoolToObject(cl, "insecure-skip-tls-verify", true);
+        }
+        if (c->ca_data != NULL) {
+            mesh_autofree char *b64 = base64_encode(c->ca_data, c->ca_data_len);
+            cJSON_AddStringToObject(cl, "certificate-authority-data", b64);
+        }
+    }
+    char *txt = cJSON_PrintUnformatted(j);
+    char *out = mesh_asprintf("KUBERNETES_EXEC_INFO=%s", txt ? txt : "{}");
+    cJSON_free(txt);
+    return out;
+}
+
+static bool env_overridden(const struct mesh_kubeconfig_exec *ex, const char *entry)
+{
+    size_t n = strcspn(entry, "=");
+    if (n == 20 && strncmp(entry, "KUBERNETES_EXEC_INFO", 20) == 0) {
+        return true;
+    }
+    for (size_t i = 0; i < ex->nenv; i++) {
+        if (strlen(ex->env_names[i]) == n && strncmp(ex->env_names[i], entry, n) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Build the plugin's environment: ours, with the kubeconfig's env entries
+ * and KUBERNETES_EXEC_INFO replacing variables of the same name. */
 static char **exec_envp(const struct mesh_k8s_client *c)
 {
     size_t n = 0;
@@ -196,15 +260,14 @@ static char **exec_envp(const struct mesh_k8s_client *c)
     char **envp = mesh_calloc(n + ex->nenv + 2, sizeof(char *));
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        envp[k++] = mesh_strdup(environ[i]);
+        if (!env_overridden(ex, environ[i])) {
+            envp[k++] = mesh_strdup(environ[i]);
+        }
     }
     for (size_t i = 0; i < ex->nenv; i++) {
         envp[k++] = mesh_asprintf("%s=%s", ex->env_names[i], ex->env_values[i]);
     }
-    const char *api = ex->api_version;
-    envp[k++] = mesh_asprintf("KUBERNETES_EXEC_INFO={\"apiVersion\":\"%s\",\"kind\":"
-                              "\"ExecCredential\",\"spec\":{\"interactive\":false}}",
-                              api);
+    envp[k++] = exec_info(c);
     return envp;
 }
 

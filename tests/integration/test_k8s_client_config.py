@@ -98,9 +98,10 @@ try:
     write(plugin, """#!/bin/sh
 echo "$@ $FOO" >> "%s"
 [ "$KUBERNETES_EXEC_INFO" ] || exit 3
+printf '%%s\\n' "$KUBERNETES_EXEC_INFO" > "%s.info"
 exp=$(date -u -d "+${EXPIRE_IN:-3600} seconds" +%%Y-%%m-%%dT%%H:%%M:%%SZ)
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%%s","expirationTimestamp":"%%s"}}\\n' "$(cat %s)" "$exp"
-""" % (calls, plugin_tok), mode=stat.S_IRWXU)
+""" % (calls, calls, plugin_tok), mode=stat.S_IRWXU)
     kc = os.path.join(TMP, "kube", "config")
     os.makedirs(os.path.dirname(kc))
     write(kc, """apiVersion: v1
@@ -120,15 +121,22 @@ users:
       args: ["--project", "p1"]
       env: [{name: FOO, value: bar}, {name: EXPIRE_IN, value: "11"}]
       interactiveMode: Never
+      provideClusterInfo: true
 contexts:
 - name: sim
   context: {cluster: simc, user: plug, namespace: default}
 """ % (sim.url, ca_b64))
-    rc, out, err = run(["--kubeconfig", kc, "--get", POD])
+    rc, out, err = run(["--kubeconfig", kc, "--get", POD], env={"FOO": "outer"})
     with open(calls) as f:
         first = f.read()
+    with open(calls + ".info") as f:
+        info = f.read()
     check("kubeconfig + exec plugin: GET works", rc == 0 and out.startswith("GOT default/" + POD), err)
-    check("exec plugin ran once with its args and env", first == "--project p1 bar\n", repr(first))
+    check("exec plugin ran once with its args and env (kubeconfig env wins)", first == "--project p1 bar\n",
+          repr(first))
+    check("KUBERNETES_EXEC_INFO carries spec.cluster (provideClusterInfo)",
+          '"kind":"ExecCredential"' in info and '"interactive":false' in info and
+          '"server":"%s"' % sim.url in info and '"certificate-authority-data":"%s"' % ca_b64 in info, info)
 
     rc, out, err = run(["--get", POD], env={"KUBECONFIG": ":" + kc + ":/nonexistent"})
     check("KUBECONFIG: the first entry of a colon list is used", rc == 0 and "context sim" in err, err)

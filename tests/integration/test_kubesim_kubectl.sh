@@ -218,6 +218,34 @@ check "--output-watch-events: MODIFIED event" wait_for 20 grep -q '"type":"MODIF
 kill "$W2_PID" 2>/dev/null
 wait "$W2_PID" 2>/dev/null
 
+# --- writes through the API: kubectl run / kubectl delete (graceful, waits for the DELETED) ----------
+check_eq "kubectl run creates a pod" "pod/probe created" "$(K run probe --image=busybox 2>&1)"
+check_eq "the created pod is in the simulator's truth" "Pending" \
+    "$(ctl get --namespace "$NS" --name probe | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["pod"]["status"]["phase"])')"
+out=$(K run probe --image=busybox 2>&1)
+check_eq "kubectl run twice: AlreadyExists" 'Error from server (AlreadyExists): pods "probe" already exists' "$out"
+timeout 60 kubectl get pods -w -o json --output-watch-events --field-selector metadata.name=trainer-5-k5555 \
+    >"$TMP/watch3.json" 2>"$TMP/watch3.err" &
+W3_PID=$!
+on_exit "kill $W3_PID"
+check "watch of one pod started" wait_for 20 grep -q 'trainer-5-k5555' "$TMP/watch3.json"
+check_eq "kubectl delete waits for the simulated kubelet" 'pod "trainer-5-k5555" deleted' \
+    "$(K delete pod trainer-5-k5555 2>&1)"
+check "graceful delete seen as MODIFIED with deletionTimestamp, then DELETED" \
+    wait_for 10 "$PY" -c '
+import json, sys
+s = open(sys.argv[1]).read(); d = json.JSONDecoder(); i = 0; evs = []
+while True:
+    while i < len(s) and s[i].isspace(): i += 1
+    if i >= len(s): break
+    o, i = d.raw_decode(s, i); evs.append(o)
+t = [(e["type"], bool(e["object"]["metadata"].get("deletionTimestamp"))) for e in evs]
+assert t == [("ADDED", False), ("MODIFIED", True), ("DELETED", True)], t
+' "$TMP/watch3.json"
+kill "$W3_PID" 2>/dev/null
+wait "$W3_PID" 2>/dev/null
+K delete pod probe --wait=false >/dev/null 2>&1
+
 # --- errors: kubectl's texts ------------------------------------------------------------------------
 out=$(KUBECONFIG=$TMP/kubeconfig-bad K get pods 2>&1)
 check_eq "bad token: kubectl says Unauthorized" "error: You must be logged in to the server (Unauthorized)" "$out"
@@ -236,6 +264,6 @@ esac
 ctl token --token rotated-2 >/dev/null
 out=$(K get pods 2>&1)
 check_eq "rotated token: the old one is refused" "error: You must be logged in to the server (Unauthorized)" "$out"
-check_eq "rotated token: the new one works" "10" "$(K --token rotated-2 get pods --no-headers | wc -l | tr -d ' ')"
+check_eq "rotated token: the new one works" "9" "$(K --token rotated-2 get pods --no-headers | wc -l | tr -d ' ')"
 
 done_testing

@@ -546,6 +546,7 @@ class State:
         self.restarts = 0
         self.job_uids = {}
         self.namespaces = {"default", "kube-system", "kube-public", "kube-node-lease"}
+        self.kubelet_delete_after = 1.0
         self.timers = []
 
     # -- auth ------------------------------------------------------------
@@ -1070,7 +1071,7 @@ API_RESOURCES = {
         {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace",
          "verbs": ["get", "list"], "shortNames": ["ns"]},
         {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod",
-         "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]},
+         "verbs": ["create", "delete", "get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]},
         {"name": "pods/status", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
     ]}
 
@@ -1088,7 +1089,7 @@ def _agg_resource(resource, singular, kind, scope, verbs, short=None, categories
 
 AGGREGATED_CORE = {"metadata": {}, "versions": [{"version": "v1", "resources": [
     _agg_resource("namespaces", "namespace", "Namespace", "Cluster", ["get", "list"], ["ns"]),
-    _agg_resource("pods", "pod", "Pod", "Namespaced", ["get", "list", "watch"], ["po"], ["all"],
+    _agg_resource("pods", "pod", "Pod", "Namespaced", ["create", "delete", "get", "list", "watch"], ["po"], ["all"],
                   [{"subresource": "status", "responseKind": {"group": "", "version": "v1", "kind": "Pod"},
                     "verbs": ["get"]}]),
 ], "freshness": "Current"}]}
@@ -1188,8 +1189,9 @@ class Handler(BaseHTTPRequestHandler):
                 body = self._read_body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
                 self.server.control.handle(self, method, path, q, body)
                 return
+            self.req_body = b""
             if method in ("POST", "PUT", "PATCH", "DELETE"):
-                self._read_body()
+                self.req_body = self._read_body()
             self._api(method, path, q)
         except ApiError as e:
             self.send_api_error(e)
@@ -1203,7 +1205,7 @@ class Handler(BaseHTTPRequestHandler):
         if not m:
             return "other", m
         if method != "GET" and method != "HEAD":
-            return method.lower(), m
+            return {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}[method], m
         if m.group(1) or parse_bool_param(q, "watch"):
             return "watch", m
         if m.group(3):
@@ -1250,6 +1252,10 @@ class Handler(BaseHTTPRequestHandler):
         if name is not None:
             name = urllib.parse.unquote(name)
         self._authorize(user, verb, ns, name)
+        if verb == "create" and name is None and ns is not None and not m.group(1):
+            return self._create(ns)
+        if verb == "delete" and name is not None and not m.group(4):
+            return self._delete(ns, name, q)
         if verb not in ("get", "list", "watch"):
             raise ApiError(status_obj(405, "MethodNotAllowed",
                                       "the server does not allow this method on the requested resource",
@@ -1390,6 +1396,99 @@ class Handler(BaseHTTPRequestHandler):
         body = (b'{"kind":"NamespaceList","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[' % rv
                 + items + b"]}\n")
         self.send_body(200, body)
+
+    # -- writes through the API: create and (graceful) delete ---------------
+    def _create(self, ns):
+        """POST a pod: 201 with the stored object; 409 if it exists (apiserver create semantics)."""
+        st = self.st
+        try:
+            pod = json.loads(self.req_body or b"null")
+        except ValueError as e:
+            raise err_bad_request("the body of the request was in an unknown format - accepted media types "
+                                  "include: application/json, application/yaml (%s)" % e)
+        if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
+            raise err_bad_request("the body must be a v1 Pod")
+        md = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        if md.get("namespace") and md["namespace"] != ns:
+            raise err_bad_request("the namespace of the provided object does not match the namespace sent on the"
+                                  " request")
+        if not md.get("name") and not md.get("generateName"):
+            raise ApiError(status_obj(422, "Invalid", 'Pod "" is invalid: metadata.name: Required value: name or '
+                                                       'generateName is required',
+                                      details_obj(kind="Pod", causes=[{"reason": "FieldValueRequired",
+                                                                        "message": "Required value: name or "
+                                                                                   "generateName is required",
+                                                                        "field": "metadata.name"}])))
+        md = dict(md)
+        md["namespace"] = ns
+        for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            md.pop(k, None)
+        status = pod.get("status") or {"phase": "Pending", "qosClass": "BestEffort"}
+        pod = normalize_pod({"metadata": md, "spec": pod.get("spec"), "status": status}, ns)
+        with st.cond:
+            key = (ns, pod["metadata"]["name"])
+            if key in st.pods:
+                raise ApiError(status_obj(409, "AlreadyExists", 'pods "%s" already exists' % key[1],
+                                          details_obj(name=key[1], kind="pods")))
+            rec = st.put(pod)
+        self.send_body(201, rec.full() + b"\n")
+
+    def _delete(self, ns, name, q):
+        """DELETE a pod (spec §3.7): a scheduled pod with a grace period gets deletionTimestamp
+        (MODIFIED) and the simulated kubelet removes it (DELETED) `kubelet_delete_after` seconds
+        later; grace 0 or an unscheduled pod is removed at once. Answers 200 with the object."""
+        st = self.st
+        grace = None
+        try:
+            body = json.loads(self.req_body) if self.req_body else {}
+        except ValueError:
+            raise err_bad_request("the body of the request was in an unknown format")
+        if isinstance(body, dict) and body.get("gracePeriodSeconds") is not None:
+            grace = body["gracePeriodSeconds"]
+        if q.get("gracePeriodSeconds", [""])[0] != "":
+            grace = q["gracePeriodSeconds"][0]
+        try:
+            grace = None if grace is None else int(grace)
+        except (TypeError, ValueError):
+            raise err_bad_request('invalid gracePeriodSeconds: strconv.ParseInt: parsing "%s": invalid syntax' % grace)
+        key = (ns, name)
+        with st.cond:
+            rec = st.pods.get(key)
+            if rec is None:
+                raise err_not_found_pod(name)
+            spec = rec.pod.get("spec") or {}
+            if grace is None:
+                grace = int(spec.get("terminationGracePeriodSeconds", 30))
+            md = rec.pod["metadata"]
+            done = None
+            if grace <= 0 or not spec.get("nodeName"):
+                done = st.remove(key)
+            elif md.get("deletionTimestamp"):
+                done = rec
+        if done is not None:
+            self.send_body(200, done.full() + b"\n")
+            return
+        with st.cond:
+            rec = st.pods.get(key)
+            if rec is None:
+                raise err_not_found_pod(name)
+            md = dict(rec.pod["metadata"])
+            md["deletionTimestamp"] = now_rfc3339(time.time() + grace)
+            md["deletionGracePeriodSeconds"] = grace
+            new = st.put({"metadata": order_meta(md), "spec": rec.pod.get("spec", {}),
+                          "status": rec.pod.get("status", {})})
+            after = min(float(grace), st.kubelet_delete_after)
+            uid = md.get("uid")
+
+        def kubelet_done():
+            with st.cond:
+                cur = st.pods.get(key)
+                if cur is not None and cur.pod["metadata"].get("uid") == uid:
+                    st.remove(key)
+        t = threading.Timer(after, kubelet_done)
+        t.daemon = True
+        t.start()
+        self.send_body(200, new.full() + b"\n")
 
     # -- GET one pod -----------------------------------------------------
     def _get_pod(self, ns, name, q, table=""):
@@ -2284,9 +2383,12 @@ class Control:
                 st.history_cap = max(1, _as_int(a["history"], "history"))
             if a.get("min_request_timeout") is not None:
                 self.server.min_request_timeout = float(a["min_request_timeout"])
+            if a.get("kubelet_delete_after") is not None:
+                st.kubelet_delete_after = float(a["kubelet_delete_after"])
             st.cond.notify_all()
             return {"bookmarkInterval": st.bookmark_interval, "expiredWatch": st.expired_watch,
                     "watchlist": st.watchlist, "history": st.history_cap,
+                    "kubeletDeleteAfter": st.kubelet_delete_after,
                     "minRequestTimeout": self.server.min_request_timeout}
 
     def v_bulk_create(self, a):
@@ -2499,7 +2601,7 @@ control API (unauthenticated, same port, see README.md):
     bookmark    send a BOOKMARK now on every watch that allows them
     chunking    mode=natural|event|coalesce|split|random|bytes [max=N] [delay_ms=N] [seed=N]
     config      bookmark_interval=S expired_watch=event|http410 watchlist=true|false history=N
-                min_request_timeout=S
+                min_request_timeout=S kubelet_delete_after=S (API DELETE: DELETED this long after MODIFIED)
     bulk-create count=N [start=I namespace job ready]   churn events=N [rate=R kind=annotate|ready|ip|mixed
                 wait=true]   churn-stop   stats   reset-stats
   CLI: kube_apiserver_sim.py ctl --url URL <verb> [--key value ...]   (values parsed as JSON when they can be)

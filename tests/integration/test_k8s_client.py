@@ -330,6 +330,27 @@ def t_streaming(name):
     S.delete(name="wl-1")
 
 
+def t_list_failures(name):
+    S.fail(code=503, count=2, match="list", kind="status")
+    t0 = time.time()
+    d = driver("--backoff-ms", "200")
+    good = d.wait_synced(timeout=20)
+    took = time.time() - t0
+    # Backoff 200 ms then 400 ms, each x[1,2) jitter: at least 0.6 s before the third LIST.
+    check(name + ": 503 on LIST backs off and retries (%.2f s)" % took, good and took >= 0.6 and
+          d.count_log("list failed") == 2 and d.log_has("HTTP 503"), d.stderr_tail())
+    d.stop()
+    S.fail(code=429, count=1, match="list", kind="apf", retry_after=2)
+    t0 = time.time()
+    d = driver()
+    good = d.wait_synced(timeout=20)
+    took = time.time() - t0
+    check(name + ": 429 on LIST waits Retry-After (%.2f s)" % took, good and took >= 1.9 and
+          d.log_has("list throttled"), d.stderr_tail())
+    conv_check(name, d)
+    d.stop()
+
+
 def t_convergence(name):
     rnd = random.Random(7)
     d = driver("--limit", "3")
@@ -385,6 +406,7 @@ scenario("403", t_forbidden)
 scenario("apiserver restart (RVs backwards)", t_restart)
 scenario("expired continue token", t_expired_continue)
 scenario("streaming list", t_streaming)
+scenario("list failures", t_list_failures)
 scenario("convergence", t_convergence)
 
 sim.stop()

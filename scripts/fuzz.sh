@@ -5,7 +5,14 @@ set -eu
 cd "$(dirname "$0")/.."
 B=${BUILD:-build-fuzz}
 SECS=${FUZZ_SECONDS:-30}
-make --no-print-directory BUILD="$B" CC=clang SAN=1 "$B/lib/libmeshcore.a" "$B/lib/libmeshio.a"
+# The libraries must carry libFuzzer's coverage instrumentation too, or the
+# fuzzer only sees the target file (cov: 3) and explores nothing. CFLAGS from
+# the environment is kept by the Makefile's `CFLAGS +=`; a build dir made
+# without it is rebuilt once.
+if [ ! -e "$B/.fuzz-coverage" ]; then rm -rf "$B/obj" "$B/lib"; fi
+CFLAGS="${CFLAGS:-} -fsanitize=fuzzer-no-link" \
+    make --no-print-directory BUILD="$B" CC=clang SAN=1 "$B/lib/libmeshcore.a" "$B/lib/libmeshio.a"
+mkdir -p "$B" && touch "$B/.fuzz-coverage"
 FLAGS="-D_GNU_SOURCE -Icommon -I$B/gen -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 LIBS="-lcurl -lyaml -lwebsockets -lgrpc -lgpr -lpthread -lprotobuf-c -lcjson -lm"
 rc=0

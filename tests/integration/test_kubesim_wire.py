@@ -256,6 +256,18 @@ def run2(sim, c, port, token_file, state_dir):
     finally:
         s.close()
 
+    # a client that closes a quiet watch is noticed (the watch count drops) within ~1 s
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(("GET /api/v1/namespaces/default/pods?watch=1&resourceVersion=%d HTTP/1.1\r\nHost: x\r\n"
+               "Authorization: Bearer %s\r\n\r\n" % (c.state()["rv"], tok)).encode())
+    s.recv(4096)
+    n_before = c.stats()["watchesActive"]
+    s.close()
+    end = time.time() + 5
+    while c.stats()["watchesActive"] >= n_before and time.time() < end:
+        time.sleep(0.1)
+    tap.check("a closed quiet watch is dropped", c.stats()["watchesActive"] == n_before - 1, c.stats()["watchesActive"])
+
     # sendInitialEvents=false: no initial events, starts at the most recent RV
     cur = c.state()["rv"]
     t = threading.Timer(0.4, lambda: c.ready(name="w-3-aaaaa", ready=False))

@@ -1783,6 +1783,7 @@ class Handler(BaseHTTPRequestHandler):
         if initial_end:
             self._send_lines([bookmark_line(w.cursor, True)], w, bookmarks=1)
         future_deadline = time.time() + 3.0 if future else None
+        last_check = time.time()
         while True:
             now = time.time()
             lines = []
@@ -1816,7 +1817,13 @@ class Handler(BaseHTTPRequestHandler):
                         wake = min(wake, next_bm, final_bm if final_bm > now else deadline)
                     if future_deadline is not None:
                         wake = min(wake, future_deadline)
-                    st.cond.wait(max(0.001, wake - now))
+                    st.cond.wait(max(0.001, min(1.0, wake - now)))
+                    if time.time() - last_check >= 1.0:
+                        # A client that went away is noticed within a second even on a quiet stream.
+                        last_check = time.time()
+                        if self._peer_gone():
+                            cut = "gone"
+                            break
                 if cut is None and now < deadline:
                     if future_deadline is not None:
                         if w.cursor > st.rv and now >= future_deadline:
@@ -1888,6 +1895,26 @@ class Handler(BaseHTTPRequestHandler):
                 # timeoutSeconds: end the body with no final event (spec §2.8).
                 self._end_stream()
                 return
+
+    def _peer_gone(self):
+        """True when the client closed its side (EOF readable) or reset the connection."""
+        import select
+        sock = self.connection
+        try:
+            r, _, _ = select.select([sock], [], [], 0)
+            if not r:
+                return False
+            if isinstance(sock, ssl.SSLSocket):
+                sock.setblocking(False)
+                try:
+                    return sock.recv(1) == b""
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    return False
+                finally:
+                    sock.setblocking(True)
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (OSError, ValueError):
+            return True
 
     def _half_event(self, w):
         st = self.st

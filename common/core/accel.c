@@ -387,29 +387,47 @@ static void shapes_add(struct shapes *sh, struct shape s, int ndims)
     }
 }
 
+/* 3-D slices of 64 chips or more are built from 4x4x4 cubes: every
+ * dimension is a multiple of 4 (every v4, v5p and tpu7x topology in xpk's
+ * table from 4x4x4 up, e.g. 4x4x12, 8x8x12, 16x20x28; AI-Hypercomputer/xpk
+ * src/xpk/core/system_characteristics.py, cited in spec §8.4). */
+#define CUBE 4
+#define CUBE_MIN_CHIPS 64
+
+static bool cube_sized(int chips, int ndims)
+{
+    return ndims == 3 && chips >= CUBE_MIN_CHIPS;
+}
+
 /* The canonical shapes of `chips` chips in host blocks `block`: dimensions
- * non-decreasing (GKE writes 2x2x4, 4x8), each a multiple of the block;
- * a single host is exactly its block (2x2x1 for a 4-chip v4 VM). */
-static void candidates(int chips, int ndims, int cph, const int block[3], struct shapes *out)
+ * non-decreasing (GKE writes 2x2x4, 4x8), each a multiple of the block (of
+ * 4 for cube-sized slices when `cube`); a single host is exactly its block
+ * (2x2x1 for a 4-chip v4 VM). */
+static void candidates(int chips, int ndims, int cph, const int block[3], bool cube,
+                       struct shapes *out)
 {
     memset(out, 0, sizeof(*out));
     if (chips == cph) {
         shapes_add(out, (struct shape){{block[0], block[1], block[2]}}, ndims);
         return;
     }
-    for (int x = block[0]; x <= chips; x += block[0]) {
+    int step[3] = {block[0], block[1], block[2]};
+    if (cube && cube_sized(chips, ndims)) {
+        step[0] = step[1] = step[2] = CUBE;
+    }
+    for (int x = step[0]; x <= chips; x += step[0]) {
         if (chips % x != 0) {
             continue;
         }
         int rest = chips / x;
         if (ndims == 2) {
-            if (rest >= x && rest % block[1] == 0) {
+            if (rest >= x && rest % step[1] == 0) {
                 shapes_add(out, (struct shape){{x, rest, 1}}, ndims);
             }
             continue;
         }
         for (int y = x; (long long)y * y <= rest; y++) {
-            if (y % block[1] != 0 || rest % y != 0) {
+            if (y % step[1] != 0 || rest % y != 0 || (rest / y) % step[2] != 0) {
                 continue;
             }
             shapes_add(out, (struct shape){{x, y, rest / y}}, ndims);
@@ -417,10 +435,11 @@ static void candidates(int chips, int ndims, int cph, const int block[3], struct
     }
 }
 
-/* The default shape: the unique most compact one, and only if its max/min
- * ratio is at most 2 (or it is the only shape). Returns false when the
- * choice is ambiguous or there is no shape. */
-static bool default_shape(const struct shapes *sh, int ndims, struct shape *out)
+/* The default shape: the unique most compact one. Below cube size its
+ * max/min ratio must also be at most 2 (2x2x4, 2x4x4, 4x8, 8x16: every
+ * small shape in xpk's table), so an odd size is asked about, not guessed;
+ * cube-sized shapes may be long (4x4x244 is a real v5p slice). */
+static bool default_shape(const struct shapes *sh, int chips, int ndims, struct shape *out)
 {
     if (sh->n == 0) {
         return false;
@@ -429,11 +448,26 @@ static bool default_shape(const struct shapes *sh, int ndims, struct shape *out)
     if (sh->n > 1 && compactness_cmp(b, &sh->top[1], ndims) == 0) {
         return false;
     }
-    if (sh->n > 1 && shape_max(b->d, ndims) > 2 * shape_min(b->d, ndims)) {
+    if (sh->n > 1 && !cube_sized(chips, ndims) &&
+        shape_max(b->d, ndims) > 2 * shape_min(b->d, ndims)) {
         return false;
     }
     *out = *b;
     return true;
+}
+
+/* Candidates for a slice without a given topology: cube-aligned shapes when
+ * the slice is cube-sized and has any, else every block-divisible shape
+ * (then listed, never chosen: *out_may_default false). */
+static void slice_shapes(int chips, int ndims, int cph, const int block[3], struct shapes *out,
+                         bool *out_may_default)
+{
+    candidates(chips, ndims, cph, block, true, out);
+    *out_may_default = true;
+    if (out->n == 0 && cube_sized(chips, ndims)) {
+        candidates(chips, ndims, cph, block, false, out);
+        *out_may_default = false;
+    }
 }
 
 static bool shape_less(const struct shape *a, const struct shape *b)
@@ -470,14 +504,15 @@ static bool describe_shapes(int chips, int ndims, int cph, const int block[3], c
     struct shapes sh;
     struct shape def;
     char t[40];
-    candidates(chips, ndims, cph, block, &sh);
+    bool may_default = false;
+    slice_shapes(chips, ndims, cph, block, &sh, &may_default);
     out[0] = '\0';
     if (sh.n == 0) {
         appendf(out, cap, "no topology (%d chips do not fill hosts of %dx%dx%d chips)", chips,
                 block[0], block[1], block[2]);
         return false;
     }
-    if (default_shape(&sh, ndims, &def)) {
+    if (may_default && default_shape(&sh, chips, ndims, &def)) {
         const int *d = def.d;
         format_topology(d, ndims, t, sizeof(t));
         appendf(out, cap, "%s", t);
@@ -858,8 +893,9 @@ static int derive_topology(struct derive *dv, struct mesh_err *err)
     }
     struct shapes sh;
     struct shape def;
-    candidates(dv->chips, gi->ndims, dv->cph, dv->block, &sh);
-    if (!default_shape(&sh, gi->ndims, &def)) {
+    bool may_default = false;
+    slice_shapes(dv->chips, gi->ndims, dv->cph, dv->block, &sh, &may_default);
+    if (!may_default || !default_shape(&sh, dv->chips, gi->ndims, &def)) {
         describe_shapes(dv->chips, gi->ndims, dv->cph, dv->block, want, sizeof(want));
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "%s (%d chips, %d per host) has no single default topology; it could "

@@ -80,11 +80,14 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
  *  - v2/v3: the type must be in TensorFlow's host-bounds table (spec §8.3);
  *    topology = host bounds * 2,2,1.
  *  - no topology given: the default is the most compact shape (smallest
- *    max/min dimension ratio, dimensions non-decreasing, e.g. 2x2x4, 4x8,
- *    2x4x4; 2x2x1 for a single 4-chip v4/v5p/tpu7x host) when it is the
- *    only shape, or exactly one shape is most compact and its ratio is <= 2;
- *    otherwise -MESH_E_CONFIG listing the possible topologies (most compact
- *    first) and asking for TPU_TOPOLOGY. A given topology may be any
+ *    max/min dimension ratio, dimensions non-decreasing) among the shapes
+ *    that divide into host blocks; 3-D slices of 64+ chips only consider
+ *    shapes whose every dimension is a multiple of 4 (4x4x4 cubes); a single
+ *    4-chip v4/v5p/tpu7x host is 2x2x1. It is used when it is the only
+ *    shape or the unique most compact one (below 64 chips also with ratio
+ *    <= 2). This reproduces every topology of xpk's machine table (tested);
+ *    otherwise -MESH_E_CONFIG lists the possible topologies (most compact
+ *    first) and asks for TPU_TOPOLOGY. A given topology may be any
  *    permutation that divides into host blocks (4x2x2 is kept as 4x2x2).
  *  - devices per chip (TF/JAX devices): 2 for v2/v3 (one per TensorCore),
  *    1 for v4/v5p (megacore) and v5e/v6e, 2 for tpu7x (no megacore; JAX

@@ -1221,6 +1221,82 @@ static void test_derive_table(void **state)
     }
 }
 
+/* Every TPU topology of xpk's machine table (AI-Hypercomputer/xpk
+ * src/xpk/core/system_characteristics.py, the source spec §8.4 cites), with
+ * its 4-chip VMs: the type alone must derive exactly that topology (the
+ * default-shape rule reproduces the table), and label + topology must give
+ * back the type and chips / 4 hosts. */
+static void test_derive_xpk_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *prefix;
+        int cores;
+        const char *topologies; /* space separated */
+    } gens[] = {
+        {"v4", 2, "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8 8x8x12 8x8x16 8x16x16 "},
+        {"v5p", 2,
+         "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x4x12 4x8x8 4x4x20 4x8x12 4x4x28 8x8x8 4x12x12 "
+         "4x8x20 4x4x44 8x8x12 4x4x52 4x8x28 4x12x20 8x8x16 4x4x68 8x12x12 4x4x76 8x8x20 "
+         "4x12x28 4x8x44 4x4x92 8x12x16 4x20x20 4x8x52 12x12x12 8x8x28 4x4x116 8x12x20 "
+         "4x4x124 8x16x16 4x12x44 4x8x68 4x20x28 12x12x16 4x4x148 4x8x76 4x12x52 8x16x20 "
+         "4x4x164 8x12x28 4x4x172 8x8x44 12x12x20 4x8x92 4x4x188 12x16x16 4x28x28 8x20x20 "
+         "4x12x68 8x8x52 4x4x212 12x12x24 4x20x44 8x16x28 4x12x76 4x8x116 4x4x236 12x16x20 "
+         "4x4x244 4x8x124 12x12x28 16x16x16 4x20x52 8x12x44 8x8x68 4x12x92 8x20x28 12x16x24 "
+         "4x8x148 12x20x20 8x8x76 4x28x44 8x12x52 16x16x20 12x12x36 4x8x164 12x16x28 4x20x68 "
+         "4x8x172 4x12x116 8x16x44 12x20x24 4x28x52 8x8x92 4x12x124 4x8x188 4x20x76 16x16x24 "
+         "12x24x24 16x20x28 "},
+        {"tpu7x", 2,
+         "12x12x12 12x12x16 12x12x20 12x12x24 12x12x28 12x12x36 12x16x16 12x16x20 12x16x24 "
+         "12x16x28 12x20x20 12x20x24 12x24x24 16x16x16 16x16x20 16x16x24 16x16x32 16x20x28 "
+         "16x24x24 2x2x1 2x2x2 2x2x4 2x4x4 4x12x116 4x12x12 4x12x124 4x12x20 4x12x28 4x12x44 "
+         "4x12x52 4x12x68 4x12x76 4x12x92 4x20x20 4x20x28 4x20x44 4x20x52 4x20x68 4x20x76 "
+         "4x28x28 4x28x44 4x28x52 4x4x116 4x4x12 4x4x124 4x4x148 4x4x164 4x4x172 4x4x188 "
+         "4x4x20 4x4x212 4x4x236 4x4x244 4x4x28 4x4x4 4x4x44 4x4x52 4x4x68 4x4x76 4x4x8 "
+         "4x4x92 4x8x116 4x8x12 4x8x124 4x8x148 4x8x164 4x8x172 4x8x188 4x8x20 4x8x28 4x8x44 "
+         "4x8x52 4x8x68 4x8x76 4x8x8 4x8x92 8x12x12 8x12x16 8x12x20 8x12x28 8x12x44 8x12x52 "
+         "8x16x16 8x16x20 8x16x28 8x16x44 8x20x20 8x20x28 8x8x12 8x8x16 8x8x20 8x8x28 8x8x44 "
+         "8x8x52 8x8x68 8x8x76 8x8x8 8x8x92 "},
+        {"v5litepod", 1, "2x4 4x4 4x8 8x8 8x16 16x16 "},
+        {"v6e", 1, "2x2 2x4 4x4 4x8 8x8 8x16 16x16 "},
+    };
+    int checked = 0;
+    for (size_t g = 0; g < N_ELEMS(gens); g++) {
+        const char *p = gens[g].topologies;
+        while (*p != '\0') {
+            const char *sp = strchr(p, ' ');
+            size_t len = sp != NULL ? (size_t)(sp - p) : strlen(p);
+            char topo[32], type[48];
+            assert_true(len < sizeof(topo));
+            memcpy(topo, p, len);
+            topo[len] = '\0';
+            p += len + (sp != NULL ? 1 : 0);
+            int d[3], nd;
+            assert_int_equal(mesh_accel_parse_topology(topo, d, &nd, NULL), 0);
+            int chips = d[0] * d[1] * d[2];
+            snprintf(type, sizeof(type), "%s-%d", gens[g].prefix, chips * gens[g].cores);
+            struct mesh_slice_spec by_type = {type, NULL, NULL, 0, 0};
+            struct mesh_slice s;
+            struct mesh_err err;
+            mesh_err_clear(&err);
+            if (mesh_slice_derive(&by_type, &s, &err) != 0) {
+                fail_msg("%s (xpk %s): %s", type, topo, err.msg);
+            }
+            if (strcmp(s.topology, topo) != 0) {
+                fail_msg("%s: derived %s, xpk says %s", type, s.topology, topo);
+            }
+            assert_int_equal(s.hosts, chips / 4);
+            struct mesh_slice_spec by_topo = {NULL, mesh_accel_gen_gke_label(s.gen), topo, 0, 0};
+            struct mesh_slice s2;
+            assert_int_equal(mesh_slice_derive(&by_topo, &s2, NULL), 0);
+            assert_memory_equal(&s, &s2, sizeof(s));
+            check_coords(&s);
+            checked++;
+        }
+    }
+    assert_int_equal(checked, 218);
+}
+
 /* Invalid or inconsistent combinations: the code and what the message must
  * say (the problem and what would be consistent). */
 static void test_derive_invalid(void **state)
@@ -1371,6 +1447,13 @@ static void test_derive_invalid(void **state)
          0,
          -MESH_E_CONFIG,
          {"no single default topology", "one of 2x4x6, 2x2x12", "set TPU_TOPOLOGY"}},
+        {"v4-192",
+         NULL,
+         NULL,
+         0,
+         0,
+         -MESH_E_CONFIG,
+         {"no single default topology", "one of 4x4x6, 2x6x8", NULL}},
         {"v4-32", NULL, "2x2", 0, 0, -MESH_E_CONFIG, {"3-D (AxBxC)", "did you mean 2x2x1?", NULL}},
         {"v5litepod-16", NULL, "2x2x4", 0, 0, -MESH_E_CONFIG, {"2-D (AxB", "'2x2x4' is 3-D", NULL}},
         {"v4-32", NULL, NULL, -1, 0, -MESH_E_INVAL, {"must not be negative", NULL, NULL}},
@@ -1457,7 +1540,7 @@ int main(void)
         cmocka_unit_test(test_parse_type),     cmocka_unit_test(test_gke_label),
         cmocka_unit_test(test_parse_topology), cmocka_unit_test(test_names),
         cmocka_unit_test(test_derive_table),   cmocka_unit_test(test_derive_invalid),
-        cmocka_unit_test(test_derive_sweep),
+        cmocka_unit_test(test_derive_sweep),   cmocka_unit_test(test_derive_xpk_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

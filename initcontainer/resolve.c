@@ -407,7 +407,15 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
     struct mesh_gce_tpu_vm mdv;
     const struct mesh_gce_tpu_vm *md = NULL;
     int rc = 0;
-    if (env_get("TPU_WORKER_HOSTNAMES") == NULL) {
+    /* The TPU device plugin sets TPU_SKIP_MDS_QUERY=true: the GCE metadata
+     * server is not the pod's to ask (gke-and-peers.md §2.3). */
+    const char *skip = env_get("TPU_SKIP_MDS_QUERY");
+    bool skip_mds = skip != NULL && (strcasecmp(skip, "true") == 0 || strcmp(skip, "1") == 0);
+    if (env_get("TPU_WORKER_HOSTNAMES") == NULL && skip_mds) {
+        mesh_info(MOD, "TPU_SKIP_MDS_QUERY is set: not asking the metadata server for the worker "
+                       "list");
+    }
+    if (env_get("TPU_WORKER_HOSTNAMES") == NULL && !skip_mds) {
         rc = vm_from_metadata(ctx, &mdv, err);
         if (rc < 0) {
             return rc;

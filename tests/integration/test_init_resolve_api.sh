@@ -248,6 +248,9 @@ TPU_ACCELERATOR_TYPE='v4-16'
 TPU_TOPOLOGY='2x2x2'
 TPU_HOST_BOUNDS='1,1,2'
 TPU_CHIPS_PER_HOST_BOUNDS='2,2,1'" "$(cat "$OUT/tpu.env" 2>/dev/null)"
+run_init vmskip TPUMESH_METADATA_HOST=127.0.0.1:$MDV_PORT TPU_SKIP_MDS_QUERY=true -- --tpu local
+expect "TPU_SKIP_MDS_QUERY=true: metadata not asked" 0 "incomplete"
+check "vmskip: logged" grep -q "TPU_SKIP_MDS_QUERY is set" "$OUT.log"
 stop_sim "$MDV_PID"
 
 printf "ACCELERATOR_TYPE: 'v4-16\n" >"$TMP/tpu-env-bad"

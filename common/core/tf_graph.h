@@ -112,8 +112,8 @@ int mesh_tf_graph_parse_run_step_response(const uint8_t *buf, size_t len, const 
                                           uint8_t **out_value, size_t *out_len,
                                           struct mesh_err *err);
 
-/* Static name of a tensorflow.error.Code / gRPC status ("INVALID_ARGUMENT"),
- * "code <n>" style names are not produced: unknown values give "UNKNOWN_CODE". */
+/* Static name of a tensorflow.error.Code / gRPC status code, e.g.
+ * "INVALID_ARGUMENT" for 3; a value outside 0..16 gives "UNKNOWN_CODE". */
 const char *mesh_tf_graph_code_name(int code);
 
 /* Map a non-OK TensorFlow/gRPC status of call `what` ("CreateSession") to a

@@ -21,6 +21,7 @@ import gc
 import gzip
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -1174,9 +1175,13 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch("PATCH")
 
     def _read_body(self):
-        n = int(self.headers.get("Content-Length") or 0)
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise err_bad_request("invalid Content-Length")
         if n > 64 * 1024 * 1024:
-            raise ValueError("request body too large")
+            self.close_connection = True
+            raise ApiError(status_obj(413, "RequestEntityTooLarge", "Request entity too large: limit is 67108864"))
         return self.rfile.read(n) if n > 0 else b""
 
     def _dispatch(self, method):
@@ -1308,7 +1313,6 @@ class Handler(BaseHTTPRequestHandler):
         with st.cond:
             if now < st.unavailable_until:
                 # The watch cache re-initialising (spec §2.7): 429 with a growing Retry-After.
-                import math
                 down = now - st.unavailable_start
                 ra = int(min(30, max(1, math.exp(0.06 * down))))
                 raise ApiError(status_obj(429, "TooManyRequests", "storage is (re)initializing",
@@ -2041,8 +2045,8 @@ class Control:
         except KeyError as e:
             h.send_json(404, {"ok": False, "error": "not found: %s" % e.args[0]})
             return
-        except ValueError as e:
-            h.send_json(400, {"ok": False, "error": str(e)})
+        except (ValueError, TypeError, AttributeError) as e:
+            h.send_json(400, {"ok": False, "error": "bad arguments: %s" % e})
             return
         out = {"ok": True}
         if res:

@@ -128,7 +128,7 @@ def t_get(name):
     d = driver("--get", "no-such-pod")
     d.wait(lambda x: x.proc.poll() is not None, 10)
     rc = d.stop()
-    check(name + ": GET of a missing pod is a clear 404", rc == 1 and d.log_has('404 pods "no-such-pod" not found'),
+    check(name + ": GET of a missing pod is a clear 404", rc == 1 and d.wait_log('404 pods "no-such-pod" not found'),
           d.stderr_tail())
 
 
@@ -172,7 +172,7 @@ def t_malformed(name):
     S.call("malformed")
     S.make(name="mal-0", index=90)
     check(name + ": malformed line is logged and relisted", d.wait(lambda x: lists(x) >= 2) and
-          d.log_has("relisting"), d.stderr_tail())
+          d.wait_log("relisting"), d.stderr_tail())
     conv_check(name, d)
     d.stop()
     check(name + ": driver exited cleanly", d.proc.returncode == 0)
@@ -185,7 +185,7 @@ def t_oversize(name):
     S.call("oversize", mib=3)
     S.make(name="big-0", index=91)
     check(name + ": oversized event -> error + relist", d.wait(lambda x: lists(x) >= 2) and
-          d.log_has("larger than the limit of 1048576 bytes"), d.stderr_tail())
+          d.wait_log("larger than the limit of 1048576 bytes"), d.stderr_tail())
     conv_check(name, d)
     d.stop()
     S.delete(name="big-0")
@@ -216,7 +216,7 @@ def t_429(name):
     good = d.wait(lambda x: "default/thr-0" in x.model, 10)
     took = time.time() - t0
     check(name + ": 429 honours Retry-After (%.1f s)" % took, good and took >= 1.9 and
-          d.log_has("retrying after 2 s (Retry-After)"), d.stderr_tail())
+          d.wait_log("retrying after 2 s (Retry-After)"), d.stderr_tail())
     conv_check(name, d)
     d.stop()
     S.delete(name="thr-0")
@@ -244,8 +244,8 @@ def t_token_rotation(name):
     S.cut(mode="clean")
     S.make(name="tok-1", index=95)
     check(name + ": 401 re-reads the token and retries once",
-          d.wait(lambda x: "default/tok-1" in x.model, 10) and d.log_has("401 from") and
-          d.log_has("re-reading the token"), d.stderr_tail())
+          d.wait(lambda x: "default/tok-1" in x.model, 10) and d.wait_log("401 from") and
+          d.wait_log("re-reading the token"), d.stderr_tail())
     conv_check(name, d)
     d.stop()
     check(name + ": the token never appears in the logs", not any("tok-3" in line or "Bearer" in line
@@ -255,13 +255,14 @@ def t_token_rotation(name):
 
 
 def t_forbidden(name):
-    d = driver("--get", S.pods()[0]["metadata"]["name"])
+    pod = S.pods()[0]["metadata"]["name"]
     S.call("forbid", namespace="*", verbs="get")
+    d = driver("--get", pod)
     d.wait(lambda x: x.proc.poll() is not None, 10)
     d.stop()
     S.call("forbid", clear=True)
-    check(name + ": 403 names the RBAC fix", d.proc.returncode == 1 and d.log_has("403 Forbidden") and
-          d.log_has("RBAC"), d.stderr_tail())
+    check(name + ": 403 names the RBAC fix", d.proc.returncode == 1 and d.wait_log("403 Forbidden") and
+          d.wait_log("RBAC"), d.stderr_tail())
 
 
 def t_restart(name):
@@ -293,7 +294,7 @@ def t_expired_continue(name):
         S.compact()
         i += 1
     check(name + ": expired continue token restarts the list", d.wait_synced(timeout=30) and
-          d.log_has("continue token expired"), d.stderr_tail())
+          d.wait_log("continue token expired"), d.stderr_tail())
     good, want = converged(d, S, namespace="paged")
     check(name + ": the restarted list is complete (%d pods)" % len(want), good and d.synced[0] == 600,
           diff(model_view(d), want))
@@ -306,7 +307,7 @@ def t_expired_continue(name):
 def t_streaming(name):
     d = driver("--streaming-list")
     check(name + ": synced from the initial events", d.wait_synced() and d.synced[0] == len(truth(S)) and
-          d.log_has("streamed %d objects (sendInitialEvents)" % len(truth(S))), d.stderr_tail())
+          d.wait_log("streamed %d objects (sendInitialEvents)" % len(truth(S))), d.stderr_tail())
     S.make(name="wl-0", index=97)
     S.ready(name="wl-0", ready=False)
     conv_check(name, d)
@@ -322,7 +323,7 @@ def t_streaming(name):
     S.call("config", watchlist=False)
     d = driver("--streaming-list")
     check(name + ": falls back to LIST when the server rejects it (422)", d.wait_synced(timeout=30) and
-          d.log_has("does not support streaming lists") and d.log_has("listed"), d.stderr_tail())
+          d.wait_log("does not support streaming lists") and d.wait_log("listed"), d.stderr_tail())
     conv_check(name + " (fallback)", d)
     d.stop()
     S.call("config", watchlist=True)
@@ -338,7 +339,8 @@ def t_list_failures(name):
     took = time.time() - t0
     # Backoff 200 ms then 400 ms, each x[1,2) jitter: at least 0.6 s before the third LIST.
     check(name + ": 503 on LIST backs off and retries (%.2f s)" % took, good and took >= 0.6 and
-          d.count_log("list failed") == 2 and d.log_has("HTTP 503"), d.stderr_tail())
+          d.wait_log("HTTP 503") and d.wait_log("retrying") and d.count_log("list failed") == 2,
+          d.stderr_tail())
     d.stop()
     S.fail(code=429, count=1, match="list", kind="apf", retry_after=2)
     t0 = time.time()
@@ -346,7 +348,7 @@ def t_list_failures(name):
     good = d.wait_synced(timeout=20)
     took = time.time() - t0
     check(name + ": 429 on LIST waits Retry-After (%.2f s)" % took, good and took >= 1.9 and
-          d.log_has("list throttled"), d.stderr_tail())
+          d.wait_log("list throttled"), d.stderr_tail())
     conv_check(name, d)
     d.stop()
 

@@ -160,7 +160,7 @@ contexts:
     S.cut(mode="clean")
     S.make(name="exec-1", index=41)
     check("401 re-runs the plugin and retries", d.wait(lambda x: "default/exec-1" in x.model, 10) and
-          d.log_has("401 from"), d.stderr_tail())
+          d.wait_log("401 from"), d.stderr_tail())
     good, want = converged(d, S)
     check("exec-plugin informer converges", good, diff(model_view(d), want))
     d.stop()

@@ -166,6 +166,29 @@ def test_env_endpoints_multi_host():
     sim.stop()
 
 
+def test_annotation_and_skip_init():
+    # The pod annotation tpumesh.dev/tpu (downward API file) names the endpoint; with
+    # --skip-init the TPU server is never contacted.
+    sim = Sim()
+    ann = os.path.join(TMP, "annotations")
+    with open(ann, "w") as f:
+        f.write(f'tpumesh.dev/tpu="grpc://127.0.0.1:{sim.port}"\n')
+    out = tempfile.mkdtemp(dir=TMP)
+    p = subprocess.run([INIT, "--out-dir", out, "--annotations-file", ann, "--timeout", "20"],
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": TMP},
+                       capture_output=True, text=True, timeout=60)
+    tap.check("annotation tpumesh.dev/tpu: exit 0, initialized",
+              p.returncode == 0 and sim.methods() == ["CreateSession", "RunStep", "CloseSession"],
+              p.stderr[-2000:])
+    before = len(sim.methods())
+    rc, lines, took, out = run_init(["--tpu", f"grpc://127.0.0.1:{sim.port}", "--skip-init"])
+    tap.check("--skip-init: exit 0 without contacting the TPU server",
+              rc == 0 and len(sim.methods()) == before
+              and not os.path.exists(os.path.join(out, "topology.pb")),
+              f"rc={rc} calls={sim.methods()}")
+    sim.stop()
+
+
 def test_variants_ok():
     # string_val instead of tensor_content; UNAVAILABLE twice then OK (TF's retry); slow step.
     for name, args, extra in (
@@ -417,6 +440,7 @@ def main():
     try:
         test_success()
         test_env_endpoints_multi_host()
+        test_annotation_and_skip_init()
         test_variants_ok()
         test_failures()
         test_json_log_with_grpc_tracing()

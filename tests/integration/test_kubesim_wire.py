@@ -494,6 +494,9 @@ def run(sim, c, port):
               and d["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
               and d["details"]["retryAfterSeconds"] == 1, (r.status, dt, r.body))
 
+    r = request(port, "/api/v1/namespaces/wire/pods/trainer-0-abcde?resourceVersion=%d" % c.state()["rv"])
+    tap.check("GET with a known RV answers at once", r.status == 200 and b'"name":"trainer-0-abcde"' in r.body, r.status)
+
     # --- watch headers first, then events ------------------------------------------------------------
     cur = c.state()["rv"]
     got_head = {}

@@ -1497,6 +1497,13 @@ class Handler(BaseHTTPRequestHandler):
     # -- GET one pod -----------------------------------------------------
     def _get_pod(self, ns, name, q, table=""):
         st = self.st
+        rv_s = q.get("resourceVersion", [""])[0]
+        if rv_s not in ("", "0"):
+            # GET with RV=N is "not older than" N (spec §1.5): wait for it, then 504.
+            if not re.match(r"^[0-9]+$", rv_s):
+                raise err_bad_request('invalid resource version: strconv.ParseUint: parsing "%s": invalid syntax'
+                                      % rv_s)
+            self._wait_rv(int(rv_s))
         with st.cond:
             rec = st.pods.get((ns, name))
         if rec is None:

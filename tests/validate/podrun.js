@@ -2,7 +2,8 @@
 'use strict';
 /*
  * podrun.js - run tpumesh's containers exactly as the manifests declare them, against the
- * kube-apiserver simulator (tests/sim/kube-apiserver), and check what a kubelet would see:
+ * kube-apiserver simulator (tests/sim/kube-apiserver) and, for the legacy TPU Node example,
+ * the TensorFlow server simulator (tests/sim/tf-master), and check what a kubelet would see:
  * tpumesh-init exits 0 and publishes, the sidecar's startup/readiness probe paths answer
  * 200 once the topology is complete (and readiness drops when a peer goes away), the
  * liveness path answers 200, the trainer's files hold the expected workers, and SIGTERM
@@ -203,7 +204,7 @@ function jobPod(tpl, { name, job, index, labels = {}, annotations = {}, hostname
 }
 
 /* ---- one pod's run --------------------------------------------------------------------- */
-async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop }) {
+async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit = true, afterInit }) {
     const spec = pod.spec;
     const dir = path.join(TMP, pod.metadata.name);
     podVolumes(pod, dir);
@@ -213,14 +214,17 @@ async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop }) {
 
     /* tpumesh-init */
     const ip = program(init);
-    const ienv = containerEnv(pod, init, dir, { ...gkeEnv, TPUMESH_SKIP_INIT: 'true' });
+    const ienv = containerEnv(pod, init, dir, { ...gkeEnv, ...(skipInit ? { TPUMESH_SKIP_INIT: 'true' } : {}) });
     const ip1 = start(ip.bin, ip.argv, ienv);
     const r = await Promise.race([ip1.exited, sleep(30000).then(() => ({ code: 'timeout' }))]);
     const sharedMount = init.volumeMounts.find((m) => spec.volumes.find((v) => v.name === m.name && v.emptyDir));
     const out = path.join(dir, sharedMount.name);
     check(`${label}: tpumesh-init with the manifest's env exits 0 and publishes`,
-        r.code === 0 && fs.existsSync(path.join(out, 'dtensor.env')) ? []
+        r.code === 0 && fs.existsSync(path.join(out, 'topology.json')) ? []
             : [`exit ${r.code}`, ...ip1.lines.slice(-5)]);
+    if (r.code === 0 && afterInit) {
+        check(`${label}: tpumesh-init's published files`, afterInit(out));
+    }
     if (r.code !== 0 || !side) {
         return;
     }
@@ -369,6 +373,46 @@ async function main() {
             wantJobs: `10.6.0.9:${port}`,
         });
         await sim.ctl('clear', {});
+    }
+
+    /* 4. k8s/legacy-tpu-node.yaml: tpumesh-init against a simulated TPU Node's TensorFlow
+     * server (tests/sim/tf-master), as GKE points the pod at it with
+     * KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS; system initialization really runs. */
+    {
+        const genPy = path.join(BUILD, 'gen', 'py', '.stamp');
+        if (!fs.existsSync(genPy)) {
+            check('k8s/legacy-tpu-node.yaml: the tf-master simulator can run', [`missing ${genPy}: make BUILD=... gen-py`]);
+        } else {
+            const tfm = start(PY, [path.join(ROOT, 'tests', 'sim', 'tf-master', 'tf_master_sim.py'), '--accelerator-type', 'v3-8',
+                '--max-seconds', '120'], { ...process.env, BUILD });
+            const line = await waitFor(() => tfm.lines.find((l) => l.startsWith('READY ')), 15000);
+            if (check('tf-master simulator starts', line ? [] : tfm.lines.slice(-5))) {
+                const port = /port=(\d+)/.exec(line)[1];
+                const job = YAML.parse(fs.readFileSync(path.join(ROOT, 'k8s', 'legacy-tpu-node.yaml'), 'utf8'));
+                const tpl = job.spec.template;
+                const pod = jobPod(tpl, { name: `${job.metadata.name}-x8k2m`, index: 0, ip: '10.7.0.4' });
+                const endpoint = `127.0.0.1:${port}`;
+                await runPod(sim, pod, {
+                    label: 'k8s/legacy-tpu-node.yaml',
+                    gkeEnv: { KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS: `grpc://${endpoint}` },
+                    skipInit: false,
+                    afterInit: (out) => {
+                        const e = [];
+                        /* TensorFlow's cluster_spec() for the TPU's workers (DESIGN.md §6) */
+                        const tf = JSON.parse(fs.readFileSync(path.join(out, 'tf_config.json'), 'utf8'));
+                        if (JSON.stringify(tf.worker) !== JSON.stringify([endpoint])) {
+                            e.push(`tf_config.json worker is ${JSON.stringify(tf.worker)}, want ["${endpoint}"]`);
+                        }
+                        if (!(fs.statSync(path.join(out, 'topology.pb')).size > 0)) {
+                            e.push('topology.pb is empty');
+                        }
+                        return e;
+                    },
+                });
+            }
+            tfm.kill('SIGTERM');
+            await Promise.race([tfm.exited, sleep(5000)]);
+        }
     }
     simp.kill('SIGTERM');
     await Promise.race([simp.exited, sleep(5000)]);

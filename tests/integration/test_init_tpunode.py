@@ -133,6 +133,12 @@ def test_success():
               and cs.get("target") == f"grpc://127.0.0.1:{sim.port}"
               and cs.get("device") == "/job:worker/replica:0/task:0/device:TPU_SYSTEM:0",
               f"{cs}")
+    tap.check("grpc success: one attr-less ConfigureDistributedTPU node, producer, "
+              "allow_soft_placement, operation timeout within --timeout",
+              cs.get("nodes") == 1 and cs.get("op") == "ConfigureDistributedTPU"
+              and cs.get("attrs") == 0 and cs.get("producer", 0) > 0
+              and cs.get("soft_placement") == "true" and 0 < cs.get("op_timeout_ms", 0) <= 30000,
+              f"{cs}")
     rs = calls[1] if len(calls) > 1 else {}
     tap.check("grpc success: RunStep fetch, body errors, step timeout within --timeout",
               rs.get("fetch") == "ConfigureDistributedTPU:0" and rs.get("store_errors") == "true"

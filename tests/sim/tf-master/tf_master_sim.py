@@ -325,7 +325,12 @@ class Sim:
         jobs = {j.name: dict(j.tasks) for j in req.config.cluster_def.job}
         self.log("CreateSession", nodes=len(req.graph_def.node), target=req.target or "-",
                  jobs=json.dumps(jobs, sort_keys=True).replace(" ", ""),
-                 device=(req.graph_def.node[0].device if req.graph_def.node else "-"))
+                 device=(req.graph_def.node[0].device if req.graph_def.node else "-"),
+                 op=(req.graph_def.node[0].op if req.graph_def.node else "-"),
+                 attrs=sum(len(n.attr) for n in req.graph_def.node),
+                 producer=req.graph_def.versions.producer,
+                 soft_placement=str(req.config.allow_soft_placement).lower(),
+                 op_timeout_ms=req.config.operation_timeout_in_ms)
         if self.args.fail == "unavailable" or (self.args.fail == "unavailable-first"
                                                and n <= self.args.fail_count):
             tf_abort(context, grpc.StatusCode.UNAVAILABLE, "Socket closed")

@@ -366,7 +366,9 @@ int mesh_topo_check_slice(const struct mesh_topo_info *info, const struct mesh_s
         task_box(info, t, lo, ext);
         /* Every device appears once and a task has exactly as many devices
          * as a block holds, so a bounding box of exactly the block size
-         * means the task fills that block. */
+         * means the task fills that block. Boxes of one size that tile the
+         * mesh are forced onto the block grid (the box covering the lowest
+         * uncovered chip starts there), so alignment needs no check. */
         if (ext[0] != s->chips_per_host_bounds[0] || ext[1] != s->chips_per_host_bounds[1] ||
             ext[2] != s->chips_per_host_bounds[2]) {
             return mesh_err_set(err, MESH_E_CONFIG, 0,

@@ -98,7 +98,7 @@ int mesh_topo_parse(const uint8_t *buf, size_t len, struct mesh_topo_info *out,
  * from ConfigureDistributedTPU) describes slice s: same mesh_shape, tasks =
  * hosts, devices per task = devices per host, every device exactly once,
  * and each task's devices filling exactly one chips_per_host_bounds block
- * of the mesh (the task order may differ from ours). Returns 0 or
+ * of the host grid (block-aligned; the task order may differ from ours). Returns 0 or
  * -MESH_E_CONFIG with a message naming the first difference. Borrowed. */
 int mesh_topo_check_slice(const struct mesh_topo_info *info, const struct mesh_slice *s,
                           struct mesh_err *err);

@@ -80,8 +80,9 @@ static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_bod
         *out_body = mesh_asprintf("%s\n", ctx->st.reason);
         code = ctx->st.ready ? 200 : 503;
     } else if (strcmp(path, "/topology") == 0) {
-        if (ctx->st.topology != NULL) {
-            *out_body = mesh_strndup(ctx->st.topology, ctx->st.topology_len);
+        const char *topo = ctx->last.data[MESH_FILE_TOPOLOGY_JSON];
+        if (topo != NULL) {
+            *out_body = mesh_strndup(topo, ctx->last.len[MESH_FILE_TOPOLOGY_JSON]);
             *out_type = "application/json";
             code = 200;
         } else {

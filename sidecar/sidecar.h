@@ -34,6 +34,7 @@
 #include "core/workers.h"
 
 #define MESH_SIDECAR_SELECTOR_MAX 1024
+#define MESH_SIDECAR_LAT_RING 1024
 
 /* Options after merging flags > TPUMESH_* variables > defaults. Strings
  * owned (mesh_sidecar_opts_cleanup); NULL = not given. */
@@ -72,14 +73,16 @@ struct mesh_sidecar_status {
     bool synced;                               /* first LIST applied */
     bool ready;                                /* a complete topology is published and current */
     char reason[MESH_WORKERS_REASON_MAX + 64]; /* one line: why not ready, or a summary */
-    char *topology; /* owned copy of the published topology.json, or NULL */
-    size_t topology_len;
     uint64_t generation;
     uint64_t publishes; /* publishes that replaced at least one file */
     uint64_t publish_errors;
     double last_publish_time; /* seconds since the epoch, 0 = never */
     int expected, present, ready_workers, addressed;
     int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
+    /* Wake-up to files-renamed durations of the last MESH_SIDECAR_LAT_RING
+     * publishes, in microseconds (for /metrics quantiles). */
+    uint32_t lat_us[MESH_SIDECAR_LAT_RING];
+    size_t nlat;
 };
 
 /* Process context (STYLE.md R7): one per process, created by main. */
@@ -100,10 +103,14 @@ struct mesh_sidecar {
     uint64_t generation;              /* last generation on disk / published */
 
     /* Main-thread topology state (topology.c). */
-    struct mesh_workers cur; /* last computed worker list */
-    bool have_cur;
-    struct mesh_render_out last; /* bytes last published (or found current on disk) */
+    bool have_cur; /* a worker list was computed at least once */
+    /* Bytes last published (or found current on disk): written by the main
+     * thread under mu, read by the HTTP thread under mu (/topology). */
+    struct mesh_render_out last;
     bool have_last;
+    bool have_hash;     /* hash_* describe what is on disk */
+    uint64_t hash_topo; /* every rendered input (topology.json) */
+    uint64_t hash_env;  /* the inputs of the env files (readiness excluded) */
     bool last_complete;
     char last_reason[MESH_WORKERS_REASON_MAX + 64];
     char **logged; /* problem lines already logged once */
@@ -147,6 +154,10 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err);
  * next call. Returns 0, or a negative code after a failure already logged. */
 int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms);
 
+/* Record how long one wake-up took from the poll returning to the files
+ * being renamed (main thread; takes mu). */
+void mesh_sidecar_note_latency(struct mesh_sidecar *ctx, int64_t usec);
+
 /* Store extraction callbacks for the informer (ctx = struct mesh_sidecar). */
 void *mesh_sidecar_extract(void *ctx, const cJSON *obj);
 void mesh_sidecar_record_free(void *ctx, void *rec);
@@ -156,7 +167,7 @@ void mesh_sidecar_on_update(void *ctx, const char *key, const void *old_rec, con
 void mesh_sidecar_on_delete(void *ctx, const char *key, const void *old_rec);
 void mesh_sidecar_on_synced(void *ctx, size_t count);
 
-/* Free the main-thread topology state and the status copy. */
+/* Free the main-thread topology state. */
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx);
 
 /* ---- http.c ---- */

@@ -13,6 +13,7 @@
 #include <netdb.h>
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -204,6 +205,7 @@ static bool unchanged(const struct mesh_sidecar *ctx, const struct mesh_render_o
  * previous bytes: they stay on disk as they were). */
 static void remember(struct mesh_sidecar *ctx, struct mesh_render_out *out)
 {
+    pthread_mutex_lock(&ctx->mu); /* the HTTP thread serves last's topology.json */
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
         if (out->data[i] != NULL) {
             mesh_free(ctx->last.data[i]);
@@ -213,6 +215,16 @@ static void remember(struct mesh_sidecar *ctx, struct mesh_render_out *out)
         }
     }
     ctx->have_last = true;
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+void mesh_sidecar_note_latency(struct mesh_sidecar *ctx, int64_t usec)
+{
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.lat_us[ctx->st.nlat % MESH_SIDECAR_LAT_RING] =
+        usec > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)(usec < 0 ? 0 : usec);
+    ctx->st.nlat++;
+    pthread_mutex_unlock(&ctx->mu);
 }
 
 static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, size_t *written,
@@ -247,12 +259,6 @@ static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
         ctx->st.publishes++;
         ctx->st.last_publish_time = (double)now_ms / 1000.0;
     }
-    const char *topo = ctx->last.data[MESH_FILE_TOPOLOGY_JSON];
-    if (topo != NULL && (ctx->st.topology == NULL || published)) {
-        mesh_free(ctx->st.topology);
-        ctx->st.topology = mesh_strndup(topo, ctx->last.len[MESH_FILE_TOPOLOGY_JSON]);
-        ctx->st.topology_len = ctx->last.len[MESH_FILE_TOPOLOGY_JSON];
-    }
     pthread_mutex_unlock(&ctx->mu);
 }
 
@@ -282,6 +288,82 @@ static void log_transition(struct mesh_sidecar *ctx, bool complete, const char *
     snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", reason);
 }
 
+/* FNV-1a over exactly what the renderers read that can change at run time
+ * (slice, job name and port are fixed for the process): two inputs with the
+ * same hashes render the same bytes, so a change that alters nothing costs
+ * no rendering at all. env excludes readiness, which only topology.json
+ * shows. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+static void input_hashes(const struct mesh_render_input *in, uint64_t *out_topo, uint64_t *out_env)
+{
+    int head[4] = {(int)in->mode, in->complete, in->self_index, (int)in->nworkers};
+    uint64_t env = fnv(14695981039346656037ULL, head, sizeof(head));
+    uint64_t ready = 14695981039346656037ULL;
+    for (size_t i = 0; i < in->nworkers; i++) {
+        const struct mesh_worker *w = &in->workers[i];
+        env = fnv(env, w->pod, strlen(w->pod) + 1);
+        env = fnv(env, w->host, strlen(w->host) + 1);
+        env = fnv(env, w->ip, strlen(w->ip) + 1);
+        unsigned char r = w->ready;
+        ready = fnv(ready, &r, 1);
+    }
+    *out_env = env;
+    *out_topo = fnv(env, &ready, sizeof(ready));
+}
+
+static void render_failed(struct mesh_sidecar *ctx, const char *what, const struct mesh_err *err)
+{
+    char why[MESH_ERR_MSG_MAX + 32];
+    snprintf(why, sizeof(why), "%s: %s", what, err->msg);
+    if (strcmp(why, ctx->last_reason) != 0) {
+        mesh_error(MOD, "%s", why);
+        snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", why);
+    }
+    fail_status(ctx, why);
+}
+
+/* Render what changed at generation + 1 and publish it. env_same: only
+ * topology.json can differ (a readiness change), so only it is rendered. */
+static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, bool env_same,
+                        struct mesh_render_out *out, size_t *written)
+{
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    in->generation = ctx->generation + 1;
+    int rc = env_same ? mesh_render_topology_json(in, &out->data[MESH_FILE_TOPOLOGY_JSON],
+                                                  &out->len[MESH_FILE_TOPOLOGY_JSON], &err)
+                      : mesh_render_all(in, out, &err);
+    if (rc < 0) {
+        render_failed(ctx, "cannot render the topology", &err);
+        return rc;
+    }
+    rc = publish(ctx, out, written, &err);
+    if (rc < 0) {
+        if (!ctx->publish_pending) {
+            mesh_error(MOD, "cannot publish: %s (retrying every second)", err.msg);
+        }
+        ctx->publish_pending = true;
+        char why[MESH_ERR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "cannot publish: %s", err.msg);
+        fail_status(ctx, why);
+        return rc;
+    }
+    if (ctx->publish_pending) {
+        mesh_info(MOD, "publishing works again");
+    }
+    ctx->publish_pending = false;
+    ctx->generation++;
+    return 0;
+}
+
 static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_workers *w, int self,
                               bool complete, const char *reason, int64_t now_ms)
 {
@@ -297,52 +379,55 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         .generation = ctx->generation,
         .complete = complete,
     };
+    uint64_t h_topo, h_env;
+    input_hashes(&in, &h_topo, &h_env);
     struct mesh_render_out out;
     mesh_render_out_init(&out);
-    struct mesh_err err;
-    mesh_err_clear(&err);
-    int rc = mesh_render_all(&in, &out, &err);
-    if (rc < 0) {
-        char why[MESH_ERR_MSG_MAX + 32];
-        snprintf(why, sizeof(why), "cannot render the topology: %s", err.msg);
-        if (strcmp(why, ctx->last_reason) != 0) {
-            mesh_error(MOD, "%s", why);
-            snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", why);
-        }
-        fail_status(ctx, why);
-        return rc;
-    }
     bool published = false;
-    if (!unchanged(ctx, &out)) {
-        mesh_render_out_cleanup(&out);
-        in.generation = ctx->generation + 1;
+    size_t written = 0;
+    int rc = 0;
+    if (ctx->have_hash && h_topo == ctx->hash_topo) {
+        /* Nothing a reader sees would change. */
+    } else if (!ctx->have_last) {
+        /* First time (start-up): what is on disk may already be current
+         * (tpumesh-init, or this sidecar before a restart). */
+        struct mesh_err err;
+        mesh_err_clear(&err);
         rc = mesh_render_all(&in, &out, &err);
-        size_t written = 0;
-        if (rc == 0) {
-            rc = publish(ctx, &out, &written, &err);
-        }
         if (rc < 0) {
-            char why[MESH_ERR_MSG_MAX + 32];
-            snprintf(why, sizeof(why), "cannot publish: %s", err.msg);
-            if (!ctx->publish_pending) {
-                mesh_error(MOD, "%s (retrying every second)", why);
-            }
-            ctx->publish_pending = true;
-            mesh_render_out_cleanup(&out);
-            fail_status(ctx, why);
+            render_failed(ctx, "cannot render the topology", &err);
             return rc;
         }
-        if (ctx->publish_pending) {
-            mesh_info(MOD, "publishing works again");
+        if (!unchanged(ctx, &out)) {
+            mesh_render_out_cleanup(&out);
+            rc = publish_next(ctx, &in, false, &out, &written);
+            published = rc == 0;
         }
-        ctx->publish_pending = false;
-        ctx->generation++;
-        published = true;
-        mesh_info(MOD, "published generation %llu (%zu of %d files rewritten): %s",
-                  (unsigned long long)ctx->generation, written, MESH_FILE__COUNT - 1,
-                  complete ? "complete" : "incomplete, env files keep the last complete version");
+    } else {
+        bool env_same = ctx->have_hash && h_env == ctx->hash_env;
+        rc = publish_next(ctx, &in, env_same, &out, &written);
+        published = rc == 0;
     }
-    remember(ctx, &out);
+    if (rc < 0) {
+        mesh_render_out_cleanup(&out);
+        return rc;
+    }
+    if (out.data[MESH_FILE_TOPOLOGY_JSON] != NULL) {
+        remember(ctx, &out);
+        bool env_changed = !ctx->have_hash || h_env != ctx->hash_env;
+        ctx->have_hash = true;
+        ctx->hash_topo = h_topo;
+        ctx->hash_env = h_env;
+        if (published) {
+            /* A readiness-only publish is routine: debug level, not one
+             * info line per flip. */
+            mesh_log(env_changed ? MESH_LOG_INFO : MESH_LOG_DEBUG, MOD,
+                     "published generation %llu (%zu files rewritten): %s",
+                     (unsigned long long)ctx->generation, written,
+                     complete ? "complete"
+                              : "incomplete, env files keep the last complete version");
+        }
+    }
     mesh_render_out_cleanup(&out);
 
     char line[sizeof(ctx->st.reason)];
@@ -403,15 +488,13 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     } else {
         rc = render_and_publish(ctx, &w, self, complete, reason, now_ms);
     }
-    mesh_workers_cleanup(&ctx->cur);
-    ctx->cur = w;
+    mesh_workers_cleanup(&w);
     ctx->have_cur = true;
     return rc;
 }
 
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
 {
-    mesh_workers_cleanup(&ctx->cur);
     mesh_render_out_cleanup(&ctx->last);
     for (size_t j = 0; j < ctx->nlogged; j++) {
         mesh_free(ctx->logged[j]);
@@ -419,8 +502,12 @@ void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
     mesh_free(ctx->logged);
     ctx->logged = NULL;
     ctx->nlogged = 0;
-    mesh_free(ctx->st.topology);
-    ctx->st.topology = NULL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
 }
 
 char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
@@ -435,7 +522,6 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
     pthread_mutex_lock(&ctx->mu);
     struct mesh_sidecar_status st = ctx->st;
     pthread_mutex_unlock(&ctx->mu);
-    st.topology = NULL;
     /* Prometheus text exposition format 0.0.4: HELP, TYPE, samples. */
 #define METRIC(name, type, help)                                                                   \
     (void)mesh_buf_printf(&b, NULL, "# HELP " name " " help "\n# TYPE " name " " type "\n")
@@ -496,6 +582,21 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
            "Unix time of the last publish (0 = none yet).");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_last_publish_timestamp_seconds %.3f\n",
                           st.last_publish_time);
+    METRIC("tpumesh_publish_latency_seconds", "summary",
+           "From the store-change wake-up to the files renamed, over the last 1024 publishes.");
+    size_t n = st.nlat < MESH_SIDECAR_LAT_RING ? st.nlat : MESH_SIDECAR_LAT_RING;
+    if (n > 0) {
+        qsort(st.lat_us, n, sizeof(st.lat_us[0]), cmp_u32);
+        static const double qs[] = {0.5, 0.9, 0.99, 1.0};
+        for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+            size_t k = (size_t)(qs[i] * (double)(n - 1) + 0.5);
+            (void)mesh_buf_printf(&b, NULL,
+                                  "tpumesh_publish_latency_seconds{quantile=\"%g\"} %.6f\n", qs[i],
+                                  (double)st.lat_us[k] / 1e6);
+        }
+    }
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_latency_seconds_count %llu\n",
+                          (unsigned long long)st.nlat);
 #undef METRIC
     return mesh_buf_steal(&b, out_len);
 }

@@ -661,6 +661,26 @@ def run(sim, c, port):
               (r.status, r.body))
     c.call("config", expired_watch="event")
 
+    # --- watch from a future RV ------------------------------------------------------------------------
+    cur = c.state()["rv"]
+    t0 = time.time()
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % (cur + 50), timeout=8)
+    evs = [json.loads(ln) for ln in stream_lines(r) if ln]
+    tap.check("future RV watch: ERROR 504 Too large after ~3 s, then the end",
+              len(evs) == 1 and evs[0]["type"] == "ERROR" and evs[0]["object"]["code"] == 504
+              and evs[0]["object"]["message"] == "Timeout: Too large resource version: %d, current: %d" % (cur + 50, cur)
+              and r.terminated and 2.5 < time.time() - t0 < 6, (evs, time.time() - t0))
+    c.call("config", future_watch="wait")
+    t = later(lambda: [c.labels(name="trainer-3-abcde", namespace=ns, set="f=%d" % i) for i in range(3)], 0.5)
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=4" % (cur + 2),
+                timeout=8, stop_after=lambda resp: b"\n" in b"".join(resp.chunks))
+    t.join()
+    evs = [json.loads(ln) for ln in stream_lines(r) if ln]
+    tap.check("future_watch=wait: the watch starts once the RV exists (only changes after it)",
+              [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in evs] == [("MODIFIED", str(cur + 3))],
+              [(e["type"], e["object"]["metadata"].get("resourceVersion")) for e in evs])
+    c.call("config", future_watch="error")
+
     # --- faults in the stream --------------------------------------------------------------------------------
     cur = c.state()["rv"]
     t = later(lambda: (c.ready(name="trainer-0-abcde", namespace=ns, ready=True), c.call("malformed")))

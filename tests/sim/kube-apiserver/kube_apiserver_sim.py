@@ -536,6 +536,7 @@ class State:
         self.rng = random.Random(args.seed)
         self.bookmark_interval = float(args.bookmark_interval)
         self.expired_watch = args.expired_watch
+        self.future_watch = args.future_watch
         self.watchlist = args.watchlist == "on"
         self.history_cap = int(args.history)
         self.stats = {"requests": collections.Counter(), "codes": collections.Counter(),
@@ -1793,7 +1794,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_lines(batch, w, events=len(batch))
         if initial_end:
             self._send_lines([bookmark_line(w.cursor, True)], w, bookmarks=1)
-        future_deadline = time.time() + 3.0 if future else None
+        # A future RV: the cacher waits 3 s then errors (default); --future-watch wait follows the
+        # API Concepts page, "may wait indefinitely" (spec §2.4).
+        future_deadline = time.time() + 3.0 if future and st.future_watch == "error" else None
         last_check = time.time()
         while True:
             now = time.time()
@@ -1870,7 +1873,7 @@ class Handler(BaseHTTPRequestHandler):
                         lines.append(ev.line(v[0], v[1]))
                     nev += 1
             now = time.time()
-            if cut is None and now < deadline and now >= st.stall_until and w.bookmarks and (
+            if cut is None and now < deadline and now >= st.stall_until and w.bookmarks and w.cursor <= st.rv and (
                     w.bookmark_now or now >= next_bm or (now >= final_bm > start)):
                 lines.append(bookmark_line(w.cursor))
                 nbm += 1
@@ -2415,6 +2418,10 @@ class Control:
                 if a["expired_watch"] not in ("event", "http410"):
                     raise ValueError("expired_watch must be event or http410")
                 st.expired_watch = a["expired_watch"]
+            if a.get("future_watch") is not None:
+                if a["future_watch"] not in ("error", "wait"):
+                    raise ValueError("future_watch must be error or wait")
+                st.future_watch = a["future_watch"]
             if a.get("watchlist") is not None:
                 st.watchlist = _as_bool(a["watchlist"])
             if a.get("history") is not None:
@@ -2425,6 +2432,7 @@ class Control:
                 st.kubelet_delete_after = float(a["kubelet_delete_after"])
             st.cond.notify_all()
             return {"bookmarkInterval": st.bookmark_interval, "expiredWatch": st.expired_watch,
+                    "futureWatch": st.future_watch,
                     "watchlist": st.watchlist, "history": st.history_cap,
                     "kubeletDeleteAfter": st.kubelet_delete_after,
                     "minRequestTimeout": self.server.min_request_timeout}
@@ -2638,7 +2646,8 @@ control API (unauthenticated, same port, see README.md):
                 every watch is cut; 429 'storage is (re)initializing' for S s
     bookmark    send a BOOKMARK now on every watch that allows them
     chunking    mode=natural|event|coalesce|split|random|bytes [max=N] [delay_ms=N] [seed=N]
-    config      bookmark_interval=S expired_watch=event|http410 watchlist=true|false history=N
+    config      bookmark_interval=S expired_watch=event|http410 future_watch=error|wait
+                watchlist=true|false history=N
                 min_request_timeout=S kubelet_delete_after=S (API DELETE: DELETED this long after MODIFIED)
     bulk-create count=N [start=I namespace job ready]   churn events=N [rate=R kind=annotate|ready|ip|mixed
                 wait=true]   churn-stop   stats   reset-stats
@@ -2677,6 +2686,9 @@ def server_main(argv):
     p.add_argument("--seed", type=int, default=None, help="random seed (chunking, names, churn)")
     p.add_argument("--expired-watch", default="event", choices=("event", "http410"),
                    help="too-old watch RV: 200 + ERROR event (default, as the apiserver) or HTTP 410")
+    p.add_argument("--future-watch", default="error", choices=("error", "wait"),
+                   help="watch from an RV newer than the server's: in-stream ERROR 504 'Too large resource version'"
+                        " after 3 s (default, as the watch cache) or wait until it exists")
     p.add_argument("--watchlist", default="on", choices=("on", "off"),
                    help="WatchList feature gate: sendInitialEvents allowed (on, 1.34+ default) or 422 (off)")
     p.add_argument("--gzip-min", type=int, default=128 * 1024,

@@ -12,7 +12,10 @@
 #      TensorFlow server (tests/sim/tf-master), then a TPU-less server (exit 3)
 #
 # Env: BUILD (build dir, default build), PY (python with protobuf).
-# Add later flows (sidecar, legacy TPU Node) as further sections.
+#   5. tpumesh-init + tpumesh-sidecar on a simulated 4-host slice: a pod is
+#      deleted, recreated without an IP, given one; files and /readyz follow
+#
+# Add later flows as further sections.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -128,6 +131,63 @@ if [ -d "$BUILD/gen/py/tensorflow" ]; then
     kill "$SIM_PID"; wait "$SIM_PID" 2>/dev/null
 else
     echo "(skipped: run 'make gen-py' to build the simulator's protobuf modules)"
+fi
+
+section "5. tpumesh-init + tpumesh-sidecar on a simulated 4-host v4-32 slice; a pod restarts"
+# Self-contained: its own kube-apiserver simulator (tests/sim/kube-apiserver), an Indexed Job of
+# 4 pods, tpumesh-init publishing generation 1 for worker 0, then the sidecar watching the pods.
+SIDECAR=$BUILD/bin/tpumesh-sidecar
+if [ -x "$SIDECAR" ]; then
+    SC=$WORK/sidecar
+    mkdir -p "$SC"
+    KS="$PY tests/sim/kube-apiserver/kube_apiserver_sim.py"
+    $KS >"$WORK/kubesim.out" 2>"$WORK/kubesim.err" &
+    KS_PID=$!
+    SC_PID=
+    trap 'kill $SC_PID $KS_PID 2>/dev/null; rm -rf "$WORK"' EXIT
+    for _ in $(seq 200); do grep -q '^READY' "$WORK/kubesim.out" && break; sleep 0.05; done
+    KURL=$(sed -n 's/^READY .*url=\([^ ]*\).*/\1/p' "$WORK/kubesim.out")
+    ctl() { $KS ctl --url "$KURL" "$@" >/dev/null; }
+    for i in 0 1 2 3; do ctl make --name "trainer-$i-demo0" --index "$i"; done
+    echo "simulated apiserver $KURL: Indexed Job 'trainer', pods trainer-{0..3}-demo0"
+    run env TPU_WORKER_ID=0 \
+        TPU_WORKER_HOSTNAMES=trainer-0.trainer,trainer-1.trainer,trainer-2.trainer,trainer-3.trainer \
+        "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$SC" \
+        --annotations-file "$WORK/none" 2>&1 | tail -1
+    printf '$ %s\n' "$SIDECAR --apiserver $KURL --pod-name trainer-0-demo0 --namespace default --out-dir $SC --http-addr 127.0.0.1:0 &"
+    "$SIDECAR" --apiserver "$KURL" --pod-name trainer-0-demo0 --namespace default --out-dir "$SC" \
+        --http-addr 127.0.0.1:0 2>"$WORK/sidecar.log" &
+    SC_PID=$!
+    for _ in $(seq 200); do grep -q '(port ' "$WORK/sidecar.log" && break; sleep 0.05; done
+    HPORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/sidecar.log" | head -1)
+    readyz() { # print /readyz once it answers $1
+        local code
+        for _ in $(seq 200); do
+            code=$(curl -s -o "$WORK/readyz" -w '%{http_code}' "http://127.0.0.1:$HPORT/readyz")
+            [ "$code" = "$1" ] && break
+            sleep 0.05
+        done
+        echo "/readyz -> $code $(cat "$WORK/readyz")"
+    }
+    readyz 200
+    show_volume "$SC"
+    echo
+    echo "-- pod trainer-2 is deleted (its node went away) --"
+    ctl delete --name trainer-2-demo0 --grace 0
+    readyz 503
+    echo "-- the Job controller recreates it; it has no IP yet --"
+    ctl make --name trainer-2-demo1 --index 2 --ip ""
+    readyz 503
+    echo "-- the new pod gets IP 10.64.9.77 --"
+    ctl ip --name trainer-2-demo1 --ip 10.64.9.77
+    readyz 200
+    show_volume "$SC"
+    printf -- '--- what the sidecar logged\n'
+    sed 's/^/  /' "$WORK/sidecar.log"
+    kill -TERM "$SC_PID"; wait "$SC_PID"; echo "sidecar exit $? after SIGTERM"
+    kill "$KS_PID"; wait "$KS_PID" 2>/dev/null
+else
+    echo "(skipped: $SIDECAR is missing)"
 fi
 
 echo

@@ -177,7 +177,11 @@ def part1(pb2, tmp):
                                                                       tasks, dpt))
         if msg.HasField("tpu_hardware_feature"):
             problems.append("field 5 written")
-        if msg.UnknownFields() if hasattr(msg, "UnknownFields") else False:
+        try:
+            unknown = len(msg.UnknownFields())
+        except (AttributeError, NotImplementedError):  # newer upb-based protobuf
+            unknown = 0
+        if unknown:
             problems.append("unknown fields")
         fields = wire_fields(raw)
         tags = [t for t, _ in fields]

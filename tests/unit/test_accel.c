@@ -197,6 +197,9 @@ static void test_names(void **state)
     assert_string_equal(mesh_accel_format_bounds((int[3]){2, 2, 1}, b, sizeof(b)), "2,2,1");
     assert_string_equal(mesh_accel_format_bounds((int[3]){16, 16, 1}, b, sizeof(b)), "16,16,1");
     assert_string_equal(mesh_accel_format_bounds((int[3]){1, 2, 4}, b, 4), "1,2");
+    b[0] = 'z';
+    assert_ptr_equal(mesh_accel_format_bounds((int[3]){1, 2, 4}, b, 0), b);
+    assert_int_equal(b[0], 'z'); /* out_len 0: nothing written */
     assert_string_equal(
         mesh_accel_format_bounds((int[3]){-2147483647 - 1, -2147483647 - 1, -2147483647 - 1}, b,
                                  sizeof(b)),

@@ -5,8 +5,9 @@
  * the check of a TPU-returned topology against a slice.
  *
  * With MESH_TOPO_DUMP_DIR set, writes <type>_<topology>.pb for every row
- * into that directory (read by tests/integration/test_topology_pb.py, which
- * decodes them with Google's protobuf library).
+ * (<type>_<topology>_8t.pb for 8-chip hosts) into that directory (read by
+ * tests/integration/test_topology_pb.py, which decodes them with Google's
+ * protobuf library).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -365,6 +365,9 @@ const char *mesh_tf_graph_code_name(int code)
     return names[code];
 }
 
+/* How much of a server message goes into a "TPUs not found" error. */
+#define MSG_KEEP 110
+
 int mesh_tf_graph_status_error(int code, const char *msg, const char *what, struct mesh_err *err)
 {
     const char *m = msg != NULL && msg[0] != '\0' ? msg : "(no message)";
@@ -375,9 +378,12 @@ int mesh_tf_graph_status_error(int code, const char *msg, const char *what, stru
     case MESH_TF_NOT_FOUND:
         /* TensorFlow's initialize_tpu_system turns InvalidArgument into
          * NotFound with exactly this prefix (spec §5.1 step 5). */
-        return mesh_err_set(
-            err, MESH_E_NOTFOUND, 0,
-            "TPUs not found in the cluster. Failed in initialization: %s (%s on %s)", m, name, w);
+        /* TF's messages run long (a device or kernel list): keep the first
+         * MSG_KEEP characters so the code, the call and the advice fit. */
+        return mesh_err_set(err, MESH_E_NOTFOUND, 0,
+                            "TPUs not found in the cluster. Failed in initialization: %.*s%s (%s "
+                            "on %s); is this a Cloud TPU's TensorFlow server?",
+                            MSG_KEEP, m, strlen(m) > MSG_KEEP ? "..." : "", name, w);
     case MESH_TF_DEADLINE_EXCEEDED:
         return mesh_err_set(err, MESH_E_TIMEOUT, 0,
                             "TPU server: %s timed out (%s): %s; raise --timeout if the TPU is "

@@ -384,6 +384,9 @@ static int call_status_error(struct mesh_tf_master *m, const struct mesh_tf_call
                              const char *what, int64_t start_ms, int64_t deadline_ms,
                              struct mesh_err *err)
 {
+    /* The error below may shorten the server's text; keep all of it here. */
+    mesh_debug(MOD, "%s on %s: %s: %s", what, m->target, mesh_tf_graph_code_name(r->status),
+               r->message);
     if (r->status == GRPC_STATUS_DEADLINE_EXCEEDED && mesh_tf_master_now_ms() >= deadline_ms - 50) {
         return deadline_error(m, what, start_ms, err);
     }

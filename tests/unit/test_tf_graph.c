@@ -405,6 +405,17 @@ static void test_status_error_mapping(void **state)
             fail_msg("code %d: '%s' lacks '%s'", rows[i].code, err.msg, rows[i].needle);
         }
     }
+    /* A long TF message is shortened so the code, the call and the advice survive. */
+    char longmsg[400];
+    memset(longmsg, 'x', sizeof(longmsg) - 1);
+    longmsg[sizeof(longmsg) - 1] = '\0';
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    assert_int_equal(mesh_tf_graph_status_error(3, longmsg, "CreateSession", &err),
+                     -MESH_E_NOTFOUND);
+    assert_non_null(strstr(err.msg, "xxx... (INVALID_ARGUMENT on CreateSession); is this"));
+    assert_int_equal(
+        strncmp(err.msg, "TPUs not found in the cluster. Failed in initialization: ", 57), 0);
     assert_string_equal(mesh_tf_graph_code_name(16), "UNAUTHENTICATED");
     assert_string_equal(mesh_tf_graph_code_name(17), "UNKNOWN_CODE");
 }

@@ -21,6 +21,19 @@ class ReplayError(Exception):
     pass
 
 
+ALL_DRIVERS = []
+
+
+def sanitizer_reports(extra_stderr=()):
+    """Sanitizer lines from every Driver of this process (and from extra stderr texts)."""
+    out = []
+    for d in ALL_DRIVERS:
+        out += [line for line in d.err_lines if "Sanitizer" in line or "runtime error:" in line]
+    for text in extra_stderr:
+        out += [line for line in text.splitlines() if "Sanitizer" in line or "runtime error:" in line]
+    return out
+
+
 class Driver:
     """A running k8s_driver. lines: every stdout line; model: the store rebuilt from the
     ADD/UPDATE/DELETE lines; errors: impossible changes seen (duplicates, unknown keys)."""
@@ -32,6 +45,7 @@ class Driver:
         self.synced = []
         self.stats = None
         self.cond = threading.Condition()
+        ALL_DRIVERS.append(self)
         self.proc = subprocess.Popen([DRIVER] + list(args), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env)
         self.err_lines = []
@@ -117,6 +131,10 @@ class Driver:
                 self.proc.wait(timeout=10)
         self._t1.join(5)
         self._t2.join(5)
+        # Sanitizer builds (BUILD=build-asan): any report is a failure of the scenario.
+        for line in self.err_lines:
+            if "Sanitizer" in line or "runtime error:" in line:
+                self.errors.append("sanitizer: " + line)
         return self.proc.returncode
 
     def stderr_tail(self, n=15):

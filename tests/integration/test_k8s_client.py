@@ -8,7 +8,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from k8s_harness import Driver, converged, diff, model_view, start_sim, truth  # noqa: E402
+from k8s_harness import Driver, converged, diff, model_view, sanitizer_reports, start_sim, truth  # noqa: E402
 from tap import check, done, fail, ok  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="k8s-client-")
@@ -33,7 +33,22 @@ S = sim.client
 def driver(*extra, **kw):
     args = ["--apiserver", sim.url, "--token-file", TOKEN_FILE, "--ca-file", sim.ca,
             "--namespace", "default", "--backoff-ms", "100", "--stall", "5"] + list(extra)
-    return Driver(args, **kw)
+    watches = S.stats()["watchesTotal"]
+    d = Driver(args, **kw)
+    d.watches_before = watches
+    return d
+
+
+def ready(d, timeout=20.0):
+    """Synced, and its watch is registered at the simulator (so injected stream faults reach it)."""
+    if not d.wait_synced(timeout=timeout):
+        return False
+    end = time.time() + timeout
+    while time.time() < end:
+        if S.stats()["watchesTotal"] > d.watches_before:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def reset():
@@ -87,7 +102,7 @@ def t_basic(name):
 
 def t_bookmarks(name):
     d = driver()
-    d.wait_synced()
+    ready(d)
     for i in range(3):  # changes outside the watched namespace: only bookmarks can tell us
         S.make(name="bm-%d" % i, index=i, namespace="elsewhere")
     want_rv = S.state()["rv"]
@@ -135,7 +150,7 @@ def t_get(name):
 def t_expired_watch(name, mode):
     S.call("config", expired_watch=mode)
     d = driver()
-    d.wait_synced()
+    ready(d)
     # Hold the stream (no event reaches the driver), change things and compact: the
     # re-watch after the cut resumes from an RV the server no longer has -> 410 -> relist.
     S.stall(seconds=30)
@@ -152,7 +167,7 @@ def t_expired_watch(name, mode):
 
 def t_cut(name, mode):
     d = driver()
-    d.wait_synced()
+    ready(d)
     S.make(name="cut-0", index=80)
     d.wait(lambda x: "default/cut-0" in x.model)
     S.cut(mode=mode)
@@ -168,7 +183,7 @@ def t_cut(name, mode):
 
 def t_malformed(name):
     d = driver()
-    d.wait_synced()
+    ready(d)
     S.call("malformed")
     S.make(name="mal-0", index=90)
     check(name + ": malformed line is logged and relisted", d.wait(lambda x: lists(x) >= 2) and
@@ -181,7 +196,7 @@ def t_malformed(name):
 
 def t_oversize(name):
     d = driver("--max-event", str(1 << 20))
-    d.wait_synced()
+    ready(d)
     S.call("oversize", mib=3)
     S.make(name="big-0", index=91)
     check(name + ": oversized event -> error + relist", d.wait(lambda x: lists(x) >= 2) and
@@ -194,7 +209,7 @@ def t_oversize(name):
 def t_stall(name):
     S.call("config", bookmark_interval=1)
     d = driver("--stall", "2")
-    d.wait_synced()
+    ready(d)
     time.sleep(3)  # bookmarks every 1 s keep a healthy stream alive past the 2 s stall limit
     check(name + ": bookmarks keep a quiet stream alive", not d.log_has("presumed dead"), d.stderr_tail())
     S.stall(seconds=4)
@@ -208,7 +223,7 @@ def t_stall(name):
 
 def t_429(name):
     d = driver()
-    d.wait_synced()
+    ready(d)
     S.fail(code=429, count=1, retry_after=2, match="watch", kind="apf")
     t0 = time.time()
     S.cut(mode="clean")
@@ -224,7 +239,7 @@ def t_429(name):
 
 def t_token_rotation(name):
     d = driver("--token-reload", "1")
-    d.wait_synced()
+    ready(d)
     # Periodic reload: the kubelet rotates the file; the next request uses the new token.
     write(TOKEN_FILE, "tok-2\n")
     write(SIM_TOKEN_FILE, "tok-2\n")
@@ -237,7 +252,7 @@ def t_token_rotation(name):
     d.stop()
     # 401 -> immediate re-read (long reload period, so only the 401 can explain it).
     d = driver("--token-reload", "3600")
-    d.wait_synced()
+    ready(d)
     write(TOKEN_FILE, "tok-3\n")
     write(SIM_TOKEN_FILE, "tok-3\n")
     S.token(reload=True)
@@ -267,7 +282,7 @@ def t_forbidden(name):
 
 def t_restart(name):
     d = driver()
-    d.wait_synced()
+    ready(d)
     for i in range(5):
         S.labels(name=S.pods()[0]["metadata"]["name"], set="round=%d" % i)
     rv_before = int(S.state()["rv"])
@@ -356,7 +371,7 @@ def t_list_failures(name):
 def t_convergence(name):
     rnd = random.Random(7)
     d = driver("--limit", "3")
-    d.wait_synced()
+    ready(d)
     names = [p["metadata"]["name"] for p in S.pods()]
     n_ops = 0
     faults = ["cut-clean", "cut-abrupt", "cut-mid", "malformed", "compact-cut", "none", "none"]
@@ -412,4 +427,6 @@ scenario("list failures", t_list_failures)
 scenario("convergence", t_convergence)
 
 sim.stop()
+reports = sanitizer_reports()
+check("no sanitizer report from any driver run", not reports, "\n".join(reports[:20]))
 done()

@@ -11,7 +11,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from k8s_harness import DRIVER, Driver, converged, diff, model_view, start_sim  # noqa: E402
+from k8s_harness import DRIVER, Driver, converged, diff, model_view, sanitizer_reports, start_sim  # noqa: E402
 from tap import check, done, fail  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="k8s-config-")
@@ -35,7 +35,11 @@ def run(args, env=None, timeout=20):
     e["HOME"] = TMP  # no ~/.kube/config
     e.update(env or {})
     p = subprocess.run([DRIVER] + args, capture_output=True, text=True, env=e, timeout=timeout)
+    STDERRS.append(p.stderr)
     return p.returncode, p.stdout, p.stderr
+
+
+STDERRS = []
 
 
 write(SIM_TOKEN, "secret-a\n")
@@ -215,4 +219,6 @@ except Exception as e:  # report, do not crash without TAP output
     fail("config scenarios", "exception: %r" % (e,))
 finally:
     sim.stop()
+reports = sanitizer_reports(STDERRS)
+check("no sanitizer report from any driver run", not reports, "\n".join(reports[:20]))
 done()

@@ -11,7 +11,8 @@
  *      (default /var/run/secrets/kubernetes.io/serviceaccount, spec §4.1);
  *   3. kubeconfig: opts.kubeconfig, else the FIRST path of $KUBECONFIG
  *      (a colon list is not merged), else ~/.kube/config if it exists
- *      (see kubeconfig.h).
+ *      (see kubeconfig.h). An explicit opts.kubeconfig wins over the
+ *      in-cluster variables ($KUBECONFIG does not).
  * TLS verification is always on unless a kubeconfig cluster says
  * insecure-skip-tls-verify: true (or opts.insecure_skip_tls_verify).
  *

@@ -197,6 +197,13 @@ contexts:
         else:
             check("kubeconfig: " + title, rc == 1 and "TLS with" in err, err)
 
+    with open(sim.ca) as f:
+        write(os.path.join(sa, "ca.crt"), f.read())
+    rc, out, err = run(["--kubeconfig", kc, "--get", POD], env=env)
+    check("an explicit --kubeconfig wins over the in-cluster variables", rc == 0 and "(kubeconfig " in err, err)
+    rc, out, err = run(["--get", POD], env=dict(env, KUBECONFIG=kc))
+    check("in-cluster wins over $KUBECONFIG", rc == 0 and "(in-cluster)" in err, err)
+
     # -- configuration errors ---------------------------------------------------------------
     rc, out, err = run(["--get", POD])
     check("no configuration at all names every option", rc == 2 and "--apiserver" in err and

@@ -161,7 +161,7 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     int port = 0;
     *out_http = mesh_sidecar_http_start(ctx, ctx->opts.http_addr, &port, err);
     if (*out_http == NULL) {
-        return -MESH_E_IO;
+        return err->code != 0 ? -err->code : -MESH_E_IO; /* a bad address is a config error */
     }
     mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology on %s (port %d)",
               ctx->opts.http_addr, port);

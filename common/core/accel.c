@@ -149,7 +149,7 @@ int mesh_accel_parse_type(const char *s, enum mesh_tpu_gen *out_gen, int *out_su
 {
     static const char forms[] = "expected v2-N, v3-N, v4-N, v5p-N, v5litepod-N, v6e-N or "
                                 "tpu7x-N with N a positive integer (e.g. v4-32)";
-    char show[48];
+    char show[48], num[48];
     if (s == NULL || s[0] == '\0') {
         return mesh_err_set(err, MESH_E_INVAL, 0, "accelerator type is empty: %s", forms);
     }
@@ -170,6 +170,14 @@ int mesh_accel_parse_type(const char *s, enum mesh_tpu_gen *out_gen, int *out_su
             gi = &gens[i];
             break;
         }
+    }
+    if (gi == NULL && plen == 3 && memcmp(s, "v5e", 3) == 0) {
+        /* Cloud docs call the chip "v5e" but its accelerator types are
+         * v5litepod-N (spec §8.1): point there instead of listing forms. */
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "accelerator type '%s': TPU v5e types are written v5litepod-N "
+                            "(e.g. v5litepod-%s)",
+                            shown(s, show), shown(dash + 1, num));
     }
     if (gi == NULL) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "accelerator type '%s' has an unknown prefix: %s",

@@ -76,6 +76,11 @@ static void test_parse_type(void **state)
         }
     }
     assert_int_equal(mesh_accel_parse_type(NULL, NULL, NULL, NULL), -MESH_E_INVAL);
+    struct mesh_err err;
+    enum mesh_tpu_gen gen;
+    int suffix;
+    assert_int_equal(mesh_accel_parse_type("v5e-16", &gen, &suffix, &err), -MESH_E_INVAL);
+    assert_non_null(strstr(err.msg, "written v5litepod-N (e.g. v5litepod-16)"));
 }
 
 static void test_gke_label(void **state)

@@ -199,6 +199,7 @@ contexts:
 
     with open(sim.ca) as f:
         write(os.path.join(sa, "ca.crt"), f.read())
+    write(os.path.join(sa, "token"), "secret-c\n")
     rc, out, err = run(["--kubeconfig", kc, "--get", POD], env=env)
     check("an explicit --kubeconfig wins over the in-cluster variables", rc == 0 and "(kubeconfig " in err, err)
     rc, out, err = run(["--get", POD], env=dict(env, KUBECONFIG=kc))

@@ -262,6 +262,31 @@ async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit 
     check(`${label}: dtensor.env lists the ${wantJobs.split(',').length} workers in index order`,
         jobs === wantJobs ? [] : [`DTENSOR_JOBS=${jobs}`, `expected     ${wantJobs}`]);
 
+    /* The trainer's own command, as written in the manifest, with its mount path and the
+     * sidecar's port moved as above and the final `exec python3 <train.py>` replaced by
+     * printing the environment it built. */
+    const trainer = spec.containers[0];
+    const cmd = (trainer.command || []).concat(trainer.args || []);
+    if (cmd[0] === '/bin/sh' && cmd[1] === '-c') {
+        const mount = (trainer.volumeMounts || []).find((m) => m.name === sharedMount.name);
+        let script = cmd[2].split(mount.mountPath).join(out)
+            .split(`127.0.0.1:${side.ports[0].containerPort}`).join(`127.0.0.1:${port}`);
+        script = script.replace(/exec python3 \S+/, 'env');
+        const tr = start('/bin/sh', ['-c', script], { PATH: '/usr/bin:/bin' });
+        const res = await Promise.race([tr.exited, sleep(20000).then(() => ({ code: 'timeout' }))]);
+        const envOut = Object.fromEntries(tr.lines.filter((l) => /^[A-Z_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+        const e = [];
+        if (res.code !== 0) e.push(`exit ${res.code}`, ...tr.lines.slice(-5));
+        if (envOut.DTENSOR_JOBS !== wantJobs) e.push(`DTENSOR_JOBS=${envOut.DTENSOR_JOBS}`);
+        try {
+            JSON.parse(envOut.TF_CONFIG);
+        } catch (err) {
+            e.push(`TF_CONFIG is not JSON: ${envOut.TF_CONFIG}`);
+        }
+        if (!envOut.TPU_WORKER_ID) e.push('TPU_WORKER_ID not set from tpu.env');
+        check(`${label}: the trainer's own command runs and sources the published files`, e);
+    }
+
     if (peerToDrop) {
         await sim.ctl('delete', { name: peerToDrop.metadata.name, grace: 0 });
         const dropped = await waitFor(async () => (await probe(side.readinessProbe)).status !== 200, 10000, 200);

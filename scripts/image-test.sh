@@ -514,28 +514,99 @@ case "$vrun" in
 /*) ;;
 *) vrun=/var/run ;;
 esac
-mkdir -p "$rootfs$vrun/tpumesh"
+mkdir -p "$rootfs$vrun/tpumesh" "$rootfs$vrun/tpumesh-secrets"
+# The sidecar talks to the kube-apiserver simulator over HTTPS with a token, as in a pod
+# (the simulator runs on this host; the chroot shares its loopback network).
+sim_dir=$WORK/sim
+mkdir -p "$sim_dir/secrets"
+printf 'image-test-token\n' >"$sim_dir/secrets/token"
+SIM=$ROOT/tests/sim/kube-apiserver/kube_apiserver_sim.py
+"$PY" "$SIM" --tls --token image-test-token --state-dir "$sim_dir" >"$sim_dir/out" 2>"$sim_dir/err" &
+sim_pid=$!
+on_exit_kill() { kill "$sim_pid" 2>/dev/null || true; }
+trap 'on_exit_kill; cleanup' EXIT
+for _ in $(seq 1 150); do
+    grep -q '^READY ' "$sim_dir/out" 2>/dev/null && break
+    sleep 0.1
+done
+sim_url=$(sed -n 's/^READY .*url=\([^ ]*\).*/\1/p' "$sim_dir/out")
+if [ -n "$sim_url" ]; then
+    cp "$sim_dir/ca.crt" "$sim_dir/secrets/ca.crt"
+    "$PY" "$SIM" ctl --url "$sim_url" --ca "$sim_dir/ca.crt" make --name img-0-a1b2c --index 0 --job img \
+        --annotations '{"tpumesh.dev/expected-workers": "1"}' >"$sim_dir/ctl.out" 2>&1 ||
+        sim_url=""
+fi
 unshare -m /bin/sh -c '
-    set -e
-    r=$1; shift
-    mount --bind "$r" "$r"
-    mount -o remount,bind,ro "$r"
-    t=$r$1
-    mount -t tmpfs -o mode=1777,size=16m tmpfs "$t"
-    shift
-    chroot --userspec="$1" "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
-        TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=localhost TINI_SUBREAPER=1 \
-        /usr/bin/tini -- tpumesh-init --skip-init --tpu local --accelerator-type v5litepod-1 \
-        --topology 1x1 --annotations-file /nonexistent --out-dir /var/run/tpumesh
-    ls "$t" >"$2"
-' sh "$rootfs" "$vrun/tpumesh" "$RT_USER" "$WORK/published" >"$WORK/publish.out" 2>&1
+    r=$1 out=$2 sec=$3 user=$4 res=$5 secrets=$6 url=$7
+    mount --bind "$r" "$r" && mount -o remount,bind,ro "$r" || exit 10
+    mount -t tmpfs -o mode=1777,size=16m tmpfs "$r$out" || exit 11
+    mount --bind "$secrets" "$r$sec" && mount -o remount,bind,ro "$r$sec" || exit 12
+    run() { chroot --userspec="$user" "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
+        TINI_SUBREAPER=1 "$@"; }
+    run TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=img-0.img /usr/bin/tini -- tpumesh-init --skip-init \
+        --tpu local --accelerator-type v5litepod-1 --topology 1x1 --annotations-file /nonexistent \
+        --out-dir /var/run/tpumesh >"$res/init.log" 2>&1
+    echo $? >"$res/init.rc"
+    ls "$r$out" >"$res/published"
+    [ -n "$url" ] || exit 0
+    # exec: chroot and env exec in turn, so $pid ends up being tini, the image entrypoint,
+    # which is what the kubelet signals.
+    (exec chroot --userspec="$user" "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
+        TINI_SUBREAPER=1 POD_NAME=img-0-a1b2c TPUMESH_NAMESPACE=default TPUMESH_APISERVER="$url" \
+        TPUMESH_TOKEN_FILE=/var/run/tpumesh-secrets/token TPUMESH_CA_FILE=/var/run/tpumesh-secrets/ca.crt \
+        TPUMESH_OUT_DIR=/var/run/tpumesh TPUMESH_HTTP_ADDR=127.0.0.1:0 TPUMESH_GRPC_ADDR=127.0.0.1:0 \
+        /usr/bin/tini -- tpumesh-sidecar) >"$res/sidecar.log" 2>&1 &
+    pid=$!
+    port=""
+    i=0
+    while [ $i -lt 100 ] && [ -z "$port" ]; do
+        port=$(sed -n "s/.*serving \/healthz.*(port \([0-9]*\)).*/\1/p" "$res/sidecar.log")
+        i=$((i + 1))
+        sleep 0.1
+    done
+    code=none
+    i=0
+    while [ -n "$port" ] && [ $i -lt 200 ]; do
+        code=$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$port/readyz")
+        [ "$code" = 200 ] && break
+        i=$((i + 1))
+        sleep 0.1
+    done
+    echo "$code" >"$res/readyz"
+    kill -TERM $pid
+    i=0
+    while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
+    kill -KILL $pid 2>/dev/null
+    wait $pid
+    echo $? >"$res/sidecar.rc"
+' sh "$rootfs" "$vrun/tpumesh" "$vrun/tpumesh-secrets" "$RT_USER" "$WORK" "$sim_dir/secrets" "$sim_url" \
+    >"$WORK/unshare.out" 2>&1
 rc=$?
-if [ "$rc" -eq 0 ] && grep -qx dtensor.env "$WORK/published"; then
+if [ "$rc" -ne 0 ]; then
+    fail "mount a read-only root and the pod's volumes (unshare -m)" "exit $rc" "$(tail -n 3 "$WORK/unshare.out")"
+fi
+if [ "$(cat "$WORK/init.rc" 2>/dev/null)" = 0 ] && grep -qx dtensor.env "$WORK/published"; then
     ok "tpumesh-init publishes in the image as ${RT_USER} with a read-only root ($(wc -l <"$WORK/published") files)"
 else
-    fail "tpumesh-init publishes in the image as ${RT_USER} with a read-only root" "exit $rc" \
-        "$(tail -n 3 "$WORK/publish.out")"
+    fail "tpumesh-init publishes in the image as ${RT_USER} with a read-only root" \
+        "exit $(cat "$WORK/init.rc" 2>/dev/null)" "$(tail -n 3 "$WORK/init.log" 2>/dev/null)"
 fi
+if [ -z "$sim_url" ]; then
+    fail "kube-apiserver simulator for the sidecar starts" "$(tail -n 3 "$sim_dir/err" "$sim_dir/ctl.out" 2>/dev/null)"
+elif [ "$(cat "$WORK/readyz" 2>/dev/null)" = 200 ]; then
+    ok "tpumesh-sidecar in the image (HTTPS + token to the API server, read-only root) becomes ready"
+else
+    fail "tpumesh-sidecar in the image becomes ready" "/readyz: $(cat "$WORK/readyz" 2>/dev/null)" \
+        "$(tail -n 4 "$WORK/sidecar.log" 2>/dev/null)"
+fi
+if [ -n "$sim_url" ]; then
+    if [ "$(cat "$WORK/sidecar.rc" 2>/dev/null)" = 0 ]; then
+        ok "SIGTERM to the image's entrypoint (tini) ends tpumesh-sidecar with exit 0"
+    else
+        fail "SIGTERM to tini ends tpumesh-sidecar with exit 0" "exit $(cat "$WORK/sidecar.rc" 2>/dev/null)"
+    fi
+fi
+kill "$sim_pid" 2>/dev/null || true
 echo "# time: runs in the image $(( $(now_ms) - T5 )) ms"
 echo "# image size (root file system + programs): $(du -sh "$rootfs" | cut -f1)"
 echo "# time: total $(( $(now_ms) - T_START )) ms"

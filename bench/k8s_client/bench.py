@@ -17,6 +17,7 @@ Prints one table and the ratios (peer / C). Not part of make test."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -188,18 +189,19 @@ def run_kubectl(sim, ns, events, sim_client, tmp):
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         n = 0
         # the initial list prints one line per pod, then one per event
-        total = ns_count(sim_client, ns) + events
+        npods = ns_count(sim_client, ns)
+        total = npods + events
         started = False
         for _ in p.stdout:
             n += 1
-            if not started and n >= ns_count(sim_client, ns):
+            if not started and n >= npods:
                 started = True
                 sim_client.churn(events=events, rate=0, kind="mixed", namespace=ns, wait=False)
             if n >= total:
                 break
         p.terminate()
         out["watch_cpu"] = cpu_of(p) - list_cpu  # minus the initial list it also did
-        out["events_seen"] = n - ns_count(sim_client, ns)
+        out["events_seen"] = n - npods
     return out
 
 
@@ -251,6 +253,7 @@ def main():
                                                             py["watch_cpu"] / max(1, py["events_seen"]) * 1e6))
     finally:
         sim.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

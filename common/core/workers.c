@@ -264,24 +264,102 @@ static void report_duplicates(struct mesh_workers *w, const struct mesh_k8s_pod 
     }
 }
 
+/* Natural order: live pods first, then leaving ones to show what is known
+ * about the remaining slots. Live pods beyond `want` are ignored. */
+static void place_natural(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
+                          long want, struct slot *slots)
+{
+    long next = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            const struct mesh_k8s_pod *p = valid[i];
+            if (is_leaving(p) != (pass == 1)) {
+                continue;
+            }
+            if (next >= want) {
+                if (pass == 0) {
+                    add_problem(w, "pod %s ignored: beyond the %ld expected workers", p->name,
+                                want);
+                }
+                continue;
+            }
+            if (pass == 0) {
+                slots[next].live = p;
+                slots[next].nlive = 1;
+            } else {
+                slots[next].leaving = p;
+            }
+            next++;
+        }
+    }
+}
+
+/* Indices from labels. A live pod beyond `want` blocks completeness
+ * (*blocked, with why); returns after filling the claimants of each slot. */
+static void place_indexed(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
+                          const long *idx, long want, struct slot *slots, bool *blocked, char *why,
+                          size_t why_cap)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct mesh_k8s_pod *p = valid[i];
+        if (idx[i] < 0) {
+            continue;
+        }
+        if (idx[i] >= want) {
+            if (!is_leaving(p)) {
+                add_problem(w, "pod %s has index %ld, out of range for %ld workers", p->name,
+                            idx[i], want);
+                if (!*blocked) {
+                    snprintf(why, why_cap, "index out of range %ld (pod %s)", idx[i], p->name);
+                }
+                *blocked = true;
+            }
+            continue;
+        }
+        struct slot *s = &slots[idx[i]];
+        if (is_leaving(p)) {
+            s->leaving = s->leaving != NULL ? s->leaving : p;
+        } else {
+            s->live = s->live != NULL ? s->live : p;
+            s->nlive++;
+        }
+    }
+    report_duplicates(w, valid, idx, n, slots);
+}
+
+/* dns for the whole job only when every placed pod has hostname and subdomain. */
+static enum mesh_addr_mode resolve_mode(const struct mesh_workers *w, enum mesh_addr_mode mode)
+{
+    if (mode != MESH_ADDR_AUTO) {
+        return mode;
+    }
+    bool all_dns = false;
+    for (size_t i = 0; i < w->nworkers; i++) {
+        if (w->workers[i].pod[0] == '\0') {
+            continue;
+        }
+        all_dns = w->workers[i].host[0] != '\0';
+        if (!all_dns) {
+            break;
+        }
+    }
+    return all_dns ? MESH_ADDR_DNS : MESH_ADDR_IP;
+}
+
 static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
                  const struct mesh_workers_opts *opts, struct mesh_err *err)
 {
     bool indexed = false;
     int max_li = -1;
+    long live = 0;
     for (size_t i = 0; i < n; i++) {
         int li = local_index(valid[i]);
         indexed = indexed || li >= 0;
-        if (li > max_li) {
-            max_li = li;
-        }
+        max_li = li > max_li ? li : max_li;
+        live += !is_leaving(valid[i]);
     }
     int per_slice = opts->per_slice > 0 ? opts->per_slice : max_li + 1;
     long *idx = mesh_calloc(n > 0 ? n : 1, sizeof(long));
-    long live = 0;
-    for (size_t i = 0; i < n; i++) {
-        live += !is_leaving(valid[i]);
-    }
     long want = indexed ? indexed_span(valid, n, per_slice, w, idx) : live;
     if (opts->expected > 0) {
         want = opts->expected;
@@ -298,67 +376,11 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size
     struct slot *slots = mesh_calloc(want > 0 ? (size_t)want : 1, sizeof(*slots));
     bool blocked = false;
     char why[320] = "";
-
-    if (!indexed) {
-        /* Natural order: live pods first, then leaving ones to show what is
-         * known about the remaining slots. */
-        long next = 0;
-        for (int pass = 0; pass < 2; pass++) {
-            for (size_t i = 0; i < n; i++) {
-                const struct mesh_k8s_pod *p = valid[i];
-                if (is_leaving(p) != (pass == 1)) {
-                    continue;
-                }
-                if (next >= want) {
-                    if (pass == 0) {
-                        add_problem(w, "pod %s ignored: beyond the %ld expected workers", p->name,
-                                    want);
-                    }
-                    continue;
-                }
-                idx[i] = next;
-                if (pass == 0) {
-                    slots[next].live = p;
-                    slots[next].nlive = 1;
-                } else {
-                    slots[next].leaving = p;
-                }
-                next++;
-            }
-        }
+    if (indexed) {
+        place_indexed(w, valid, n, idx, want, slots, &blocked, why, sizeof(why));
     } else {
-        for (size_t i = 0; i < n; i++) {
-            const struct mesh_k8s_pod *p = valid[i];
-            if (idx[i] < 0) {
-                continue;
-            }
-            if (idx[i] >= want) {
-                if (!is_leaving(p)) {
-                    add_problem(w, "pod %s has index %ld, out of range for %ld workers", p->name,
-                                idx[i], want);
-                    if (!blocked) {
-                        snprintf(why, sizeof(why), "index out of range %ld (pod %s)", idx[i],
-                                 p->name);
-                    }
-                    blocked = true;
-                }
-                continue;
-            }
-            struct slot *s = &slots[idx[i]];
-            if (is_leaving(p)) {
-                if (s->leaving == NULL) {
-                    s->leaving = p;
-                }
-            } else {
-                if (s->live == NULL) {
-                    s->live = p;
-                }
-                s->nlive++;
-            }
-        }
-        report_duplicates(w, valid, idx, n, slots);
+        place_natural(w, valid, n, want, slots);
     }
-
     for (long i = 0; i < want; i++) {
         /* A terminating pod yields its index to a live one. Two live pods on
          * one index: publish neither (incomplete, not wrong). */
@@ -368,22 +390,7 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size
             fill_worker(&w->workers[i], (int)i, p);
         }
     }
-    /* dns for the whole job only when every placed pod has hostname and subdomain. */
-    if (opts->mode == MESH_ADDR_AUTO) {
-        bool all_dns = false;
-        for (long i = 0; i < want; i++) {
-            if (w->workers[i].pod[0] == '\0') {
-                continue;
-            }
-            all_dns = w->workers[i].host[0] != '\0';
-            if (!all_dns) {
-                break;
-            }
-        }
-        w->mode = all_dns ? MESH_ADDR_DNS : MESH_ADDR_IP;
-    } else {
-        w->mode = opts->mode;
-    }
+    w->mode = resolve_mode(w, opts->mode);
     judge(w, slots, blocked, why);
     mesh_free(slots);
     mesh_free(idx);

@@ -73,6 +73,20 @@ ops="$ops{\"verb\":\"make\",\"namespace\":\"other\",\"index\":0,\"name\":\"train
 ctlq() { ctl "$@" >/dev/null; }
 check "control: batch-create 11 pods" ctlq batch --ops "$ops"
 
+# --- the ctl CLI itself ------------------------------------------------------------------------------
+cat >"$TMP/pod.json" <<'EOF'
+{"metadata": {"name": "from-file", "labels": {"src": "file"}}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running", "podIP": "10.9.0.1"}}
+EOF
+check "ctl create --pod @file" ctlq create --namespace "$NS" --pod @"$TMP/pod.json"
+check "ctl delete" ctlq delete --namespace "$NS" --name from-file
+ctl nosuchverb >/dev/null 2>"$TMP/ctl.err"
+rc=$?
+check_eq "ctl unknown verb: exit 1 naming the verbs" "1 yes" "$rc $(grep -q 'unknown control verb' "$TMP/ctl.err" && echo yes)"
+"$PY" "$SIM" ctl state >/dev/null 2>&1
+check_eq "ctl without --url: exit 2" "2" "$?"
+check_eq "KUBESIM_URL works for ctl" "true" \
+    "$(KUBESIM_URL=$URL "$PY" "$SIM" ctl state | "$PY" -c 'import json,sys; print(str(json.load(sys.stdin)["ok"]).lower())')"
+
 # --- kubectl get pods -o json vs the simulator's truth ------------------------------------------
 K get pods -o json >"$TMP/get.json" 2>"$TMP/get.err"
 ctl pods --namespace "$NS" >"$TMP/truth.json"

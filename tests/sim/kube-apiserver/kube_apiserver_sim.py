@@ -231,7 +231,10 @@ def parse_label_selector(sel):
         if m:
             key, op = m.group(1), m.group(2)
             vals = [v.strip() for v in m.group(3).split(",")]
-            vals = [v for v in vals if v != ""] if len(vals) > 1 else vals
+            if vals == [""]:
+                raise err_bad_request("unable to parse requirement: for 'in', 'notin' operators, values set can't"
+                                      " be empty")
+            vals = [v for v in vals if v != ""]
         elif p.startswith("!"):
             key, op, vals = p[1:].strip(), "!", []
         else:

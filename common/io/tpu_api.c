@@ -342,6 +342,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                                         "networkEndpoints nor ipAddress",
                                         name);
                 }
+                mesh_info(MOD, "TPU \"%s\" is healthy.", name);
                 *out_node = node;
                 return 0;
             }
@@ -379,13 +380,15 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         }
         return mesh_err_prefix(err, "gave up after %d s", api->timeout_s);
     }
+    /* TensorFlow's wait_for_healthy text, then what was seen (spec §2.9). */
     if (strcmp(last_state, "READY") == 0) {
         return mesh_err_set(err, MESH_E_TIMEOUT, 0,
-                            "TPU \"%s\" is unhealthy: \"%s\" (still after the %d s --timeout)",
-                            name, last_health, api->timeout_s);
+                            "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is "
+                            "unhealthy: \"%s\" (--timeout %d s)",
+                            name, name, last_health, api->timeout_s);
     }
     return mesh_err_set(err, MESH_E_TIMEOUT, 0,
-                        "TPU \"%s\" is not yet ready; state: \"%s\" (health \"%s\") after the %d s "
-                        "--timeout",
-                        name, last_state, last_health, api->timeout_s);
+                        "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is not yet "
+                        "ready; state: \"%s\", health \"%s\" (--timeout %d s)",
+                        name, name, last_state, last_health, api->timeout_s);
 }

@@ -108,7 +108,7 @@ run_init preempted -- --tpu preempted
 expect "PREEMPTED -> exit 4 at once" 4 'TPU "preempted" is not yet ready; state: "PREEMPTED"'
 
 run_init creating -- --tpu creating --timeout 2
-expect "never READY -> exit 4 at the deadline, saying the state" 4 'TPU "creating" is not yet ready; state: "CREATING"'
+expect "never READY -> exit 4 at the deadline, TF text + state" 4 'Timed out waiting for TPU "creating" to become healthy: TPU "creating" is not yet ready; state: "CREATING"'
 check "deadline honoured (2 s timeout, < 5 s)" test "$ELAPSED_MS" -lt 5000
 check "deadline: waited at least 2 s" test "$ELAPSED_MS" -ge 1900
 

@@ -1,6 +1,7 @@
 """Helpers for the k8s client integration tests: run tests/tools/k8s_driver against the
 kube-apiserver simulator, follow its change lines, replay them into a model (rejecting any
 duplicate or impossible change) and compare that model with the simulator's truth."""
+import atexit
 import os
 import signal
 import subprocess
@@ -22,6 +23,15 @@ class ReplayError(Exception):
 
 
 ALL_DRIVERS = []
+
+
+def stop_all():
+    """Stop every driver still running (a scenario that raised may leave one behind)."""
+    for d in ALL_DRIVERS:
+        d.stop()
+
+
+atexit.register(stop_all)
 
 
 def sanitizer_reports(extra_stderr=()):

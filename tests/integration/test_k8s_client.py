@@ -3,12 +3,13 @@ simulator over TLS with bearer tokens: list/watch, every failure the issue names
 convergence to the simulator's truth with no lost or duplicate change."""
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from k8s_harness import Driver, converged, diff, model_view, sanitizer_reports, start_sim, truth  # noqa: E402
+from k8s_harness import Driver, converged, diff, model_view, sanitizer_reports, start_sim, stop_all, truth  # noqa: E402
 from tap import check, done, fail, ok  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="k8s-client-")
@@ -426,7 +427,9 @@ scenario("streaming list", t_streaming)
 scenario("list failures", t_list_failures)
 scenario("convergence", t_convergence)
 
+stop_all()
 sim.stop()
+shutil.rmtree(TMP, ignore_errors=True)
 reports = sanitizer_reports()
 check("no sanitizer report from any driver run", not reports, "\n".join(reports[:20]))
 done()

@@ -4,6 +4,7 @@ a service-account directory, kubeconfig with certificate-authority-data and an e
 plugin (expiry and 401 re-run), and configuration errors that name the file and the key."""
 import base64
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from k8s_harness import DRIVER, Driver, converged, diff, model_view, sanitizer_reports, start_sim  # noqa: E402
+from k8s_harness import DRIVER, Driver, converged, diff, model_view, sanitizer_reports, start_sim, stop_all  # noqa: E402
 from tap import check, done, fail  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="k8s-config-")
@@ -226,7 +227,9 @@ contexts:
 except Exception as e:  # report, do not crash without TAP output
     fail("config scenarios", "exception: %r" % (e,))
 finally:
+    stop_all()
     sim.stop()
+    shutil.rmtree(TMP, ignore_errors=True)
 reports = sanitizer_reports(STDERRS)
 check("no sanitizer report from any driver run", not reports, "\n".join(reports[:20]))
 done()

@@ -421,6 +421,17 @@ static int load_exec(const struct kc *k, const yaml_node_t *e, const char *where
     if (rc == 0) {
         rc = get_bool(k, e, "provideClusterInfo", w, &ex->provide_cluster_info, err);
     }
+    /* A pod has no terminal: a plugin that insists on one can never run
+     * (client-go refuses interactiveMode Always without a TTY too). */
+    const char *mode = NULL;
+    if (rc == 0) {
+        rc = get_str(k, e, "interactiveMode", w, &mode, err);
+    }
+    if (rc == 0 && mode != NULL && strcmp(mode, "Always") == 0) {
+        return cfg_err(k, err, w,
+                       "interactiveMode Always needs a terminal, which a pod does not have; set "
+                       "interactiveMode: Never");
+    }
     return rc;
 }
 

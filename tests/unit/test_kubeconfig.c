@@ -191,6 +191,10 @@ static void test_errors(void **state)
          "- name: c\n  cluster: {server: s}\nusers:\n- name: u\n  user: {exec: {apiVersion: "
          "client.authentication.k8s.io/v1, command: c, env: [{value: 1}]}}\n",
          NULL, "exec.env: entry 0 needs a name"},
+        {"current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n"
+         "- name: c\n  cluster: {server: s}\nusers:\n- name: u\n  user: {exec: {apiVersion: "
+         "client.authentication.k8s.io/v1, command: c, interactiveMode: Always}}\n",
+         NULL, "users[u].user.exec: interactiveMode Always needs a terminal"},
         {NULL, "badcluster", "clusters: no entry named \"zz\"; fix the context or add the entry"},
         {NULL, "baduser", "users: no entry named \"zz\""},
         {NULL, "nosuch", "contexts: no entry named \"nosuch\""},

@@ -904,10 +904,13 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
     }
     switch (code) {
     case 401:
-        return mesh_err_set(err, MESH_E_AUTH, 0,
-                            "%s: 401 Unauthorized from %s even with a fresh token; check the "
-                            "token (file, kubeconfig user or credential plugin)",
-                            what, c->server);
+        return mesh_err_set(
+            err, MESH_E_AUTH, 0, "%s: 401 Unauthorized from %s%s; check the %s", what, c->server,
+            (c->auth == AUTH_FILE || c->auth == AUTH_EXEC) ? " even with a fresh token" : "",
+            c->auth == AUTH_FILE   ? "token file"
+            : c->auth == AUTH_EXEC ? "credential plugin"
+            : c->auth == AUTH_NONE ? "missing credentials (no token configured)"
+                                   : "kubeconfig user's token");
     case 403:
         return mesh_err_set(err, MESH_E_AUTH, 0,
                             "%s: 403 Forbidden: %s; grant get/list/watch on pods (RBAC Role)", what,

@@ -91,14 +91,16 @@ int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec
     config.allow_soft_placement = true;
     config.operation_timeout_in_ms =
         spec->operation_timeout_ms > 0 ? spec->operation_timeout_ms : 0;
-    config.cluster_def = &cluster;
+    config.cluster_def = spec->server_cluster ? NULL : &cluster;
 
     /* One NodeDef without attrs: the server fills its own defaults, and an
      * attr its OpDef lacks would be rejected (spec §3.2). */
     Tensorflow__NodeDef node = TENSORFLOW__NODE_DEF__INIT;
     node.name = (char *)MESH_TF_CONFIGURE_OP;
     node.op = (char *)MESH_TF_CONFIGURE_OP;
-    node.device = (char *)"/job:" MESH_TF_CLIENT_JOB "/replica:0/task:0/device:TPU_SYSTEM:0";
+    node.device = spec->server_cluster
+                      ? (char *)"/job:" MESH_TF_SERVER_JOB "/replica:0/task:0/device:TPU_SYSTEM:0"
+                      : (char *)"/job:" MESH_TF_CLIENT_JOB "/replica:0/task:0/device:TPU_SYSTEM:0";
     Tensorflow__NodeDef *nodes[1] = {&node};
     Tensorflow__VersionDef versions = TENSORFLOW__VERSION_DEF__INIT;
     versions.producer = MESH_TF_GRAPH_PRODUCER;
@@ -114,7 +116,8 @@ int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec
     Tensorflow__CreateSessionRequest req = TENSORFLOW__CREATE_SESSION_REQUEST__INIT;
     req.graph_def = &graph;
     req.config = &config;
-    req.target = target;
+    /* target is only consulted together with a cluster_def (spec §4.2). */
+    req.target = spec->server_cluster ? (char *)"" : target;
 
     pack_message(&req.base, out_buf, out_len);
     mesh_free(target);

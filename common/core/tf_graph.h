@@ -11,6 +11,7 @@
 #ifndef MESH_TF_GRAPH_H
 #define MESH_TF_GRAPH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,11 +66,20 @@ enum mesh_tf_code {
  * The request follows TensorFlow's graph-mode client (spec §4.1 option B,
  * tpu_strategy_util.py): ConfigProto{allow_soft_placement, cluster_def
  * {job "worker": tasks}}, target "grpc://<task 0>", one attr-less NodeDef
- * ConfigureDistributedTPU on /job:worker/replica:0/task:0/device:TPU_SYSTEM:0. */
+ * ConfigureDistributedTPU on /job:worker/replica:0/task:0/device:TPU_SYSTEM:0.
+ *   server_cluster  when true, option A instead (spec §4.1): no cluster_def
+ *                 and no target; the node goes to the server's own boot job,
+ *                 /job:tpu_worker/replica:0/task:0/device:TPU_SYSTEM:0. This
+ *                 works when the address we dial is not the one the server
+ *                 knows itself by (a port-forward or proxy), where option B
+ *                 fails with "Requested port ... differs" or "The master
+ *                 (current machine) is not included in the provided
+ *                 cluster_def". tasks[0] is still required (validated). */
 struct mesh_tf_session_spec {
     const char *const *tasks;
     size_t ntasks;
     int64_t operation_timeout_ms;
+    bool server_cluster;
 };
 
 /* Serialize the CreateSessionRequest for spec. On success *out_buf (owned by

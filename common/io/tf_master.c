@@ -432,21 +432,47 @@ static int bad_reply(struct mesh_tf_master *m, int rc, struct mesh_err *err)
     return -MESH_E_API;
 }
 
-/* CreateSession; on success *out_handle is owned by the caller. */
+/* Option B's address checks failed: the address we dial is not the one the
+ * server knows itself by (spec §4.1, Master::CreateSession and
+ * GrpcServer::WorkerCacheFactory texts). */
+static bool address_mismatch(const struct mesh_tf_call_result *r)
+{
+    return r->status == GRPC_STATUS_INVALID_ARGUMENT &&
+           (strstr(r->message, "differs from expected port") != NULL ||
+            strstr(r->message, "is not included in the provided cluster_def") != NULL);
+}
+
+/* CreateSession; on success *out_handle is owned by the caller. First as
+ * TensorFlow's own client does (option B: cluster_def + target); when the
+ * server rejects the address we reached it by (a port-forward, a proxy, a
+ * NAT), once more with option A, on the server's own tpu_worker job. */
 static int create_session(struct mesh_tf_master *m, const char *const *tasks, size_t ntasks,
                           int64_t deadline_ms, char **out_handle, struct mesh_err *err)
 {
     int64_t now = mesh_tf_master_now_ms();
-    struct mesh_tf_session_spec spec = {tasks, ntasks, deadline_ms - now};
-    uint8_t *req = NULL;
-    size_t len = 0;
-    int rc = mesh_tf_graph_create_session_request(&spec, &req, &len, err);
-    if (rc < 0) {
-        return rc;
-    }
     struct mesh_tf_call_result r;
-    rc = call_with_retry(m, MESH_TF_METHOD_CREATE_SESSION, req, len, deadline_ms, &r, err);
-    mesh_free(req);
+    memset(&r, 0, sizeof(r));
+    int rc = 0;
+    for (int option_a = 0; option_a <= 1; option_a++) {
+        struct mesh_tf_session_spec spec = {tasks, ntasks, deadline_ms - mesh_tf_master_now_ms(),
+                                            option_a != 0};
+        uint8_t *req = NULL;
+        size_t len = 0;
+        rc = mesh_tf_graph_create_session_request(&spec, &req, &len, err);
+        if (rc < 0) {
+            return rc;
+        }
+        rc = call_with_retry(m, MESH_TF_METHOD_CREATE_SESSION, req, len, deadline_ms, &r, err);
+        mesh_free(req);
+        if (rc < 0 || option_a || !address_mismatch(&r)) {
+            break;
+        }
+        mesh_info(MOD,
+                  "the TPU server at %s knows itself by another address (%s); creating the "
+                  "session on its own job '%s' instead",
+                  m->target, r.message, MESH_TF_SERVER_JOB);
+        mesh_tf_call_result_cleanup(&r);
+    }
     if (rc == 0 && r.status != GRPC_STATUS_OK) {
         /* With several tasks the master first reaches every task of the
          * cluster_def and waits for them without a timeout of its own

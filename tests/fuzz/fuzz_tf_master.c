@@ -5,7 +5,8 @@
  *   0: RunStepResponse (fetch ConfigureDistributedTPU:0), 1: CreateSessionResponse,
  *   2: RunStepResponse, then the returned topology through mesh_topo_parse,
  *   3: the rest is a comma list of task addresses: build the CreateSessionRequest
- *      and check it decodes back to the same cluster_def and target.
+ *      (option B for even lengths, option A for odd ones) and check it decodes
+ *      back to the same cluster_def and target (or to none).
  * A successful decode must hand back a value that is consistent with itself.
  */
 #include <stdint.h>
@@ -40,7 +41,7 @@ static void fuzz_create_session(const uint8_t *buf, size_t len)
         *comma = '\0';
         p = comma + 1;
     }
-    struct mesh_tf_session_spec spec = {tasks, n, 1000};
+    struct mesh_tf_session_spec spec = {tasks, n, 1000, (len % 2) == 1};
     uint8_t *req = NULL;
     size_t rl = 0;
     struct mesh_err err;
@@ -48,9 +49,18 @@ static void fuzz_create_session(const uint8_t *buf, size_t len)
     if (mesh_tf_graph_create_session_request(&spec, &req, &rl, &err) == 0) {
         Tensorflow__CreateSessionRequest *r =
             tensorflow__create_session_request__unpack(NULL, rl, req);
-        if (r == NULL || r->config == NULL || r->config->cluster_def == NULL ||
-            r->config->cluster_def->n_job != 1 || r->config->cluster_def->job[0]->n_tasks != n ||
-            strncmp(r->target, "grpc://", 7) != 0 || strcmp(r->target + 7, tasks[0]) != 0) {
+        if (r == NULL || r->config == NULL || r->graph_def == NULL || r->graph_def->n_node != 1) {
+            abort();
+        }
+        if (spec.server_cluster) {
+            /* Option A: no cluster_def, no target. */
+            if (r->config->cluster_def != NULL || r->target[0] != '\0') {
+                abort();
+            }
+            n = 0;
+        } else if (r->config->cluster_def == NULL || r->config->cluster_def->n_job != 1 ||
+                   r->config->cluster_def->job[0]->n_tasks != n ||
+                   strncmp(r->target, "grpc://", 7) != 0 || strcmp(r->target + 7, tasks[0]) != 0) {
             abort();
         }
         for (size_t i = 0; i < n; i++) {

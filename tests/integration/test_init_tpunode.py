@@ -195,6 +195,25 @@ def test_annotation_and_skip_init():
     sim.stop()
 
 
+def test_behind_port_forward():
+    # The server believes it is bound to 8470 while we reach it on another port (as through
+    # kubectl port-forward): TF's option B is refused, we fall back to option A once.
+    sim = Sim("--advertise-port", "8470")
+    rc, lines, took, out = run_init(["--tpu", f"grpc://127.0.0.1:{sim.port}", "--timeout", "20"])
+    tap.check("behind a port-forward: exit 0 with the TPU's topology",
+              rc == 0 and read(os.path.join(out, "topology.pb"), "rb") == sim_topology(),
+              "\n".join(lines[-5:]))
+    cs = [c for c in sim.calls() if c["method"] == "CreateSession"]
+    tap.check("behind a port-forward: option B, then option A on /job:tpu_worker",
+              len(cs) == 2 and cs[0]["jobs"] != "{}" and cs[1]["jobs"] == "{}"
+              and cs[1]["device"] == "/job:tpu_worker/replica:0/task:0/device:TPU_SYSTEM:0"
+              and cs[1]["target"] == "-", f"{cs}")
+    tap.check("behind a port-forward: the fallback is logged",
+              any("knows itself by another address" in x for x in lines), "\n".join(lines))
+    closed_once(sim, "behind a port-forward")
+    sim.stop()
+
+
 def test_variants_ok():
     # string_val instead of tensor_content; UNAVAILABLE twice then OK (TF's retry); slow step.
     for name, args, extra in (
@@ -447,6 +466,7 @@ def main():
         test_success()
         test_env_endpoints_multi_host()
         test_annotation_and_skip_init()
+        test_behind_port_forward()
         test_variants_ok()
         test_failures()
         test_json_log_with_grpc_tracing()

@@ -50,7 +50,7 @@ static void test_create_session_matches_spec_vector(void **state)
 {
     (void)state;
     const char *tasks[] = {"10.0.0.2:8470"};
-    struct mesh_tf_session_spec spec = {tasks, 1, 300000};
+    struct mesh_tf_session_spec spec = {tasks, 1, 300000, false};
     uint8_t *ours = NULL;
     size_t ours_len = 0;
     assert_int_equal(mesh_tf_graph_create_session_request(&spec, &ours, &ours_len, NULL), 0);
@@ -87,7 +87,7 @@ static void test_create_session_multi_task(void **state)
 {
     (void)state;
     const char *tasks[] = {"10.0.0.2:8470", "10.0.0.3:8470", "tpu-host-2.example:8470"};
-    struct mesh_tf_session_spec spec = {tasks, 3, 0};
+    struct mesh_tf_session_spec spec = {tasks, 3, 0, false};
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_int_equal(mesh_tf_graph_create_session_request(&spec, &buf, &len, NULL), 0);
@@ -111,6 +111,26 @@ static void test_create_session_multi_task(void **state)
     mesh_free(buf);
 }
 
+static void test_create_session_option_a(void **state)
+{
+    (void)state;
+    const char *tasks[] = {"127.0.0.1:40000"};
+    struct mesh_tf_session_spec spec = {tasks, 1, 5000, true};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_tf_graph_create_session_request(&spec, &buf, &len, NULL), 0);
+    Tensorflow__CreateSessionRequest *r =
+        tensorflow__create_session_request__unpack(NULL, len, buf);
+    assert_non_null(r);
+    assert_null(r->config->cluster_def);
+    assert_string_equal(r->target, "");
+    assert_string_equal(r->graph_def->node[0]->device,
+                        "/job:tpu_worker/replica:0/task:0/device:TPU_SYSTEM:0");
+    assert_int_equal(r->config->operation_timeout_in_ms, 5000);
+    tensorflow__create_session_request__free_unpacked(r, NULL);
+    mesh_free(buf);
+}
+
 static void test_create_session_rejects(void **state)
 {
     (void)state;
@@ -126,7 +146,7 @@ static void test_create_session_rejects(void **state)
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const char *tasks[] = {rows[i].task};
-        struct mesh_tf_session_spec spec = {tasks, 1, 0};
+        struct mesh_tf_session_spec spec = {tasks, 1, 0, false};
         struct mesh_err err;
         mesh_err_clear(&err);
         uint8_t *buf = NULL;
@@ -136,7 +156,7 @@ static void test_create_session_rejects(void **state)
         assert_null(buf);
         assert_non_null(strstr(err.msg, rows[i].needle));
     }
-    struct mesh_tf_session_spec none = {NULL, 0, 0};
+    struct mesh_tf_session_spec none = {NULL, 0, 0, false};
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_int_equal(mesh_tf_graph_create_session_request(&none, &buf, &len, NULL), -MESH_E_INVAL);
@@ -425,6 +445,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_session_matches_spec_vector),
         cmocka_unit_test(test_create_session_multi_task),
+        cmocka_unit_test(test_create_session_option_a),
         cmocka_unit_test(test_create_session_rejects),
         cmocka_unit_test(test_run_step_and_close_requests),
         cmocka_unit_test(test_parse_run_step_response),

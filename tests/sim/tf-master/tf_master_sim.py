@@ -265,9 +265,10 @@ class Sim:
                         "the same names that were provided when the server booted. This is "
                         "currently not allowed. Job: tpu_worker, task index: 0")
             port = target.rsplit(":", 1)[-1]
-            if port != str(self.port):
+            bound = self.args.advertise_port or self.port
+            if port != str(bound):
                 return ("INVALID_ARGUMENT",
-                        f"Requested port {port} differs from expected port {self.port}")
+                        f"Requested port {port} differs from expected port {bound}")
             ntasks = sum(len(j.tasks) for j in cfg.cluster_def.job if j.name == client_job)
             if ntasks != self.ntasks:
                 return ("INVALID_ARGUMENT", f"cluster_def job '{client_job}' lists {ntasks} "
@@ -461,6 +462,10 @@ def main():
     ap.add_argument("--fail-count", type=int, default=2,
                     help="how many calls fail in unavailable-first (default 2)")
     ap.add_argument("--delay", type=float, default=3.0, help="seconds for slow-run (default 3)")
+    ap.add_argument("--advertise-port", type=int, default=None,
+                    help="behave as if the server were bound to this port (as behind a "
+                         "port-forward or proxy): option-B clients naming the port they dialled "
+                         "get 'Requested port ... differs from expected port ...'")
     ap.add_argument("--record", default=None, help="append one JSON line per call to FILE")
     ap.add_argument("--print-topology", default=None, metavar="FILE",
                     help="write the TopologyProto bytes to FILE and exit")

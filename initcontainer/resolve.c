@@ -100,8 +100,8 @@ static int env_int(const struct mesh_tpuenv *tenv, const char *name, long long m
     }
     if (mesh_parse_ll(v, strlen(v), min, max, out, NULL) != 0) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "%s %s='%.32s' is not an integer in %lld..%lld; fix or unset it", used,
-                            name, v, min, max);
+                            "%s%s%s='%.32s' is not an integer in %lld..%lld; fix or unset it",
+                            used == name ? "" : used, used == name ? "" : " ", name, v, min, max);
     }
     *found = true;
     return 0;

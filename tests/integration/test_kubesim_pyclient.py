@@ -299,6 +299,25 @@ def run(sim):
         tap.check("rotated token: old one gets 401", e.status == 401, e.status)
     tap.check("rotated token: new one works", len(api_for(sim, "py-token-2").list_namespaced_pod(NS).items) > 0, "")
 
+    # --- workload shapes: JobSet (multislice) and StatefulSet pods -----------------------------------------------
+    api2 = api_for(sim, "py-token-2")
+    c.bulk_create(8, namespace="ms", jobset="mslice", rjob="slice", per_slice=4)
+    c.bulk_create(3, namespace="ms", statefulset="web")
+    pods = api2.list_namespaced_pod("ms", label_selector="jobset.sigs.k8s.io/jobset-name=mslice").items
+    hosts = sorted(p.spec.hostname for p in pods)
+    tap.check("JobSet pods: hostnames <jobset>-<rjob>-<slice>-<index>, subdomain = JobSet",
+              hosts == ["mslice-slice-%d-%d" % (s, i) for s in range(2) for i in range(4)]
+              and all(p.spec.subdomain == "mslice" for p in pods), hosts)
+    s1 = api2.list_namespaced_pod("ms", label_selector="jobset.sigs.k8s.io/job-index=1").items
+    tap.check("JobSet pods: job-index label selects one slice, completion index 0..3",
+              sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in s1) == ["0", "1", "2", "3"]
+              and len({p.status.pod_ip for p in pods}) == 8, [p.metadata.name for p in s1])
+    sts = api2.list_namespaced_pod("ms", label_selector="apps.kubernetes.io/pod-index").items
+    tap.check("StatefulSet pods: name = hostname, pod-index label, owner StatefulSet",
+              sorted((p.metadata.name, p.spec.hostname, p.metadata.labels["apps.kubernetes.io/pod-index"],
+                      p.metadata.owner_references[0].kind) for p in sts)
+              == [("web-%d" % i, "web-%d" % i, str(i), "StatefulSet") for i in range(3)], [p.metadata.name for p in sts])
+
 
 if __name__ == "__main__":
     main()

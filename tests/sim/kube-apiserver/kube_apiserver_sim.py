@@ -727,9 +727,19 @@ def auto_ip(index):
 
 
 def make_job_pod(state, a):
-    """An Indexed-Job pod as the Job controller and kubelet would leave it (spec §3.4, §3.6)."""
+    """An Indexed-Job pod as the Job controller and kubelet would leave it (spec §3.4, §3.6);
+    with `jobset` a JobSet child-Job pod (gke-and-peers §3.5), with `statefulset` a StatefulSet pod
+    (spec §3.5)."""
+    if a.get("statefulset"):
+        return make_sts_pod(state, a)
     ns = a.get("namespace") or "default"
-    job = a.get("job") or "trainer"
+    jobset = a.get("jobset")
+    if jobset:
+        rjob = a.get("rjob") or "slice"
+        slice_ = int(a.get("slice") or 0)
+        job = "%s-%s-%d" % (jobset, rjob, slice_)
+    else:
+        job = a.get("job") or "trainer"
     index = a.get("index")
     name = a.get("name")
     if index is None and name:
@@ -749,8 +759,24 @@ def make_job_pod(state, a):
         "controller-uid": juid,
         "job-name": job,
     }
-    labels.update(a.get("labels") or {})
     annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
+    ip_seq = index
+    if jobset:
+        slices = int(a.get("slices") or 1)
+        per = int(a.get("per_slice") or 1)
+        js = {"jobset.sigs.k8s.io/global-replicas": str(slices),
+              "jobset.sigs.k8s.io/job-global-index": str(slice_),
+              "jobset.sigs.k8s.io/job-index": str(slice_),
+              "jobset.sigs.k8s.io/job-key": hashlib.sha1(("%s/%s" % (ns, job)).encode()).hexdigest(),
+              "jobset.sigs.k8s.io/jobset-name": jobset,
+              "jobset.sigs.k8s.io/jobset-uid": _uid("jobset/%s/%s" % (ns, jobset)),
+              "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+              "jobset.sigs.k8s.io/replicatedjob-replicas": str(slices)}
+        labels.update(js)
+        annotations.update(js)
+        annotations["alpha.jobset.sigs.k8s.io/exclusive-topology"] = "cloud.google.com/gke-nodepool"
+        ip_seq = slice_ * per + index
+    labels.update(a.get("labels") or {})
     annotations.update(a.get("annotations") or {})
     md = {"name": name, "generateName": "%s-%d-" % (job, index), "namespace": ns, "uid": _uid(),
           "resourceVersion": "0", "creationTimestamp": t, "labels": labels, "annotations": annotations,
@@ -758,11 +784,11 @@ def make_job_pod(state, a):
                                "controller": True, "blockOwnerDeletion": True}],
           "finalizers": ["batch.kubernetes.io/job-tracking"]}
     hostname = a.get("hostname", "%s-%d" % (job, index))
-    subdomain = a.get("subdomain", job)
+    subdomain = a.get("subdomain", jobset or job)
     node = a.get("node", "gke-tpu-%s-%04d" % (hashlib.sha1(job.encode()).hexdigest()[:8], index))
     ip = a.get("ip", "auto")
     if ip == "auto":
-        ip = auto_ip(index)
+        ip = auto_ip(ip_seq)
     ready = a.get("ready", True)
     if isinstance(ready, str):
         ready = ready.lower() in ("1", "true", "yes")
@@ -799,6 +825,33 @@ def make_job_pod(state, a):
                  "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"})
     status = pod_status(phase, ip, ready, t, node)
     return {"metadata": md, "spec": spec, "status": status}
+
+
+def make_sts_pod(state, a):
+    """A StatefulSet pod: name = hostname = <sts>-<ordinal>, subdomain = serviceName, label
+    apps.kubernetes.io/pod-index (spec §3.5)."""
+    sts = a.get("statefulset")
+    ns = a.get("namespace") or "default"
+    index = int(a.get("index") or 0)
+    name = a.get("name") or "%s-%d" % (sts, index)
+    uid = _uid("sts/%s/%s" % (ns, sts))
+    labels = {"app": sts, "apps.kubernetes.io/pod-index": str(index),
+              "controller-revision-hash": "%s-%s" % (sts, hashlib.sha1(sts.encode()).hexdigest()[:10]),
+              "statefulset.kubernetes.io/pod-name": name}
+    labels.update(a.get("labels") or {})
+    pod = make_job_pod(state, dict(a, statefulset=None, job=sts, name=name, index=index,
+                                   hostname=a.get("hostname", name), subdomain=a.get("subdomain", sts)))
+    md = dict(pod["metadata"])
+    md.pop("generateName", None)
+    md.pop("finalizers", None)
+    md["generateName"] = sts + "-"
+    md["labels"] = labels
+    md["annotations"] = dict(a.get("annotations") or {})
+    md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts, "uid": uid,
+                              "controller": True, "blockOwnerDeletion": True}]
+    spec = dict(pod["spec"])
+    spec["restartPolicy"] = "Always"
+    return {"metadata": order_meta(md), "spec": spec, "status": pod["status"]}
 
 
 def pod_status(phase, ip, ready, t, node, restarts=0):
@@ -2447,7 +2500,12 @@ class Control:
             raise ValueError("count must be in 1..1000000")
         start = _as_int(a.get("start"), "start", 0)
         base = {k: v for k, v in a.items() if k in ("namespace", "job", "ready", "phase", "labels",
-                                                   "annotations")}
+                                                   "annotations", "jobset", "rjob", "per_slice", "statefulset")}
+        per = _as_int(a.get("per_slice"), "per_slice", 0)
+        if a.get("jobset"):
+            if per <= 0 or count % per:
+                raise ValueError("bulk-create with jobset needs per_slice dividing count")
+            base["slices"] = count // per
         st = self.st
         t0 = time.time()
         created = 0
@@ -2456,9 +2514,16 @@ class Control:
             with st.cond:
                 for i in range(start + off, start + min(count, off + step)):
                     b = dict(base)
-                    b["index"] = i
-                    job = b.get("job") or "trainer"
-                    b["name"] = "%s-%d-%s" % (job, i, _rand_suffix(st.rng))
+                    if b.get("jobset"):
+                        b["slice"], b["index"] = divmod(i, per)
+                        job = "%s-%s-%d" % (b["jobset"], b.get("rjob") or "slice", b["slice"])
+                        b["name"] = "%s-%d-%s" % (job, b["index"], _rand_suffix(st.rng))
+                    elif b.get("statefulset"):
+                        b["index"] = i
+                    else:
+                        b["index"] = i
+                        job = b.get("job") or "trainer"
+                        b["name"] = "%s-%d-%s" % (job, i, _rand_suffix(st.rng))
                     b["ip"] = "auto"
                     st.put(make_job_pod(st, b))
                     created += 1

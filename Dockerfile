@@ -37,7 +37,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN make BUILD=build all \
+RUN make \
     && build/bin/tpumesh-init --version \
     && build/bin/tpumesh-sidecar --version
 

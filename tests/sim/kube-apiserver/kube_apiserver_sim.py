@@ -2694,6 +2694,7 @@ control API (unauthenticated, same port, see README.md):
   GET  /_sim/state | /_sim/stats | /_sim/pods[?namespace=NS]
   POST /_sim/<verb> with a JSON object of arguments (query parameters also work):
     make        name namespace index job hostname subdomain ip ready phase node labels annotations
+                (JobSet pod: jobset rjob slice index slices per_slice; StatefulSet pod: statefulset index)
     create      pod (JSON)            update   pod (JSON, replaces spec/status/metadata)
     delete      name namespace [grace S: MODIFIED with deletionTimestamp first] [after T: DELETED after T s]
     ready       name namespace ready=true|false      ip  name namespace ip=ADDR ('' clears)
@@ -2717,7 +2718,8 @@ control API (unauthenticated, same port, see README.md):
     config      bookmark_interval=S expired_watch=event|http410 future_watch=error|wait
                 watchlist=true|false history=N
                 min_request_timeout=S kubelet_delete_after=S (API DELETE: DELETED this long after MODIFIED)
-    bulk-create count=N [start=I namespace job ready]   churn events=N [rate=R kind=annotate|ready|ip|mixed
+    bulk-create count=N [start=I namespace job ready | jobset per_slice rjob | statefulset]
+                churn events=N [rate=R kind=annotate|ready|ip|mixed
                 wait=true]   churn-stop   stats   reset-stats
   CLI: kube_apiserver_sim.py ctl --url URL <verb> [--key value ...]   (values parsed as JSON when they can be)
 """

@@ -72,7 +72,8 @@ int64_t mesh_tf_master_now_ms(void);
 
 /* TPU system initialization as `sess.run(tpu.initialize_system())` against
  * the TPU's TensorFlow server: connect to tasks[0], CreateSession with the
- * ConfigureDistributedTPU graph (tf_graph.h), RunStep fetching
+ * ConfigureDistributedTPU graph (tf_graph.h; TF's option B, and once option A
+ * when the server rejects the address we reached it by), RunStep fetching
  * "ConfigureDistributedTPU:0", CloseSession (always, once a session exists;
  * never Reset).
  *   tasks/ntasks  TPU task addresses "host:port" in task order (borrowed)

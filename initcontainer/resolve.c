@@ -136,8 +136,10 @@ static bool bounds_equal(const int a[3], const int b[3])
 }
 
 /* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID (multislice, gke-and-peers.md
- * §2.3): validated and logged; the worker list stays this slice's. */
-static int check_megascale(const struct mesh_tpuenv *tenv, struct mesh_err *err)
+ * §2.3): validated and logged. *out_slices = the number of slices (1 when
+ * unset): TPU_WORKER_HOSTNAMES then names only this slice's VMs. */
+static int check_megascale(const struct mesh_tpuenv *tenv, long long *out_slices,
+                           struct mesh_err *err)
 {
     bool have_n = false, have_id = false;
     long long n = 1, id = 0;
@@ -160,6 +162,7 @@ static int check_megascale(const struct mesh_tpuenv *tenv, struct mesh_err *err)
         mesh_info(MOD, "multislice: slice %lld of %lld, coordinator %s", id, n,
                   coord ? coord : "(not set)");
     }
+    *out_slices = n;
     return 0;
 }
 
@@ -314,7 +317,8 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
     bool have_id = id >= 0;
     ctx->self_index = (int)id;
     check_self_host(ctx);
-    rc = check_megascale(tenv, err);
+    long long slices = 1;
+    rc = check_megascale(tenv, &slices, err);
     if (rc == 0) {
         rc = resolve_vm_slice(ctx, md, ctx->nworkers, err);
     }
@@ -340,7 +344,15 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
                             "workers) but TPU_WORKER_HOSTNAMES lists %zu",
                             ctx->opts.expected_workers, ctx->nworkers);
     }
-    ctx->complete = ctx->nworkers > 0;
+    /* DESIGN.md §5: a multislice job's workers are slice-major across all
+     * slices; this pod only knows its own slice, so the sidecar completes it. */
+    ctx->complete = ctx->nworkers > 0 && slices == 1;
+    if (ctx->nworkers > 0 && slices > 1) {
+        mesh_info(MOD,
+                  "multislice: TPU_WORKER_HOSTNAMES names this slice only; the sidecar "
+                  "completes the worker list across %lld slices",
+                  slices);
+    }
     mesh_info(MOD, "TPU VM: worker %d of %zu, slice %s%s%s, worker list %s", ctx->self_index,
               ctx->nworkers, ctx->have_slice ? ctx->slice.accelerator_type : "unknown",
               ctx->have_slice ? " " : "", ctx->have_slice ? ctx->slice.topology : "",

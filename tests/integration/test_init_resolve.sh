@@ -122,7 +122,8 @@ run_init mega "${GKE_V4_32[@]}" MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID=2
 expect "MEGASCALE_SLICE_ID out of range -> 2" 2 "MEGASCALE_SLICE_ID=2 is out of range for MEGASCALE_NUM_SLICES=2"
 
 run_init megaok "${GKE_V4_32[@]}" MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID=1 MEGASCALE_COORDINATOR_ADDRESS=w-0.s
-expect "multislice env accepted" 0 "complete"
+expect "multislice: published, worker list left to the sidecar" 0 "incomplete"
+check "multislice: reason logged" grep -q "names this slice only" "$OUT.log"
 
 run_init expected "${GKE_V4_32[@]}" -- --expected-workers 8
 expect "--expected-workers disagrees with the list -> 2" 2 "expected 8 workers"

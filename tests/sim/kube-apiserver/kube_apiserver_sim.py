@@ -2728,8 +2728,12 @@ control API (unauthenticated, same port, see README.md):
 def server_main(argv):
     p = argparse.ArgumentParser(
         prog="kube_apiserver_sim.py",
-        description="Loopback-only kube-apiserver simulator (Pods: list, get, watch) for tpumesh tests. "
-                    "Prints 'READY port=<p> url=<url> ca=<path or ->' on stdout when serving.",
+        description="Loopback-only kube-apiserver simulator for tpumesh tests. Serves /api/v1/pods and "
+                    "/api/v1/namespaces/NS/pods[/NAME] (list with label/field selectors, limit/continue and the "
+                    "resourceVersion rules; watch=1 with bookmarks, sendInitialEvents, timeoutSeconds; get; "
+                    "create; graceful delete), /api/v1/namespaces[/NS], aggregated and legacy discovery, /version, "
+                    "/healthz; JSON, Table and PartialObjectMetadata. Prints 'READY port=<p> url=<url> "
+                    "ca=<path or ->' on stdout when serving and writes the same to STATE_DIR/ready.json.",
         epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: pick a free one)")
     p.add_argument("--tls", action="store_true", help="serve HTTPS with a test CA made by openssl into --state-dir")

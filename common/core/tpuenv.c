@@ -289,6 +289,22 @@ const char *mesh_tpuenv_get(const struct mesh_tpuenv *env, const char *key)
     return NULL;
 }
 
+static bool is_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+/* After a closing quote only blanks may follow, optionally then a YAML
+ * comment (" # ..."). */
+static bool only_trailer(const char *v, size_t from, size_t vlen)
+{
+    size_t i = from;
+    while (i < vlen && is_blank(v[i])) {
+        i++;
+    }
+    return i == vlen || (v[i] == '#' && i > from);
+}
+
 /* Decode a YAML-ish scalar v[0..vlen) (already stripped of leading spaces)
  * into an owned string. */
 static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, struct mesh_err *err)
@@ -313,12 +329,10 @@ static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, s
             return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated ' quote",
                                 lineno);
         }
-        for (i++; i < vlen; i++) {
-            if (v[i] != ' ' && v[i] != '\t' && v[i] != '\r') {
-                mesh_free(o);
-                return mesh_err_set(err, MESH_E_PARSE, 0,
-                                    "tpu-env line %zu: text after the closing quote", lineno);
-            }
+        if (!only_trailer(v, i + 1, vlen)) {
+            mesh_free(o);
+            return mesh_err_set(err, MESH_E_PARSE, 0,
+                                "tpu-env line %zu: text after the closing quote", lineno);
         }
     } else if (vlen > 0 && v[0] == '"') {
         size_t i = 1;
@@ -354,15 +368,20 @@ static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, s
             return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated \" quote",
                                 lineno);
         }
-        for (i++; i < vlen; i++) {
-            if (v[i] != ' ' && v[i] != '\t' && v[i] != '\r') {
-                mesh_free(o);
-                return mesh_err_set(err, MESH_E_PARSE, 0,
-                                    "tpu-env line %zu: text after the closing quote", lineno);
-            }
+        if (!only_trailer(v, i + 1, vlen)) {
+            mesh_free(o);
+            return mesh_err_set(err, MESH_E_PARSE, 0,
+                                "tpu-env line %zu: text after the closing quote", lineno);
         }
     } else {
-        while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t' || v[vlen - 1] == '\r')) {
+        /* A bare scalar ends at a " #" comment (YAML), then trailing blanks go. */
+        for (size_t k = 1; k < vlen; k++) {
+            if (v[k] == '#' && is_blank(v[k - 1])) {
+                vlen = k;
+                break;
+            }
+        }
+        while (vlen > 0 && is_blank(v[vlen - 1])) {
             vlen--;
         }
         memcpy(o, v, vlen);

@@ -222,7 +222,22 @@ check "kubectl -w (Table): graceful delete shows Terminating" wait_for 20 grep -
 kill "$WT_PID" 2>/dev/null
 wait "$WT_PID" 2>/dev/null
 
-# watch survives a clean cut: kubectl (client-go watcher) re-watches and sees the next change
+# kubectl get -w (watchtools.UntilWithoutRetry) ends with exit 0 when the server ends the body cleanly
+timeout 60 kubectl get pods -w >"$TMP/watch4.txt" 2>"$TMP/watch4.err" &
+W4_PID=$!
+on_exit "kill $W4_PID"
+w4_rows() { [ "$(grep -c . "$TMP/watch4.txt")" -ge 2 ]; }
+wait_for 20 w4_rows
+ctl cut --mode clean >/dev/null
+w4_gone() { ! kill -0 "$W4_PID" 2>/dev/null; }
+if wait_for 10 w4_gone; then
+    wait "$W4_PID"
+    check_eq "kubectl get -w exits 0 when the watch ends cleanly (cut clean)" "0" "$?"
+else
+    fail "kubectl get -w exits 0 when the watch ends cleanly (cut clean)" "still running"
+fi
+
+# --output-watch-events prints the event types
 timeout 60 kubectl get pods -w -o json --output-watch-events >"$TMP/watch2.json" 2>"$TMP/watch2.err" &
 W2_PID=$!
 on_exit "kill $W2_PID"

@@ -1,8 +1,9 @@
 /*
  * http.c - the sidecar's HTTP server on libwebsockets (DESIGN.md §6):
  *
- *   GET /healthz   200 "ok" while the main loop runs and the Kubernetes API
- *                  made progress within --stuck-limit; else 503 + reason
+ *   GET /healthz   200 "ok" while the main loop ticks (every second; 30 s
+ *                  without a tick fails) and the Kubernetes API made progress
+ *                  within --stuck-limit; else 503 + reason
  *   GET /readyz    200 only while a complete topology is published, else 503
  *                  with a one-line reason ("missing 3,7; no address 5")
  *   GET /metrics   Prometheus text format 0.0.4
@@ -29,6 +30,7 @@
 
 #define MOD "http"
 #define CHUNK 16384
+#define LOOP_STUCK_MS 30000
 
 struct mesh_sidecar_http {
     struct mesh_sidecar *ctx;
@@ -66,8 +68,16 @@ static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_bod
     pthread_mutex_lock(&ctx->mu);
     unsigned code;
     if (strcmp(path, "/healthz") == 0 || strcmp(path, "/livez") == 0) {
-        int64_t idle = mono_ms() - ctx->st.last_progress_ms;
-        if (ctx->st.last_progress_ms != 0 && idle > (int64_t)ctx->opts.stuck_limit_s * 1000) {
+        int64_t now = mono_ms(), idle = now - ctx->st.last_progress_ms;
+        int64_t loop_idle = now - ctx->st.loop_tick_ms;
+        if (ctx->st.loop_tick_ms != 0 && loop_idle > LOOP_STUCK_MS) {
+            /* The main loop ticks every second; 30 s without one means it
+             * hangs (a deadlock or a blocked call): let the kubelet restart us. */
+            *out_body = mesh_asprintf("stuck: the main loop has not run for %llds\n",
+                                      (long long)(loop_idle / 1000));
+            code = 503;
+        } else if (ctx->st.last_progress_ms != 0 &&
+                   idle > (int64_t)ctx->opts.stuck_limit_s * 1000) {
             *out_body = mesh_asprintf("stuck: no progress from the Kubernetes API for %llds "
                                       "(limit %ds)\n",
                                       (long long)(idle / 1000), ctx->opts.stuck_limit_s);

@@ -116,12 +116,13 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
             struct mesh_k8s_informer_stats s;
             mesh_k8s_informer_stats(ctx->inf, &s);
             uint64_t pr = s.lists + s.watches + s.events + s.bookmarks + s.pages;
+            pthread_mutex_lock(&ctx->mu);
+            ctx->st.loop_tick_ms = mono; /* /healthz: the loop is alive */
             if (pr != progress) {
                 progress = pr;
-                pthread_mutex_lock(&ctx->mu);
                 ctx->st.last_progress_ms = mono;
-                pthread_mutex_unlock(&ctx->mu);
             }
+            pthread_mutex_unlock(&ctx->mu);
         }
         bool dirty = atomic_load(&ctx->changes) != ctx->changes_seen;
         bool retry = tick && (ctx->publish_pending ||

@@ -79,6 +79,7 @@ struct mesh_sidecar_status {
     double last_publish_time; /* seconds since the epoch, 0 = never */
     int expected, present, ready_workers, addressed;
     int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
+    int64_t loop_tick_ms;     /* CLOCK_MONOTONIC ms of the main loop's last tick */
     /* Wake-up to files-renamed durations of the last MESH_SIDECAR_LAT_RING
      * publishes, in microseconds (for /metrics quantiles). */
     uint32_t lat_us[MESH_SIDECAR_LAT_RING];
@@ -116,6 +117,8 @@ struct mesh_sidecar {
     char **logged; /* problem lines already logged once */
     size_t nlogged;
     bool publish_pending; /* the last publish failed: retry on the next tick */
+    uint64_t *dns_ok;     /* --verify-dns: hashes of (host, ip) pairs seen resolving, sorted */
+    size_t ndns_ok;
 
     /* Counters bumped by informer callbacks (informer thread). */
     atomic_uint_fast64_t ev_added, ev_modified, ev_deleted, syncs, changes;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "core/buf.h"
 #include "core/mem.h"
@@ -162,15 +163,60 @@ static bool dns_matches(const char *host, const char *ip)
     return ok;
 }
 
-static bool verify_dns(struct mesh_workers *w, char *reason, size_t cap)
+static uint64_t pair_hash(const char *host, const char *ip)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (const char *p = host; *p != '\0'; p++) {
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    }
+    h = (h ^ '|') * 1099511628211ULL;
+    for (const char *p = ip; *p != '\0'; p++) {
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    }
+    return h;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/* Resolved (host, ip) pairs are remembered (a sorted set of hashes) and not
+ * looked up again; lookups stop after DNS_BUDGET_MS per call so a slow
+ * resolver cannot stall the loop (the rest count as unresolved and are
+ * retried on the next one-second tick). */
+#define DNS_BUDGET_MS 2000
+
+static bool verify_dns(struct mesh_sidecar *ctx, struct mesh_workers *w, char *reason, size_t cap)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, cap - 1);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t added = 0;
+    if (ctx->ndns_ok > 4 * w->nworkers + 64) {
+        ctx->ndns_ok = 0; /* pods came and went: forget, re-resolve the current ones */
+    }
     for (size_t i = 0; i < w->nworkers; i++) {
         const struct mesh_worker *wk = &w->workers[i];
-        if (!dns_matches(wk->host, wk->ip)) {
-            (void)mesh_buf_printf(&b, NULL, "%s%zu", b.len ? "," : "dns not resolved ", i);
+        uint64_t h = pair_hash(wk->host, wk->ip);
+        if (ctx->dns_ok != NULL &&
+            bsearch(&h, ctx->dns_ok, ctx->ndns_ok, sizeof(h), cmp_u64) != NULL) {
+            continue;
         }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (spent < DNS_BUDGET_MS && dns_matches(wk->host, wk->ip)) {
+            ctx->dns_ok = mesh_reallocarray(ctx->dns_ok, ctx->ndns_ok + 1, sizeof(h));
+            ctx->dns_ok[ctx->ndns_ok++] = h;
+            added++;
+            continue;
+        }
+        (void)mesh_buf_printf(&b, NULL, "%s%zu", b.len ? "," : "dns not resolved ", i);
+    }
+    if (added > 0) {
+        qsort(ctx->dns_ok, ctx->ndns_ok, sizeof(ctx->dns_ok[0]), cmp_u64);
     }
     bool ok = b.len == 0;
     if (!ok) {
@@ -291,8 +337,8 @@ static void log_transition(struct mesh_sidecar *ctx, bool complete, const char *
 /* FNV-1a over exactly what the renderers read that can change at run time
  * (slice, job name and port are fixed for the process): two inputs with the
  * same hashes render the same bytes, so a change that alters nothing costs
- * no rendering at all. env excludes readiness, which only topology.json
- * shows. */
+ * no rendering at all. env excludes readiness (and, in dns mode, IPs),
+ * which only topology.json shows. */
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -311,9 +357,15 @@ static void input_hashes(const struct mesh_render_input *in, uint64_t *out_topo,
         const struct mesh_worker *w = &in->workers[i];
         env = fnv(env, w->pod, strlen(w->pod) + 1);
         env = fnv(env, w->host, strlen(w->host) + 1);
-        env = fnv(env, w->ip, strlen(w->ip) + 1);
         unsigned char r = w->ready;
         ready = fnv(ready, &r, 1);
+        /* In dns mode the env files name hosts, never IPs: a pod that comes
+         * back with a new IP changes topology.json only. */
+        if (in->mode == MESH_ADDR_DNS) {
+            ready = fnv(ready, w->ip, strlen(w->ip) + 1);
+        } else {
+            env = fnv(env, w->ip, strlen(w->ip) + 1);
+        }
     }
     *out_env = env;
     *out_topo = fnv(env, &ready, sizeof(ready));
@@ -478,7 +530,7 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms)
                  ctx->pod_name, w.nworkers);
     }
     if (complete && ctx->opts.verify_dns && w.mode == MESH_ADDR_DNS) {
-        complete = verify_dns(&w, reason, sizeof(reason));
+        complete = verify_dns(ctx, &w, reason, sizeof(reason));
     }
     log_transition(ctx, complete, reason, &w);
 
@@ -495,6 +547,9 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms)
 
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
 {
+    mesh_free(ctx->dns_ok);
+    ctx->dns_ok = NULL;
+    ctx->ndns_ok = 0;
     mesh_render_out_cleanup(&ctx->last);
     for (size_t j = 0; j < ctx->nlogged; j++) {
         mesh_free(ctx->logged[j]);

@@ -552,7 +552,6 @@ class State:
         self.job_uids = {}
         self.namespaces = {"default", "kube-system", "kube-public", "kube-node-lease"}
         self.kubelet_delete_after = 1.0
-        self.timers = []
 
     # -- auth ------------------------------------------------------------
     def _reload_token_file(self):
@@ -2228,9 +2227,12 @@ class Control:
                 gone = st.remove(key)
                 return {"rv": gone.rv, "deleted": True}
         if after is not None:
+            uid = res["pod"]["metadata"].get("uid")
+
             def finish():
                 with st.cond:
-                    if key in st.pods:
+                    cur = st.pods.get(key)
+                    if cur is not None and cur.pod["metadata"].get("uid") == uid:
                         st.remove(key)
             t = threading.Timer(float(after), finish)
             t.daemon = True

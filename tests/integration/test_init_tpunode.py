@@ -454,6 +454,13 @@ def test_server_checks_trap():
     except grpc.RpcError as e:
         tap.check("sim: generated-stub path is UNIMPLEMENTED",
                   e.code() == grpc.StatusCode.UNIMPLEMENTED, f"{e.code()}")
+    ld = ch.unary_unary("/tensorflow.MasterService/ListDevices",
+                        request_serializer=lambda m: m.SerializeToString(),
+                        response_deserializer=master_pb2.ListDevicesResponse.FromString)
+    devs = [d.name for d in ld(master_pb2.ListDevicesRequest(), timeout=5).local_device]
+    tap.check("sim: ListDevices shows the tpu_worker job's CPU, 8 TPUs and TPU_SYSTEM",
+              "/job:tpu_worker/replica:0/task:0/device:TPU_SYSTEM:0" in devs
+              and sum(":TPU:" in d for d in devs) == 8 and len(devs) == 11, f"{devs}")
     ch.close()
     sim.stop()
 

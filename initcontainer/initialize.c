@@ -203,6 +203,62 @@ static int check_tpu_locks(struct mesh_err *err)
     return 0;
 }
 
+/* Read a small sysfs attribute ("0x1ae0\n") as a number; false if absent. */
+static bool read_hex_attr(const char *path, long *out)
+{
+    int fd mesh_autoclose = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        return false;
+    }
+    char buf[32];
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n <= 0) {
+        return false;
+    }
+    buf[n] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(buf, &end, 16);
+    if (errno != 0 || end == buf || (*end != '\0' && *end != '\n')) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Google TPU chips on the host's PCI bus, the way PyTorch/XLA finds them
+ * without libtpu (spec §4.3): vendor 0x1ae0, device 0x0027 (v2/v3), 0x005e
+ * (v4), 0x0063 (v5e), 0x006f (v6e). sysfs attributes only, never a device
+ * node. Used to explain a container that sees no TPU device: a host that has
+ * TPUs but did not give them to us. TPUMESH_SYS_DIR replaces /sys (tests). */
+static int count_tpu_pci(void)
+{
+    const char *sys = getenv("TPUMESH_SYS_DIR");
+    mesh_autofree char *dir =
+        mesh_asprintf("%s/bus/pci/devices", sys != NULL && sys[0] != '\0' ? sys : "/sys");
+    DIR *d autoclosedir = opendir(dir);
+    if (d == NULL) {
+        return 0;
+    }
+    int n = 0;
+    int seen = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && seen++ < MAX_DIR_ENTRIES) {
+        if (de->d_name[0] == '.') {
+            continue;
+        }
+        long vendor = 0;
+        long device = 0;
+        mesh_autofree char *vp = mesh_asprintf("%s/%s/vendor", dir, de->d_name);
+        mesh_autofree char *dp = mesh_asprintf("%s/%s/device", dir, de->d_name);
+        if (read_hex_attr(vp, &vendor) && vendor == 0x1ae0 && read_hex_attr(dp, &device) &&
+            (device == 0x0027 || device == 0x005e || device == 0x0063 || device == 0x006f)) {
+            n++;
+        }
+    }
+    return n;
+}
+
 static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
 {
     const char *dev_dir = ctx->opts.dev_dir != NULL ? ctx->opts.dev_dir : "/dev";
@@ -219,6 +275,14 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
     /* TensorFlow reports a missing TPU as NotFound "TPUs not found in the
      * cluster. Failed in initialization: ..." (spec §5.1 step 5). */
     if (ndev == 0) {
+        int npci = count_tpu_pci();
+        if (npci > 0) {
+            return mesh_err_set(err, MESH_E_NOTFOUND, 0,
+                                "TPUs not found in the cluster. Failed in initialization: the "
+                                "host has %d TPU chip(s) on its PCI bus but none is visible "
+                                "under '%s'; request google.com/tpu for this container",
+                                npci, dev_dir);
+        }
         return mesh_err_set(err, MESH_E_NOTFOUND, 0,
                             "TPUs not found in the cluster. Failed in initialization: no TPU "
                             "device under '%s' (neither accel<N> nor vfio/<N>); request "

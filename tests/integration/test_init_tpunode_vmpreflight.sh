@@ -15,6 +15,7 @@ run() {
     local name=$1; shift
     mkdir -p "$TMP/$name/out"
     env -i PATH="$PATH" HOME="${RUN_HOME:-$TMP/home}" TPUMESH_LOCK_DIR="$TMP/lock" \
+        TPUMESH_SYS_DIR="${RUN_SYS:-$TMP/sys-empty}" \
         timeout 20 "$INIT" --out-dir "$TMP/$name/out" --annotations-file /dev/null "$@" \
         2>"$TMP/$name/err"
     RC=$?
@@ -59,6 +60,19 @@ V4=(--tpu local --accelerator-type v4-8)
 
 run nodev "${V4[@]}" --dev-dir "$TMP/nodev"
 expect "no device directory" 3 "TPUs not found in the cluster. Failed in initialization: no TPU device"
+
+# The host has TPU chips on its PCI bus (sysfs, spec §4.3) but the container got none.
+for i in 0 1 2 3; do
+    mkdir -p "$TMP/sys/bus/pci/devices/0000:00:0$i.0"
+    echo 0x1ae0 >"$TMP/sys/bus/pci/devices/0000:00:0$i.0/vendor"
+    echo 0x005e >"$TMP/sys/bus/pci/devices/0000:00:0$i.0/device"
+done
+mkdir -p "$TMP/sys/bus/pci/devices/0000:00:1f.0"
+echo 0x8086 >"$TMP/sys/bus/pci/devices/0000:00:1f.0/vendor"
+echo 0x005e >"$TMP/sys/bus/pci/devices/0000:00:1f.0/device"
+RUN_SYS=$TMP/sys run nodevpci "${V4[@]}" --dev-dir "$TMP/nodev"
+expect "TPUs on the PCI bus, none in the container" 3 \
+    "the host has 4 TPU chip(s) on its PCI bus but none is visible under '$TMP/nodev'"
 
 devices "$TMP/two" accel 2
 run two "${V4[@]}" --dev-dir "$TMP/two"

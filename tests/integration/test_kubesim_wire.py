@@ -262,6 +262,9 @@ def run2(sim, c, port, token_file, state_dir):
                "Authorization: Bearer %s\r\n\r\n" % (c.state()["rv"], tok)).encode())
     s.recv(4096)
     n_before = c.stats()["watchesActive"]
+    ws = c.stats()["watchers"]
+    tap.check("stats list each active watch (namespace, selectors, bytes)", len(ws) == n_before and any(
+        w["namespace"] == "default" and w["labelSelector"] == "" and "bytes" in w for w in ws), ws)
     s.close()
     end = time.time() + 5
     while c.stats()["watchesActive"] >= n_before and time.time() < end:

@@ -487,15 +487,17 @@ class Snapshot:
 
 class Watcher:
     __slots__ = ("flt", "cursor", "inject", "bookmarks", "cut", "table", "id", "bytes", "events",
-                 "bookmark_now")
+                 "bookmark_now", "desc", "started")
 
-    def __init__(self, flt, cursor, bookmarks, table, wid):
+    def __init__(self, flt, cursor, bookmarks, table, wid, desc=None):
         self.flt, self.cursor, self.bookmarks, self.table, self.id = flt, cursor, bookmarks, table, wid
         self.inject = []
         self.cut = None
         self.bytes = 0
         self.events = 0
         self.bookmark_now = False
+        self.desc = desc or {}
+        self.started = time.time()
 
 
 class FaultRule:
@@ -1758,8 +1760,11 @@ class Handler(BaseHTTPRequestHandler):
                     future = True
             w = None
             if too_old is None:
+                desc = {"namespace": ns, "labelSelector": q.get("labelSelector", [""])[0],
+                        "fieldSelector": q.get("fieldSelector", [""])[0],
+                        "userAgent": self.headers.get("User-Agent", "")}
                 w = Watcher(flt if (flt.ns is not None or flt.has_selectors) else None, cursor, bookmarks,
-                            table, st.next_wid)
+                            table, st.next_wid, desc)
                 st.next_wid += 1
                 st.watchers.add(w)
                 with st.stats_lock:
@@ -2428,6 +2433,9 @@ class Control:
                  "uptime": time.time() - st.stats["started"]}
         with st.cond:
             s["watchesActive"] = len(st.watchers)
+            s["watchers"] = [dict(w.desc, id=w.id, bytes=w.bytes, events=w.events, rv=w.cursor,
+                                  seconds=round(time.time() - w.started, 3))
+                             for w in sorted(st.watchers, key=lambda x: x.id)]
             s["rv"] = st.rv
             s["churn"] = dict(st.churn)
         return s

@@ -7,6 +7,7 @@
 
 #include "tpu_api.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <string.h>
 #include <time.h>
@@ -301,7 +302,7 @@ static long long now_ms(void)
 static void sleep_ms(long long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
 
@@ -325,7 +326,12 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
     for (int attempt = 1;; attempt++) {
         struct mesh_tpu_api_node node = {0};
         int retry = 0;
-        int rc = mesh_tpu_api_get_node(api, name, &node, &retry, &lerr);
+        /* No request may run past the deadline (but give each at least 1 s). */
+        struct mesh_tpu_api call = *api;
+        long long left = deadline - now_ms();
+        long long per = api->request_timeout_ms > 0 ? api->request_timeout_ms : 10000;
+        call.request_timeout_ms = left < 1000 ? 1000 : (left < per ? left : per);
+        int rc = mesh_tpu_api_get_node(&call, name, &node, &retry, &lerr);
         if (rc < 0 && !retry) {
             if (err != NULL) {
                 *err = lerr;

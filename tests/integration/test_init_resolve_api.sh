@@ -70,7 +70,8 @@ start_sim API "$APISIM" --token tok-1 --project sim-proj --zone us-central2-b \
     --node 'legacy={"_legacy":true,"networkEndpoints":[{"ipAddress":"10.1.1.1","port":8471}]}' \
     --node 'second={"networkEndpoints":[{"ipAddress":"10.3.3.3","port":8470}]}' \
     --node 'slow={"_delay":0.3}' \
-    --node 'timed={"_ready_after_s":1.5,"_initial":"STARTING"}'
+    --node 'timed={"_ready_after_s":1.5,"_initial":"STARTING"}' \
+    --node 'hang={"_delay":4}'
 
 # ---- the simulators against a real client (curl) ------------------------------
 check "metadata sim --help" bash -c "\"$PY\" \"$MDSIM\" --help | grep -q Metadata-Flavor"
@@ -150,6 +151,10 @@ check "tf-version mismatch warned" grep -q 'runs TensorFlow 2.12.0 but the pod a
 run_init timed -- --tpu timed
 expect "STARTING for 1.5 s then READY -> exit 0" 0 "complete"
 check "timed: saw STARTING" grep -q 'with state "STARTING"' "$OUT.log"
+
+run_init hang -- --tpu hang --timeout 1
+expect "API that does not answer -> 5 by the deadline" 5 "gave up after 1 s"
+check "hang: bounded by the deadline (< 3.5 s)" test "$ELAPSED_MS" -lt 3500
 
 run_init slow -- --tpu slow
 expect "slow API reply" 0 "complete"

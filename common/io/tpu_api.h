@@ -32,7 +32,7 @@ struct mesh_tpu_api {
     int timeout_s;           /* how long mesh_tpu_api_wait_ready waits in total */
     long long deadline_ms;   /* CLOCK_MONOTONIC ms to stop at (shared by several nodes);
                                 0 = timeout_s from the call */
-    long request_timeout_ms; /* per request; 0 = 10000 */
+    long request_timeout_ms; /* per request; 0 = 10000 (wait_ready clamps it to the deadline) */
     long poll_initial_ms;    /* first pause between polls; 0 = 250, doubling up to 10 s */
 };
 

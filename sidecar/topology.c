@@ -602,10 +602,12 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
         "Failed API requests (connection, HTTP status or protocol error) that caused a backoff.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_api_errors_total %llu\n",
                           (unsigned long long)s.failures);
-    METRIC("tpumesh_watch_events_total", "counter", "Watch events applied, by type.");
+    METRIC("tpumesh_watch_events_total", "counter",
+           "Watch events received: BOOKMARK, and object events (ADDED/MODIFIED/DELETED, "
+           "split by effect in tpumesh_store_changes_total).");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_events_total{type=\"BOOKMARK\"} %llu\n",
                           (unsigned long long)s.bookmarks);
-    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_events_total{type=\"ALL\"} %llu\n",
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_events_total{type=\"object\"} %llu\n",
                           (unsigned long long)s.events);
     METRIC("tpumesh_store_changes_total", "counter",
            "Changes to the pod store by type (watch events and relist differences).");

@@ -184,9 +184,9 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
 
     # 2. An irrelevant change (a label) rewrites nothing.
     before = a.stats()
-    ev0 = a.metric('tpumesh_watch_events_total{type="ALL"}')
+    ev0 = a.metric('tpumesh_watch_events_total{type="object"}')
     c.labels(name=names[2], set={"team": "infra"})
-    wait(lambda: a.metric('tpumesh_watch_events_total{type="ALL"}') > ev0)
+    wait(lambda: a.metric('tpumesh_watch_events_total{type="object"}') > ev0)
     time.sleep(0.3)
     check("irrelevant change: every file keeps its inode and mtime", a.stats() == before)
     check("irrelevant change: generation unchanged", a.topology()["generation"] == 1)

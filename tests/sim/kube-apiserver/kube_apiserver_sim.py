@@ -815,13 +815,16 @@ def make_job_pod(state, a):
         "serviceAccountName": "default",
         "serviceAccount": "default",
     }
+    # PodSpec field order (kubernetes/api core/v1 types.go): nodeName, securityContext, hostname,
+    # subdomain, schedulerName, tolerations, priority, enableServiceLinks, preemptionPolicy.
     if node:
         spec["nodeName"] = node
+    spec["securityContext"] = {}
     if hostname:
         spec["hostname"] = hostname
     if subdomain:
         spec["subdomain"] = subdomain
-    spec.update({"securityContext": {}, "schedulerName": "default-scheduler",
+    spec.update({"schedulerName": "default-scheduler",
                  "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
                  "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"})
     status = pod_status(phase, ip, ready, t, node)

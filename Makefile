@@ -172,7 +172,7 @@ bench: all gen-py
 	@BUILD=$(BUILD) PY=$(PY) bench/run.sh
 
 # Proves the Dockerfile's runtime stage without a Docker engine (debootstrap +
-# chroot; needs root and the Debian mirror). Not in `make test`: ~3.5 min cold, ~35 s cached.
+# chroot; needs root and the Debian mirror). Not in `make test`: 3-6 min cold, under 1.5 min cached.
 image-test: all
 	@BUILD=$(BUILD) scripts/image-test.sh
 

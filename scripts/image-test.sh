@@ -269,6 +269,11 @@ owner_of() {
 in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }
 
 T1=$(now_ms)
+# apt-cache needs the package lists; a fresh machine may not have them yet.
+# shellcheck disable=SC2086
+if ! apt-cache show $RT_PKGS >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+fi
 # shellcheck disable=SC2086 # the package list is meant to split into words
 closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances $RT_PKGS 2>/dev/null |

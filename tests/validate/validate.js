@@ -307,6 +307,24 @@ function undocumentedValues(text) {
 check('chart: every value in values.yaml is documented',
     undocumentedValues(fs.readFileSync(path.join(CHART, 'values.yaml'), 'utf8')));
 
+check('chart: README.md lists every value with its default', (() => {
+    const readme = fs.readFileSync(path.join(CHART, 'README.md'), 'utf8');
+    const e = [];
+    const leaves = (v, prefix) => Object.entries(v).flatMap(([k, x]) => {
+        const p = prefix ? `${prefix}.${k}` : k;
+        return x && typeof x === 'object' && !Array.isArray(x) && Object.keys(x).length ? leaves(x, p) : [[p, x]];
+    });
+    for (const [k, v] of leaves(defaults, '')) {
+        const row = readme.split('\n').find((l) => l.startsWith(`| \`${k}\` |`));
+        if (!row) {
+            e.push(`${k} is not in charts/tpumesh/README.md`);
+        } else if (!row.includes(`\`${typeof v === 'string' && (v === '' || /^[0-9.]+$/.test(v)) ? JSON.stringify(v) : (typeof v === 'object' ? '{}' : v)}\``)) {
+            e.push(`${k}: README default differs from values.yaml (${JSON.stringify(v)})`);
+        }
+    }
+    return e;
+})());
+
 const schema = JSON.parse(fs.readFileSync(path.join(CHART, 'values.schema.json'), 'utf8'));
 let validateValues = null;
 check('chart: values.schema.json compiles (JSON Schema draft-07, strict)', guard(() => {

@@ -5,8 +5,10 @@ byte for byte as spec/kubernetes-api.md gives them, list/watch parameter rules. 
 
 import base64
 import gzip
+import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -296,6 +298,75 @@ def run2(sim, c, port, token_file, state_dir):
     tap.check("its re-watch from the same RV gets the in-stream 410", b'"code":410' in b"".join(r.chunks), r.chunks)
     st = c.state()
     tap.check("history stays bounded", st["history"] <= 5 + 64, st)
+
+    # --- watch over WebSocket (spec §2.10): one text message per event, bearer token as subprotocol ------------
+    def ws_watch(path, proto_token=None, header_token=None, stop_after=1, timeout=6.0):
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        h = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nOrigin: http://127.0.0.1\r\n" % (path, key))
+        if proto_token:
+            h += "Sec-WebSocket-Protocol: base64url.bearer.authorization.k8s.io.%s\r\n" % base64.urlsafe_b64encode(
+                proto_token.encode()).decode().rstrip("=")
+        if header_token:
+            h += "Authorization: Bearer %s\r\n" % header_token
+        s.sendall((h + "\r\n").encode())
+        buf = b""
+        end = time.time() + timeout
+        while b"\r\n\r\n" not in buf and time.time() < end:
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        frames = []
+        try:
+            while len([f for f in frames if f[0] == 1]) < stop_after and time.time() < end:
+                while len(buf) < 2 or (buf[1] & 0x7f == 126 and len(buf) < 4) or (buf[1] & 0x7f == 127 and len(buf) < 10):
+                    d = s.recv(65536)
+                    if not d:
+                        raise EOFError
+                    buf += d
+                op, n, off = buf[0] & 0x0f, buf[1] & 0x7f, 2
+                if n == 126:
+                    n, off = int.from_bytes(buf[2:4], "big"), 4
+                elif n == 127:
+                    n, off = int.from_bytes(buf[2:10], "big"), 10
+                while len(buf) < off + n:
+                    d = s.recv(65536)
+                    if not d:
+                        raise EOFError
+                    buf += d
+                frames.append((op, buf[off:off + n]))
+                buf = buf[off + n:]
+                if op == 8:
+                    break
+        except (EOFError, socket.timeout):
+            pass
+        finally:
+            s.close()
+        want = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        return head.decode("latin-1"), frames, want.decode()
+
+    cur = c.state()["rv"]
+    t = threading.Timer(0.4, lambda: c.ready(name="w-4-aaaaa", ready=False))
+    t.start()
+    head, frames, want_accept = ws_watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d" % cur,
+                                         proto_token=tok)
+    t.join()
+    got_accept = re.search(r"Sec-WebSocket-Accept: (\S+)", head)
+    tap.check("websocket watch: 101 Switching Protocols with the RFC 6455 accept key",
+              head.startswith("HTTP/1.1 101") and got_accept and got_accept.group(1) == want_accept, head)
+    texts = [f[1] for f in frames if f[0] == 1]
+    tap.check("websocket watch: one text message per event (JSON + newline), token from the subprotocol",
+              len(texts) == 1 and texts[0].endswith(b"\n") and json.loads(texts[0])["type"] == "MODIFIED"
+              and json.loads(texts[0])["object"]["metadata"]["name"] == "w-4-aaaaa", frames[:2])
+    head, frames, _ = ws_watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d" % cur, proto_token="wrong")
+    tap.check("websocket watch: a wrong subprotocol token is 401", head.startswith("HTTP/1.1 401"), head[:40])
+    head, frames, _ = ws_watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d&timeoutSeconds=1" % c.state()["rv"],
+                            header_token=tok, stop_after=1)
+    tap.check("websocket watch: timeoutSeconds ends with a close frame (1000)", frames and frames[-1] == (8, b"\x03\xe8"),
+              frames)
 
     # bulk-create + churn: every change reaches a watcher once, in RV order
     c.call("config", history=100000)

@@ -1116,6 +1116,41 @@ def plan_chunks(lines, mode, maxsize, rng):
     raise ValueError("unknown chunking mode %r" % mode)
 
 
+def is_websocket(headers):
+    """Upgrade: websocket + Connection: Upgrade (apimachinery IsWebSocketRequest)."""
+    return ("websocket" in (headers.get("Upgrade") or "").lower()
+            and "upgrade" in (headers.get("Connection") or "").lower())
+
+
+def ws_bearer(headers):
+    """The bearer token of a base64url.bearer.authorization.k8s.io.<token> subprotocol, as an
+    Authorization header value, or None (spec §2.10)."""
+    if not is_websocket(headers):
+        return None
+    for proto in (headers.get("Sec-WebSocket-Protocol") or "").split(","):
+        proto = proto.strip()
+        prefix = "base64url.bearer.authorization.k8s.io."
+        if proto.startswith(prefix):
+            enc = proto[len(prefix):]
+            try:
+                return "Bearer " + base64.urlsafe_b64decode(enc + "=" * (-len(enc) % 4)).decode()
+            except (ValueError, UnicodeDecodeError):
+                return "Bearer -"
+    return None
+
+
+def ws_frame(opcode, payload):
+    """One unmasked server->client WebSocket frame with FIN set (RFC 6455 §5.2)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, n))
+    elif n < 65536:
+        head = bytes((0x80 | opcode, 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 127)) + n.to_bytes(8, "big")
+    return head + payload
+
+
 def encode_chunks(chunks):
     return b"".join(b"%x\r\n" % len(c) + c + b"\r\n" for c in chunks if c)
 
@@ -1162,6 +1197,7 @@ POD_PATH = re.compile(r"^/api/v1/(?:(watch)/)?(?:namespaces/([^/]+)/)?pods(?:/([
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    ws = False
     server_version = "kube-apiserver-sim"
     sys_version = ""
 
@@ -1292,7 +1328,7 @@ class Handler(BaseHTTPRequestHandler):
         # --anonymous, where it becomes system:anonymous (403 below).
         user = self.server.user
         if st.auth:
-            ok = st.check_token(self.headers.get("Authorization"))
+            ok = st.check_token(self.headers.get("Authorization") or ws_bearer(self.headers))
             if ok is False or (ok is None and not self.server.anonymous):
                 self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
                 return
@@ -1774,10 +1810,28 @@ class Handler(BaseHTTPRequestHandler):
                     st.stats["watches_total"] += 1
         if too_old is not None and st.expired_watch == "http410":
             raise ApiError(status_obj(410, "Expired", "too old resource version: %d (%d)" % too_old))
-        self._start(200, "application/json", {"Transfer-Encoding": "chunked"})
-        self.end_headers()
-        self.wfile.flush()
-        st.count(None, 200)
+        self.ws = is_websocket(self.headers)
+        ws = self.ws
+        if ws and not self.headers.get("Sec-WebSocket-Key"):
+            with st.cond:
+                st.watchers.discard(w)
+            raise err_bad_request("websocket: missing Sec-WebSocket-Key")
+        if self.ws:
+            # Watch over WebSocket (spec §2.10): one text message per event, client messages ignored.
+            key = self.headers.get("Sec-WebSocket-Key", "")
+            self.send_response_only(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(
+                (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode())
+            self.end_headers()
+            self.wfile.flush()
+            st.count(None, 101)
+        else:
+            self._start(200, "application/json", {"Transfer-Encoding": "chunked"})
+            self.end_headers()
+            self.wfile.flush()
+            st.count(None, 200)
         self.close_connection = True
         try:
             if too_old is not None:
@@ -1788,7 +1842,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._stream(w, initial, initial_end, timeout, future)
             # The chunked body ended properly: the connection can carry the next request, as Go's does.
-            self.close_connection = False
+            self.close_connection = ws
         finally:
             if w is not None:
                 with st.cond:
@@ -1796,6 +1850,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_lines(self, lines, w, events=0, bookmarks=0):
         st = self.st
+        if getattr(self, "ws", False):
+            data = b"".join(ws_frame(0x1, ln) for ln in lines)
+            self.wfile.write(data)
+            if w is not None:
+                w.bytes += len(data)
+                w.events += events
+            st.add_bytes(len(data), events, bookmarks)
+            return
         with st.cond:
             mode, maxsize, delay = st.chunking["mode"], st.chunking["max"], st.chunking["delay"]
         chunks = plan_chunks(lines, mode, maxsize, st.rng)
@@ -1814,6 +1876,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _end_stream(self):
         try:
+            if getattr(self, "ws", False):
+                self.wfile.write(ws_frame(0x8, b"\x03\xe8"))  # close, 1000 normal
+                self.close_connection = True
+                self.ws = False
+                return
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             pass
@@ -1950,7 +2017,7 @@ class Handler(BaseHTTPRequestHandler):
             for item in inject:
                 kind, data = item
                 if kind == "raw":
-                    self.wfile.write(encode_chunks([data]))
+                    self.wfile.write(ws_frame(0x1, data) if self.ws else encode_chunks([data]))
                     st.add_bytes(len(data))
                 elif kind == "lines":
                     self._send_lines([data], w)
@@ -1965,7 +2032,13 @@ class Handler(BaseHTTPRequestHandler):
                     return
                 if cut == "mid-event":
                     half = self._half_event(w)
-                    self.wfile.write(encode_chunks([half]))
+                    if self.ws:
+                        # Half of a frame: the header promises the whole line, then the socket closes.
+                        whole = self._half_event(w, whole=True)
+                        half = ws_frame(0x1, whole)[:2 + len(whole) // 2]
+                        self.wfile.write(half)
+                    else:
+                        self.wfile.write(encode_chunks([half]))
                     st.add_bytes(len(half))
                 self._abort()
             if time.time() >= deadline:
@@ -1993,7 +2066,7 @@ class Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
-    def _half_event(self, w):
+    def _half_event(self, w, whole=False):
         st = self.st
         with st.cond:
             rec = None
@@ -2005,7 +2078,7 @@ class Handler(BaseHTTPRequestHandler):
             line = bookmark_line(w.cursor)
         else:
             line = b'{"type":"MODIFIED","object":' + rec.full() + b"}\n"
-        return line[:max(1, len(line) // 2)]
+        return line if whole else line[:max(1, len(line) // 2)]
 
 
 def namespace_obj(name, rv):

@@ -328,6 +328,13 @@ static int exec_wait(pid_t pid, const char *cmd, struct mesh_err *err)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         return 0;
     }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        /* Where posix_spawn cannot report the exec failure itself, the child exits 127. */
+        return mesh_err_set(err, MESH_E_AUTH, 0,
+                            "credential plugin %s could not be started (exit status 127); install "
+                            "it or fix users[].user.exec.command",
+                            cmd);
+    }
     return mesh_err_set(err, MESH_E_AUTH, 0,
                         "credential plugin %s failed (%s %d); run it by hand to see why", cmd,
                         WIFEXITED(status) ? "exit status" : "signal",

@@ -15,6 +15,7 @@ if ! command -v kubectl >/dev/null 2>&1; then
     exit 1
 fi
 
+echo "# $(kubectl version --client 2>/dev/null | head -1)"
 export HOME=$TMP/home # kubectl's discovery cache goes under $HOME/.kube
 mkdir -p "$HOME"
 

@@ -60,6 +60,8 @@ def stream_until(w, fn, stop, limit=10.0, **kw):
 
 
 def main():
+    import kubernetes
+    print("# python3-kubernetes %s" % kubernetes.__version__, flush=True)
     state_dir = tempfile.mkdtemp(prefix="kubesim-py.")
     sim = start_sim(["--tls", "--token", TOKEN, "--state-dir", state_dir, "--seed", "5"])
     try:

@@ -368,6 +368,25 @@ def run2(sim, c, port, token_file, state_dir):
     tap.check("websocket watch: timeoutSeconds ends with a close frame (1000)", frames and frames[-1] == (8, b"\x03\xe8"),
               frames)
 
+    # a client that stops reading is closed after slow_consumer_timeout (the cacher's unresponsive watcher)
+    c.call("config", slow_consumer_timeout=1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    s.sendall(("GET /api/v1/namespaces/default/pods?watch=1&resourceVersion=%d HTTP/1.1\r\nHost: x\r\n"
+               "Authorization: Bearer %s\r\n\r\n" % (c.state()["rv"], tok)).encode())
+    time.sleep(0.3)
+    n_before = c.stats()["watchesActive"]
+    c.churn(events=3000, rate=0, wait=True)
+    end = time.time() + 10
+    while c.stats()["watchesActive"] >= n_before and time.time() < end:
+        time.sleep(0.2)
+    tap.check("a watch whose client stopped reading is closed after slow_consumer_timeout",
+              c.stats()["watchesActive"] == n_before - 1, c.stats()["watchesActive"])
+    s.close()
+    c.call("config", slow_consumer_timeout=30)
+
     # bulk-create + churn: every change reaches a watcher once, in RV order
     c.call("config", history=100000)
     res = c.bulk_create(2000, start=100, job="bulk")

@@ -554,6 +554,7 @@ class State:
         self.job_uids = {}
         self.namespaces = {"default", "kube-system", "kube-public", "kube-node-lease"}
         self.kubelet_delete_after = 1.0
+        self.slow_consumer_timeout = float(args.slow_consumer_timeout)
 
     # -- auth ------------------------------------------------------------
     def _reload_token_file(self):
@@ -1833,6 +1834,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             st.count(None, 200)
         self.close_connection = True
+        # A client that stops reading blocks our writes; after slow_consumer_timeout seconds the watch is
+        # closed, as the cacher force-closes an unresponsive watcher (spec §2.8).
+        if st.slow_consumer_timeout > 0:
+            self.connection.settimeout(st.slow_consumer_timeout)
         try:
             if too_old is not None:
                 # Too-old RV: 200 + one in-stream ERROR 410 + end (spec §2.7, §8 item 4).
@@ -1843,6 +1848,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._stream(w, initial, initial_end, timeout, future)
             # The chunked body ended properly: the connection can carry the next request, as Go's does.
             self.close_connection = ws
+            self.connection.settimeout(None)
         finally:
             if w is not None:
                 with st.cond:
@@ -2055,13 +2061,14 @@ class Handler(BaseHTTPRequestHandler):
             if not r:
                 return False
             if isinstance(sock, ssl.SSLSocket):
+                old = sock.gettimeout()
                 sock.setblocking(False)
                 try:
                     return sock.recv(1) == b""
                 except (ssl.SSLWantReadError, BlockingIOError):
                     return False
                 finally:
-                    sock.setblocking(True)
+                    sock.settimeout(old)
             return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except (OSError, ValueError):
             return True
@@ -2570,13 +2577,15 @@ class Control:
                 st.history_cap = max(1, _as_int(a["history"], "history"))
             if a.get("min_request_timeout") is not None:
                 self.server.min_request_timeout = float(a["min_request_timeout"])
+            if a.get("slow_consumer_timeout") is not None:
+                st.slow_consumer_timeout = float(a["slow_consumer_timeout"])
             if a.get("kubelet_delete_after") is not None:
                 st.kubelet_delete_after = float(a["kubelet_delete_after"])
             st.cond.notify_all()
             return {"bookmarkInterval": st.bookmark_interval, "expiredWatch": st.expired_watch,
                     "futureWatch": st.future_watch,
                     "watchlist": st.watchlist, "history": st.history_cap,
-                    "kubeletDeleteAfter": st.kubelet_delete_after,
+                    "kubeletDeleteAfter": st.kubelet_delete_after, "slowConsumerTimeout": st.slow_consumer_timeout,
                     "minRequestTimeout": self.server.min_request_timeout}
 
     def v_bulk_create(self, a):
@@ -2804,6 +2813,7 @@ control API (unauthenticated, same port, see README.md):
     config      bookmark_interval=S expired_watch=event|http410 future_watch=error|wait
                 watchlist=true|false history=N
                 min_request_timeout=S kubelet_delete_after=S (API DELETE: DELETED this long after MODIFIED)
+                slow_consumer_timeout=S (close a watch whose client stopped reading; 0 = never)
     bulk-create count=N [start=I namespace job ready | jobset per_slice rjob | statefulset]
                 churn events=N [rate=R kind=annotate|ready|ip|mixed
                 wait=true]   churn-stop   stats   reset-stats
@@ -2849,6 +2859,9 @@ def server_main(argv):
     p.add_argument("--future-watch", default="error", choices=("error", "wait"),
                    help="watch from an RV newer than the server's: in-stream ERROR 504 'Too large resource version'"
                         " after 3 s (default, as the watch cache) or wait until it exists")
+    p.add_argument("--slow-consumer-timeout", type=float, default=30.0,
+                   help="close a watch whose client has not taken our bytes for this many seconds (default 30;"
+                        " 0 = never)")
     p.add_argument("--watchlist", default="on", choices=("on", "off"),
                    help="WatchList feature gate: sendInitialEvents allowed (on, 1.34+ default) or 422 (off)")
     p.add_argument("--gzip-min", type=int, default=128 * 1024,

@@ -562,7 +562,7 @@ static int do_list(struct mesh_k8s_informer *inf, struct mesh_err *err)
 
 /* Apply one event; lock held. Returns a negative code to end the watch. */
 static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watch_event *ev,
-                       struct mesh_err *err)
+                       void *rec, struct mesh_err *err)
 {
     if (ev->type == MESH_K8S_EV_ERROR) {
         const struct mesh_k8s_watch_status *st = &ev->status;
@@ -578,6 +578,9 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
      * its future, so only a relist gives a consistent picture. */
     if (mesh_k8s_watch_rv_cmp(ev->rv, inf->rv) == -1) {
         inf->rv_went_back = true;
+        if (rec != NULL) {
+            inf->o.record_free(inf->o.ctx, rec);
+        }
         return mesh_err_set(err, MESH_E_RANGE, 0,
                             "resourceVersion went backwards (%s after %s): the API server lost "
                             "its history",
@@ -585,16 +588,12 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
     }
     if (ev->type == MESH_K8S_EV_BOOKMARK) {
         inf->stats.bookmarks++;
-    } else if (ev->type == MESH_K8S_EV_DELETED) {
+    } else if (ev->type == MESH_K8S_EV_DELETED || rec == NULL) {
+        /* DELETED, or an object the caller's extract leaves out. */
         apply_delete(inf, ev->key);
         inf->stats.events++;
     } else {
-        void *rec = inf->o.extract(inf->o.ctx, ev->object);
-        if (rec != NULL) {
-            apply_upsert(inf, ev->key, ev->rv, rec);
-        } else {
-            apply_delete(inf, ev->key);
-        }
+        apply_upsert(inf, ev->key, ev->rv, rec);
         inf->stats.events++;
     }
     snprintf(inf->rv, sizeof(inf->rv), "%s", ev->rv);
@@ -641,8 +640,13 @@ static int on_event(void *ctx, const struct mesh_k8s_watch_event *ev, struct mes
         inf->watch_events++;
         return on_initial_event(inf, ev);
     }
+    /* Extract outside the lock: readers of the store wait only for the update. */
+    void *rec = NULL;
+    if (ev->type == MESH_K8S_EV_ADDED || ev->type == MESH_K8S_EV_MODIFIED) {
+        rec = inf->o.extract(inf->o.ctx, ev->object);
+    }
     pthread_mutex_lock(&inf->lock);
-    int rc = apply_event(inf, ev, err);
+    int rc = apply_event(inf, ev, rec, err);
     pthread_mutex_unlock(&inf->lock);
     if (rc == 0) {
         inf->watch_events++;

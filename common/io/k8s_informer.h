@@ -58,8 +58,8 @@
 #include "k8s_client.h"
 
 /* Make a caller-owned record from one object (borrowed, valid for the
- * call only). Return NULL to leave the object out of the store (it is then
- * treated as absent: a previously stored record gets on_delete). */
+ * call only). Called on run's thread without the store lock. Return NULL to leave the object out of
+ * the store (it is then treated as absent: a previously stored record gets on_delete). */
 typedef void *(*mesh_k8s_extract_fn)(void *ctx, const cJSON *obj);
 /* Free a record made by extract. */
 typedef void (*mesh_k8s_record_free_fn)(void *ctx, void *rec);

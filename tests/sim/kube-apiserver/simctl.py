@@ -145,10 +145,20 @@ class Sim:
         self.stop()
 
 
+def _die_with_parent():
+    """In the child: ask Linux for SIGTERM when the test that started us dies (prctl
+    PR_SET_PDEATHSIG), so a killed test never leaves a simulator behind."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def start_sim(args=(), timeout=30, python=None, stderr=None):
     """Start the simulator with extra command-line args; wait (bounded) for its READY line."""
     cmd = [python or sys.executable or "/usr/bin/python3", SIM] + list(args)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, preexec_fn=_die_with_parent)
     line = [None]
 
     def reader():

@@ -4,6 +4,7 @@
 # truth, table output, get -w -o json seeing add/modify/delete made through the control API,
 # label and field selectors, --chunk-size pagination, 401/403/404 error texts. Prints TAP.
 . "$(dirname "$0")/lib.sh"
+trap 'exit 143' TERM INT # run lib.sh's EXIT cleanup (kills the simulator and watchers) on a timeout too
 
 SIM=$ROOT/tests/sim/kube-apiserver/kube_apiserver_sim.py
 TOKEN=kubectl-token-1

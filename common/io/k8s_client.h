@@ -79,9 +79,10 @@ const char *mesh_k8s_client_namespace(const struct mesh_k8s_client *c);
  * Never contains secrets. Borrowed. */
 const char *mesh_k8s_client_source(const struct mesh_k8s_client *c);
 
-/* Make every blocking call of c return within ~100 ms, now and later,
- * with -MESH_E_IO "cancelled". Thread-safe (may be called from any thread,
- * not from a signal handler). */
+/* Make every blocking call of c return promptly (curl_multi_wakeup), now
+ * and later, with -MESH_E_IO "cancelled". A credential plugin that is
+ * running is not interrupted (it is bounded to 30 s). Thread-safe (may be
+ * called from any thread, not from a signal handler). */
 void mesh_k8s_client_cancel(struct mesh_k8s_client *c);
 /* True after mesh_k8s_client_cancel. */
 bool mesh_k8s_client_is_cancelled(const struct mesh_k8s_client *c);

@@ -9,12 +9,12 @@
 # exits 0 (DESIGN.md §6), and it reaps any zombie, so neither program has to
 # act as an init.
 #
-# scripts/image-test.sh (`make image-test`) proves the runtime stage without a
-# Docker engine: it parses the runtime stage's package list below (the lines
-# between the apt-get install and the `&&` that ends it, one package a line),
-# checks that every shared library the built programs load comes from one of
-# those packages, builds the same root file system with debootstrap and runs
-# both programs in it as UID 65532. Keep one package per line so it can.
+# scripts/image-test.sh (`make image-test`) proves both stages without a Docker
+# engine: it parses each stage's `apt-get install` package list (the words up to
+# the `&&` that ends it), checks that every shared library the programs load
+# comes from a runtime package, builds each stage's root file system with
+# debootstrap, runs this file's `make` in the build one and both programs in the
+# runtime one as UID 65532. Keep one `apt-get install` per stage so it can.
 
 ARG DEBIAN_SUITE=bookworm
 

@@ -235,6 +235,11 @@ run_init md503 TPUMESH_METADATA_HOST=127.0.0.1:$MD5_PORT -- --tpu ready
 expect "metadata answering 503 every time -> 5 after the retries" 5 "HTTP 503 after 3 attempts"
 stop_sim "$MD5_PID"
 
+start_sim MDH "$MDSIM" --hang-up
+run_init mdhangup TPUMESH_METADATA_HOST=127.0.0.1:$MDH_PORT -- --tpu ready
+expect "metadata server closing connections -> 5" 5 "metadata server unreachable"
+stop_sim "$MDH_PID"
+
 start_sim MDS "$MDSIM" --delay 3
 run_init mdslow TPUMESH_METADATA_HOST=127.0.0.1:$MDS_PORT -- --tpu ready
 expect "slow metadata server times out -> 5" 5 "metadata server unreachable"

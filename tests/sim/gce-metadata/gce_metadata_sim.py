@@ -15,7 +15,8 @@ metadata server does for the keys tpumesh-init reads
 Every request must carry `Metadata-Flavor: Google` (else 403, like the real
 server); every reply carries `Metadata-Flavor: Google` unless --no-flavor.
 Failure modes: --delay SECONDS (slow), --status CODE (every reply), --fail-first N
-(the first N requests answer 500). GET /_stats (no header needed) returns
+(the first N requests answer 500), --hang-up (close without replying). A
+server that is not there at all: point the client at a closed port. GET /_stats (no header needed) returns
 {"requests": N, "paths": {...}}. Standard library only; binds 127.0.0.1;
 prints `READY port=<p> url=<url>` on stdout when serving.
 """
@@ -50,6 +51,8 @@ def parse_args(argv):
     p.add_argument("--status", type=int, default=0, help="answer every request with this status")
     p.add_argument("--fail-first", type=int, default=0, help="answer the first N requests with 500")
     p.add_argument("--no-flavor", action="store_true", help="omit the Metadata-Flavor reply header")
+    p.add_argument("--hang-up", action="store_true",
+                   help="accept each connection and close it without a reply (unreachable server)")
     return p.parse_args(argv)
 
 
@@ -126,6 +129,9 @@ def make_handler(state):
                 state.paths[path] = state.paths.get(path, 0) + 1
             if state.args.delay > 0:
                 time.sleep(state.args.delay)
+            if state.args.hang_up:
+                self.close_connection = True
+                return
             if self.headers.get("Metadata-Flavor") != "Google":
                 return self.reply(403, "Missing Metadata-Flavor:Google header.", "text/html")
             if state.args.status:

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "sim", "kube-apiserver"))
 
 import tap  # noqa: E402
-from simctl import start_sim  # noqa: E402
+from simctl import SimError, start_sim  # noqa: E402
 
 TOKEN = "wire-token-1"
 
@@ -386,6 +386,27 @@ def run2(sim, c, port, token_file, state_dir):
               c.stats()["watchesActive"] == n_before - 1, c.stats()["watchesActive"])
     s.close()
     c.call("config", slow_consumer_timeout=30)
+
+    # restart with down: connections refused, then the same port serves again with lower RVs
+    before = c.state()["rv"]
+    c.restart(down=1.5)
+    time.sleep(0.4)
+    refused = False
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        refused = True
+    tap.check("restart down=1.5: connections are refused meanwhile", refused, "connected")
+    end = time.time() + 10
+    back = None
+    while time.time() < end:
+        try:
+            back = c.state()
+            break
+        except (SimError, OSError):
+            time.sleep(0.1)
+    tap.check("restart down: the same port serves again, RVs lower", back is not None and back["rv"] < before,
+              (before, back))
 
     # bulk-create + churn: every change reaches a watcher once, in RV order
     c.call("config", history=100000)

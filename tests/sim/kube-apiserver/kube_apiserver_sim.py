@@ -2505,7 +2505,12 @@ class Control:
         return {"compacted": c}
 
     def v_restart(self, a):
-        return self.st.restart(a.get("rv"), float(a.get("unavailable", 0) or 0))
+        res = self.st.restart(a.get("rv"), float(a.get("unavailable", 0) or 0))
+        down = float(a.get("down", 0) or 0)
+        if down > 0:
+            self.server.go_down(down)
+            res["down"] = down
+        return res
 
     def v_stats(self, a):
         st = self.st
@@ -2730,6 +2735,10 @@ class Server(ThreadingHTTPServer):
                              "buildDate": "2026-07-01T00:00:00Z", "goVersion": "go1.24.6", "compiler": "gc",
                              "platform": "linux/amd64"}
         self.control = Control(self)
+        self.conns = set()
+        self.conns_lock = threading.Lock()
+        self.down_for = 0.0
+        self.stopping = False
 
     def finish_request(self, request, client_address):
         try:
@@ -2737,7 +2746,7 @@ class Server(ThreadingHTTPServer):
         except OSError:
             pass
         if self.ssl_ctx is None:
-            self.RequestHandlerClass(request, client_address, self)
+            self._serve_conn(request, client_address)
             return
         request.settimeout(10)
         try:
@@ -2746,12 +2755,51 @@ class Server(ThreadingHTTPServer):
             return
         conn.settimeout(None)
         try:
-            self.RequestHandlerClass(conn, client_address, self)
+            self._serve_conn(conn, client_address)
         finally:
             try:
                 conn.close()
             except OSError:
                 pass
+
+    def _serve_conn(self, conn, client_address):
+        with self.conns_lock:
+            self.conns.add(conn)
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            with self.conns_lock:
+                self.conns.discard(conn)
+
+    def go_down(self, seconds):
+        """Emulate an apiserver process restart: stop listening (connections are refused), drop every
+        open connection, and listen again on the same port after `seconds`."""
+        self.down_for = max(0.0, float(seconds))
+        t = threading.Timer(0.05, self.shutdown)
+        t.daemon = True
+        t.start()
+
+    def serve(self):
+        """serve_forever, with the down/up cycles that go_down asks for."""
+        while True:
+            self.serve_forever(poll_interval=0.2)
+            if self.stopping or not self.down_for:
+                return
+            down, self.down_for = self.down_for, 0.0
+            self.socket.close()
+            with self.conns_lock:
+                conns = list(self.conns)
+            for c in conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            time.sleep(down)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self.port))
+            sock.listen(self.request_queue_size)
+            self.socket = sock
 
     def handle_error(self, request, client_address):
         if self.verbose:
@@ -2806,8 +2854,9 @@ control API (unauthenticated, same port, see README.md):
                 [kind=apf|status] [message=...]   (count=0 clears)
     forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message)
     compact     [rv=N]       expire history (and continue tokens) up to rv (default: now)
-    restart     [rv=N] [unavailable=S]  history lost, resourceVersions restart lower (etcd restore);
-                every watch is cut; 429 'storage is (re)initializing' for S s
+    restart     [rv=N] [unavailable=S] [down=S]  history lost, resourceVersions restart lower (etcd
+                restore); every watch is cut; down: connections refused for S s (process restart);
+                unavailable: then 429 'storage is (re)initializing' for S s
     bookmark    send a BOOKMARK now on every watch that allows them
     chunking    mode=natural|event|coalesce|split|random|bytes [max=N] [delay_ms=N] [seed=N]
     config      bookmark_interval=S expired_watch=event|http410 future_watch=error|wait
@@ -2907,12 +2956,13 @@ def server_main(argv):
     os.replace(tmp, os.path.join(state_dir, "ready.json"))
 
     def stop(signum, frame):
+        srv.stopping = True
         threading.Thread(target=srv.shutdown, daemon=True).start()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print("READY port=%d url=%s ca=%s" % (srv.port, url, ca), flush=True)
     try:
-        srv.serve_forever(poll_interval=0.2)
+        srv.serve()
     finally:
         srv.server_close()
         if own_dir:

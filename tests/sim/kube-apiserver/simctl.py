@@ -109,8 +109,8 @@ class SimClient:
     def compact(self, rv=None):
         return self.call("compact", rv=rv)
 
-    def restart(self, rv=None, unavailable=None):
-        return self.call("restart", rv=rv, unavailable=unavailable)
+    def restart(self, rv=None, unavailable=None, down=None):
+        return self.call("restart", rv=rv, unavailable=unavailable, down=down)
 
     def stats(self):
         return self.call("stats")

@@ -480,6 +480,12 @@ def run(sim, c, port):
               and r.headers.get("content-type") == "text/plain; charset=utf-8", repr((r.status, r.body, r.headers)))
     r = request(port, "/api/v1/namespaces/wire/pods")
     tap.check("fault applies to the next N requests only", r.status == 200, r.status)
+    c.fail(429, count=1, kind="shutdown")
+    r = request(port, "/api/v1/namespaces/wire/pods")
+    tap.check("shutdown 429: plain text, Retry-After 5, Connection: close",
+              r.status == 429 and r.body == b"The apiserver is shutting down, please try again later.\n"
+              and r.headers.get("retry-after") == "5" and r.headers.get("connection") == "close",
+              repr((r.status, r.body, r.headers)))
     c.fail(503, count=1, match="list")
     r = request(port, "/api/v1/namespaces/wire/pods")
     tap.check("503 Status without Retry-After", r.status == 503 and "retry-after" not in r.headers

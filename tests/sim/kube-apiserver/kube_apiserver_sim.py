@@ -1430,6 +1430,12 @@ class Handler(BaseHTTPRequestHandler):
             hdr["Retry-After"] = str(rule.retry_after)
         if rule.code == 429 and rule.kind == "apf":
             raise ApiError(None, hdr, plain=rule.message or "Too many requests, please try again later.")
+        if rule.code == 429 and rule.kind == "shutdown":
+            # The shutting-down apiserver (spec §4.4): plain text, Retry-After 5, Connection: close.
+            hdr.setdefault("Retry-After", "5")
+            hdr["Connection"] = "close"
+            self.close_connection = True
+            raise ApiError(None, hdr, plain=rule.message or "The apiserver is shutting down, please try again later.")
         reasons = {429: ("TooManyRequests", "storage is (re)initializing"),
                    500: ("InternalError", "Internal error occurred: injected by kube-apiserver-sim"),
                    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
@@ -2475,14 +2481,16 @@ class Control:
     def v_fail(self, a):
         code = _as_int(a.get("code"), "code", 429)
         count = _as_int(a.get("count"), "count", 1)
-        ra = a.get("retry_after")
-        ra = _as_int(ra, "retry_after") if ra not in (None, "") else (1 if code == 429 else None)
         match = a.get("match") or "any"
         if match not in ("any", "pods", "list", "watch", "get", "discovery"):
             raise ValueError("match must be any, pods, list, watch, get or discovery")
         kind = a.get("kind") or ("apf" if code == 429 else "status")
-        if kind not in ("apf", "status"):
-            raise ValueError("kind must be apf (plain-text APF 429) or status (a Status body)")
+        if kind not in ("apf", "status", "shutdown"):
+            raise ValueError("kind must be apf (plain-text APF 429), shutdown (plain-text 429, Retry-After 5,"
+                             " Connection: close) or status (a Status body)")
+        ra = a.get("retry_after")
+        ra = _as_int(ra, "retry_after") if ra not in (None, "") else (
+            (5 if kind == "shutdown" else 1) if code == 429 else None)
         st = self.st
         with st.cond:
             if count <= 0:
@@ -2851,7 +2859,7 @@ control API (unauthenticated, same port, see README.md):
     stall       seconds=N    watches send nothing for N s (events are delivered afterwards)
     token       token=T [keep_old=true] | reload=true | disable=true
     fail        code=429|500|503|... count=N [retry_after=S] [match=any|pods|list|watch|get|discovery]
-                [kind=apf|status] [message=...]   (count=0 clears)
+                [kind=apf|shutdown|status] [message=...]   (count=0 clears)
     forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message)
     compact     [rv=N]       expire history (and continue tokens) up to rv (default: now)
     restart     [rv=N] [unavailable=S] [down=S]  history lost, resourceVersions restart lower (etcd

@@ -195,13 +195,25 @@ def t_malformed(name):
     S.delete(name="mal-0")
 
 
+def peak_rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
 def t_oversize(name):
     d = driver("--max-event", str(1 << 20))
     ready(d)
-    S.call("oversize", mib=3)
+    before = peak_rss_kb(d.proc.pid)
+    S.call("oversize", mib=24)
     S.make(name="big-0", index=91)
     check(name + ": oversized event -> error + relist", d.wait(lambda x: lists(x) >= 2) and
           d.wait_log("larger than the limit of 1048576 bytes"), d.stderr_tail())
+    grown = peak_rss_kb(d.proc.pid) - before
+    check(name + ": memory stays bounded by the limit, not the event (peak RSS +%d KiB for a "
+          "24 MiB event)" % grown, grown < 12 * 1024)
     conv_check(name, d)
     d.stop()
     S.delete(name="big-0")

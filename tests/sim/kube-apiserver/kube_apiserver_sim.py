@@ -2028,10 +2028,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_lines(lines, w, events=nev, bookmarks=nbm)
             for item in inject:
                 kind, data = item
-                if kind == "raw":
-                    self.wfile.write(ws_frame(0x1, data) if self.ws else encode_chunks([data]))
-                    st.add_bytes(len(data))
-                elif kind == "lines":
+                if kind == "lines":
                     self._send_lines([data], w)
                 elif kind == "error":
                     # An in-stream ERROR ends the watch (spec §2.7).

@@ -196,6 +196,16 @@ void mesh_tf_call_result_cleanup(struct mesh_tf_call_result *r)
     }
 }
 
+/* "/tensorflow.MasterService/RunStep" -> "MasterService/RunStep" for logs. */
+static const char *short_method(const char *method)
+{
+    static const char prefix[] = "/tensorflow.";
+    if (strncmp(method, prefix, sizeof(prefix) - 1) == 0) {
+        return method + sizeof(prefix) - 1;
+    }
+    return method;
+}
+
 /* Copy a byte buffer's bytes into a fresh allocation. */
 static uint8_t *byte_buffer_copy(grpc_byte_buffer *bb, size_t *out_len)
 {
@@ -284,8 +294,8 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
             cancelled = true;
             continue;
         }
-        mesh_info(MOD, "still waiting for %s from %s (%lld s)", method + strlen("/tensorflow."),
-                  m->target, (long long)((now - start) / 1000));
+        mesh_info(MOD, "still waiting for %s from %s (%lld s)", short_method(method), m->target,
+                  (long long)((now - start) / 1000));
     }
 
     out->status = (int)status;
@@ -365,9 +375,8 @@ static int call_with_retry(struct mesh_tf_master *m, const char *method, const u
             return 0;
         }
         if (now >= next_log) {
-            mesh_info(MOD, "%s to %s: %s (%s); retrying until the deadline",
-                      method + strlen("/tensorflow."), m->target,
-                      mesh_tf_graph_code_name(out->status), out->message);
+            mesh_info(MOD, "%s to %s: %s (%s); retrying until the deadline", short_method(method),
+                      m->target, mesh_tf_graph_code_name(out->status), out->message);
             next_log = now + PROGRESS_MS;
         }
         struct timespec ts = {(time_t)(backoff / 1000), (long)(backoff % 1000) * 1000000L};

@@ -15,6 +15,10 @@
  *    preflight: the device nodes are there, as many as the host's chips, and
  *    nobody holds the libtpu lock. We never open a device and never take the
  *    lock: the trainer must get both.
+ *
+ * Environment (besides the flags in ctx->opts): TPUMESH_LOCK_DIR replaces
+ * /tmp as the directory of libtpu's lock files, TPUMESH_SYS_DIR replaces
+ * /sys for the PCI diagnostic; both exist for tests and unusual mounts.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,8 +38,8 @@
 
 #define MOD "init"
 
-/* Upper bound on directory entries we look at in --dev-dir and the lock
- * directory: a real /dev has a few hundred. */
+/* Upper bound on directory entries we look at in --dev-dir, the lock
+ * directory and sysfs's PCI list: a real /dev has a few hundred. */
 #define MAX_DIR_ENTRIES 65536
 
 static void closedir_p(DIR **d)

@@ -446,6 +446,26 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
 
 /* ---- legacy TPU Node: grpc:// endpoints -------------------------------- */
 
+/* On the TPU Node paths the slice comes from --accelerator-type/--topology
+ * when given (flag > API, DESIGN.md §6), else from the API's acceleratorType,
+ * else it stays unknown until ConfigureDistributedTPU returns a topology. */
+static int node_slice_from_flags(struct mesh_init *ctx, struct mesh_err *err)
+{
+    if (ctx->opts.accelerator_type == NULL && ctx->opts.topology == NULL) {
+        return 0;
+    }
+    struct mesh_slice_spec spec = {
+        .accelerator_type = ctx->opts.accelerator_type,
+        .topology = ctx->opts.topology,
+    };
+    int rc = mesh_slice_derive(&spec, &ctx->slice, err);
+    if (rc < 0) {
+        return mesh_err_prefix(err, "--accelerator-type/--topology");
+    }
+    ctx->have_slice = true;
+    return 0;
+}
+
 static int resolve_grpc(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
 {
     struct mesh_tpuenv_endpoint *eps = NULL;
@@ -461,6 +481,10 @@ static int resolve_grpc(struct mesh_init *ctx, const char *tpu, struct mesh_err 
     }
     ctx->nendpoints = n;
     mesh_free(eps);
+    rc = node_slice_from_flags(ctx, err);
+    if (rc < 0) {
+        return rc;
+    }
     ctx->kind = MESH_TPU_NODE_GRPC;
     ctx->complete = true;
     ctx->self_index = 0;
@@ -680,6 +704,11 @@ static int api_take_node(struct mesh_init *ctx, const char *name,
         mesh_warn(MOD, "TPU \"%s\" runs TensorFlow %s but the pod asks for %s (%s)", name,
                   node->tensorflow_version, ctx->opts.tf_version, MESH_TF_VERSION_KEY);
     }
+    if (ctx->have_slice && node->accelerator_type[0] != '\0' &&
+        strcmp(ctx->slice.accelerator_type, node->accelerator_type) != 0) {
+        mesh_warn(MOD, "TPU \"%s\" is a %s but --accelerator-type says %s: using the flag", name,
+                  node->accelerator_type, ctx->slice.accelerator_type);
+    }
     if (!ctx->have_slice && node->accelerator_type[0] != '\0') {
         struct mesh_slice_spec spec = {.accelerator_type = node->accelerator_type};
         struct mesh_err serr;
@@ -697,6 +726,9 @@ static int api_take_node(struct mesh_init *ctx, const char *name,
 static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *err)
 {
     int rc = check_names(ctx, tpu, err);
+    if (rc == 0) {
+        rc = node_slice_from_flags(ctx, err);
+    }
     if (rc < 0) {
         return rc;
     }

@@ -139,6 +139,12 @@ check_eq "kube: cluster_spec in env order, default port 8470" \
     '{"worker":["10.120.27.5:8470","10.120.27.6:8470","10.120.27.7:8470"]}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 check "kube: source logged" grep -q "from env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" "$OUT.log"
 
+run_init kubetype "$KUBE" -- --accelerator-type v3-32
+check "TPU Node + --accelerator-type: slice published" grep -q '"acceleratorType":.*"v3-32"' "$OUT/topology.json"
+
+run_init kubetypebad "$KUBE" -- --accelerator-type v3-33
+expect "TPU Node + bad --accelerator-type -> 2" 2 "--accelerator-type/--topology"
+
 run_init kubeempty KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS= TPU_NAME=mytpu
 expect "empty KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS wins over TPU_NAME and fails -> 2" 2 \
     "env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS is set but empty"

@@ -95,6 +95,9 @@ check "ready: project and zone from metadata" grep -q "project sim-proj, zone us
 check "ready: slice from acceleratorType" grep -q '"acceleratorType":.*"v3-32"' "$OUT/topology.json"
 check "ready: the token is never logged" bash -c "! grep -q tok-1 '$OUT.log'"
 
+run_init typeflag -- --tpu ready --accelerator-type v3-8
+check "flag type beats the API's acceleratorType (warned)" grep -q 'is a v3-32 but --accelerator-type says v3-8' "$OUT.log"
+
 run_init later -- --tpu later
 expect "CREATING then READY -> exit 0" 0 "complete"
 check "later: progress lines with state and health" grep -q 'Waiting for TPU "later" with state "CREATING"' "$OUT.log"

@@ -2927,6 +2927,8 @@ def server_main(argv):
     p.add_argument("--pods", type=int, default=0, help="bulk-create this many Indexed-Job pods at start-up")
     p.add_argument("--namespace", default="default", help="namespace for --pods (default 'default')")
     p.add_argument("--job", default="trainer", help="job name for --pods (default 'trainer')")
+    p.add_argument("--jobset", help="make the --pods JobSet (multislice) pods of this JobSet instead")
+    p.add_argument("--per-slice", type=int, default=0, help="pods per slice for --jobset (must divide --pods)")
     p.add_argument("--gc", default="off", choices=("on", "off"),
                    help="Python's cyclic garbage collector (default off: pods and events are acyclic, and full"
                         " collections over a 16k-pod heap stall every stream; about 2x faster churn)")
@@ -2952,7 +2954,16 @@ def server_main(argv):
         srv.ssl_ctx = ctx
         scheme = "https"
     if args.pods > 0:
-        srv.control.v_bulk_create({"count": args.pods, "namespace": args.namespace, "job": args.job})
+        bulk = {"count": args.pods, "namespace": args.namespace, "job": args.job}
+        if args.jobset:
+            bulk.update({"jobset": args.jobset, "per_slice": args.per_slice or args.pods})
+        try:
+            srv.control.v_bulk_create(bulk)
+        except ValueError as e:
+            srv.server_close()
+            if own_dir:
+                shutil.rmtree(state_dir, ignore_errors=True)
+            p.error(str(e))
     url = "%s://127.0.0.1:%d" % (scheme, srv.port)
     ready = {"port": srv.port, "url": url, "ca": ca, "pid": os.getpid(), "stateDir": state_dir}
     tmp = os.path.join(state_dir, "ready.json.tmp")

@@ -647,6 +647,13 @@ static int api_session_open(struct mesh_init *ctx, struct api_session *s, struct
         rc = mesh_tpu_api_endpoint(ctx->opts.tpu_api_endpoint, env_get("TPU_API_DISCOVERY_URL"),
                                    &s->endpoint, err);
     }
+    if (rc == -MESH_E_TOOBIG) {
+        /* An oversized metadata reply is the server's fault, not the user's. */
+        if (err != NULL) {
+            err->code = MESH_E_API;
+        }
+        return -MESH_E_API;
+    }
     if (rc < 0) {
         return rc;
     }

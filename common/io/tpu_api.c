@@ -264,7 +264,10 @@ int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
                  &body, &status, err);
     if (rc < 0) {
         mesh_buf_cleanup(&body);
-        *retry = rc == -MESH_E_API;
+        *retry = rc == -MESH_E_API; /* transport errors; an oversized reply is final */
+        if (rc == -MESH_E_TOOBIG && err != NULL) {
+            err->code = MESH_E_API;
+        }
         return mesh_err_prefix(err, "Cloud TPU API %s", api->endpoint);
     }
     if (status == 404) {

@@ -65,7 +65,8 @@ void mesh_tpu_api_node_cleanup(struct mesh_tpu_api_node *node);
 
 /* One GET of node name (a valid Cloud TPU name; borrowed). Returns 0 with
  * out_node filled, or: -MESH_E_NOTFOUND (404), -MESH_E_AUTH (401/403), -MESH_E_API
- * (transport error, other status, malformed JSON; *out_retry set true for
+ * (transport error, other status, malformed JSON, reply above
+ * MESH_TPU_API_MAX_REPLY; *out_retry set true for
  * transport errors, 429 and 5xx). Messages carry TensorFlow's "Could not
  * lookup TPU metadata" wrapping. out_retry may be NULL. */
 int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,

@@ -71,7 +71,8 @@ start_sim API "$APISIM" --token tok-1 --project sim-proj --zone us-central2-b \
     --node 'second={"networkEndpoints":[{"ipAddress":"10.3.3.3","port":8470}]}' \
     --node 'slow={"_delay":0.3}' \
     --node 'timed={"_ready_after_s":1.5,"_initial":"STARTING"}' \
-    --node 'hang={"_delay":4}'
+    --node 'hang={"_delay":4}' \
+    --node 'huge={"_pad":1100000}'
 
 # ---- the simulators against a real client (curl) ------------------------------
 check "metadata sim --help" bash -c "\"$PY\" \"$MDSIM\" --help | grep -q Metadata-Flavor"
@@ -127,6 +128,9 @@ expect "two 503s then READY -> exit 0" 0 "complete"
 
 run_init garbage -- --tpu garbage
 expect "malformed node JSON -> exit 5" 5 "node reply is not a JSON object"
+
+run_init huge -- --tpu huge
+expect "node reply above 1 MiB -> 5" 5 "reply larger than 1048576 bytes"
 
 run_init noeps -- --tpu noeps
 expect "READY without endpoints -> exit 5" 5 "lists no networkEndpoints"
@@ -279,6 +283,12 @@ stop_sim "$MDV_PID"
 
 printf "ACCELERATOR_TYPE: 'v4-16\n" >"$TMP/tpu-env-bad"
 start_sim MDB "$MDSIM" --attr-file "tpu-env=$TMP/tpu-env-bad"
+head -c 300000 /dev/zero | tr '\0' 'A' | sed 's/^/K: /' >"$TMP/tpu-env-huge"
+start_sim MDZ "$MDSIM" --attr-file "tpu-env=$TMP/tpu-env-huge"
+run_init vmmdhuge TPUMESH_METADATA_HOST=127.0.0.1:$MDZ_PORT -- --tpu local
+expect "tpu-env above 256 KiB -> 5" 5 "reply larger than 262144 bytes"
+stop_sim "$MDZ_PID"
+
 run_init vmmdbad TPUMESH_METADATA_HOST=127.0.0.1:$MDB_PORT -- --tpu local
 expect "malformed tpu-env -> 5" 5 "tpu-env line 1: unterminated ' quote"
 stop_sim "$MDB_PID"

@@ -17,6 +17,7 @@ controls (keys starting with '_'):
   _delay S           sleep S seconds before answering
   _raw TEXT          send TEXT as the body (malformed JSON tests)
   _legacy true       use top-level ipAddress/port instead of networkEndpoints
+  _pad N             add a "padding" field of N bytes (oversized reply tests)
 Defaults: state READY, health HEALTHY, acceleratorType v3-8, one endpoint
 10.240.1.2:8470. Unknown nodes are 404 with Google's error body.
 
@@ -164,7 +165,10 @@ def make_handler(state):
                 return self.reply(503, google_error(503, "The service is currently unavailable."))
             if "_raw" in node:
                 return self.reply(200, str(node["_raw"]))
-            return self.reply(200, json.dumps(state.resource(project, zone, name, node, n)))
+            res = state.resource(project, zone, name, node, n)
+            if "_pad" in node:
+                res["padding"] = "x" * int(node["_pad"])
+            return self.reply(200, json.dumps(res))
 
     return Handler
 

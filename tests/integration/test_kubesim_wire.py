@@ -411,7 +411,9 @@ def run2(sim, c, port, token_file, state_dir):
     # bulk-create + churn: every change reaches a watcher once, in RV order
     c.call("config", history=100000)
     res = c.bulk_create(2000, start=100, job="bulk")
-    tap.check("bulk-create 2000", res["created"] == 2000 and len(c.pods()) == 2006, res)
+    names = c.call("pods", names_only=True)["names"]
+    tap.check("bulk-create 2000", res["created"] == 2000 and len(names) == 2006
+              and c.state()["podsPerNamespace"] == {"default": 2006}, res)
     cur = c.state()["rv"]
     n = 5000
     t = threading.Timer(0.3, lambda: c.churn(events=n, rate=0, kind="mixed", wait=True))

@@ -2230,7 +2230,9 @@ class Control:
     def v_state(self, a):
         st = self.st
         with st.cond:
+            per_ns = collections.Counter(k[0] for k in st.pods)
             return {"rv": st.rv, "compacted": st.compacted, "history": len(st.hist), "pods": len(st.pods),
+                    "podsPerNamespace": dict(per_ns),
                     "watchers": len(st.watchers), "restarts": st.restarts,
                     "faults": [r.describe() for r in st.faults], "chunking": st.chunking,
                     "stallUntil": st.stall_until, "auth": st.auth}
@@ -2241,6 +2243,8 @@ class Control:
         with st.cond:
             recs = [r for k, r in sorted(st.pods.items()) if ns is None or k[0] == ns]
             rv = st.rv
+        if _as_bool(a.get("names_only"), False):
+            return {"rv": rv, "names": ["%s/%s" % r.key for r in recs]}
         return {"rv": rv, "items": [r.full_obj() for r in recs]}
 
     def v_get(self, a):

@@ -2947,7 +2947,14 @@ def server_main(argv):
     state_dir = args.state_dir or tempfile.mkdtemp(prefix="kube-apiserver-sim.")
     os.makedirs(state_dir, exist_ok=True)
     state = State(args)
-    srv = Server(("127.0.0.1", args.port), args, state)
+    try:
+        srv = Server(("127.0.0.1", args.port), args, state)
+    except OSError as e:
+        if own_dir:
+            shutil.rmtree(state_dir, ignore_errors=True)
+        sys.stderr.write("kube-apiserver-sim: cannot listen on 127.0.0.1:%d: %s (pick another --port, or 0)\n"
+                         % (args.port, e.strerror or e))
+        return 1
     ca = "-"
     scheme = "http"
     if args.tls:

@@ -320,6 +320,14 @@ def run(sim):
                       p.metadata.owner_references[0].kind) for p in sts)
               == [("web-%d" % i, "web-%d" % i, str(i), "StatefulSet") for i in range(3)], [p.metadata.name for p in sts])
 
+    c.make(namespace="ms", name="mf-0-aaaaa", index=0, job="mf", managed_fields=True)
+    p = api2.read_namespaced_pod("mf-0-aaaaa", "ms")
+    mf = p.metadata.managed_fields or []
+    tap.check("managedFields deserialize (V1ManagedFieldsEntry: manager, operation, subresource)",
+              [(m.manager, m.operation, m.subresource) for m in mf] == [
+                  ("kube-controller-manager", "Update", None), ("kubelet", "Update", "status")]
+              and "f:status" in mf[1].fields_v1, [(m.manager, m.subresource) for m in mf])
+
 
 if __name__ == "__main__":
     main()

@@ -555,6 +555,7 @@ class State:
         self.namespaces = {"default", "kube-system", "kube-public", "kube-node-lease"}
         self.kubelet_delete_after = 1.0
         self.slow_consumer_timeout = float(args.slow_consumer_timeout)
+        self.managed_fields = bool(getattr(args, "managed_fields", False))
 
     # -- auth ------------------------------------------------------------
     def _reload_token_file(self):
@@ -829,7 +830,45 @@ def make_job_pod(state, a):
                  "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
                  "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"})
     status = pod_status(phase, ip, ready, t, node)
+    if _as_bool(a.get("managed_fields"), state.managed_fields):
+        md["managedFields"] = managed_fields(md, spec, status, t)
     return {"metadata": md, "spec": spec, "status": status}
+
+
+def _fields_v1(obj, depth):
+    """A FieldsV1 set in the shape server-side apply records: f:<key> per field, k:{...} for keyed
+    list items (containers by name, conditions by type), "." for a map that is itself owned."""
+    if not isinstance(obj, dict) or depth == 0:
+        return {}
+    out = {}
+    for k, v in obj.items():
+        if isinstance(v, dict):
+            sub = _fields_v1(v, depth - 1)
+            out["f:" + k] = dict({".": {}}, **sub) if sub else {}
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            items = {}
+            for it in v:
+                field = next((f for f in ("uid", "name", "type", "ip", "mountPath", "key") if f in it), "key")
+                kk = json.dumps({field: it.get(field)}, separators=(",", ":"))
+                items["k:" + kk] = dict({".": {}}, **_fields_v1(it, depth - 1))
+            out["f:" + k] = items
+        else:
+            out["f:" + k] = {}
+    return out
+
+
+def managed_fields(md, spec, status, t):
+    """managedFields as a real Job pod carries them: the Job controller owns metadata and spec, the
+    kubelet owns status (subresource status). About 3 KiB, like real pods."""
+    meta_owned = {k: md[k] for k in ("generateName", "labels", "annotations", "ownerReferences", "finalizers")
+                  if k in md}
+    return [
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": t,
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": _fields_v1(meta_owned, 3),
+                                                "f:spec": _fields_v1(spec, 4)}},
+        {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": t, "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:status": _fields_v1(status, 3)}, "subresource": "status"},
+    ]
 
 
 def make_sts_pod(state, a):
@@ -2609,7 +2648,8 @@ class Control:
             raise ValueError("count must be in 1..1000000")
         start = _as_int(a.get("start"), "start", 0)
         base = {k: v for k, v in a.items() if k in ("namespace", "job", "ready", "phase", "labels",
-                                                   "annotations", "jobset", "rjob", "per_slice", "statefulset")}
+                                                   "annotations", "jobset", "rjob", "per_slice", "statefulset",
+                                                   "managed_fields")}
         per = _as_int(a.get("per_slice"), "per_slice", 0)
         if a.get("jobset"):
             if per <= 0 or count % per:
@@ -2931,6 +2971,8 @@ def server_main(argv):
     p.add_argument("--pods", type=int, default=0, help="bulk-create this many Indexed-Job pods at start-up")
     p.add_argument("--namespace", default="default", help="namespace for --pods (default 'default')")
     p.add_argument("--job", default="trainer", help="job name for --pods (default 'trainer')")
+    p.add_argument("--managed-fields", action="store_true",
+                   help="give made pods managedFields as real pods have (about +3 KiB each; default off)")
     p.add_argument("--jobset", help="make the --pods JobSet (multislice) pods of this JobSet instead")
     p.add_argument("--per-slice", type=int, default=0, help="pods per slice for --jobset (must divide --pods)")
     p.add_argument("--gc", default="off", choices=("on", "off"),

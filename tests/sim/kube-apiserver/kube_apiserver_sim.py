@@ -2886,7 +2886,8 @@ control API (unauthenticated, same port, see README.md):
   GET  /_sim/state | /_sim/stats | /_sim/pods[?namespace=NS]
   POST /_sim/<verb> with a JSON object of arguments (query parameters also work):
     make        name namespace index job hostname subdomain ip ready phase node labels annotations
-                (JobSet pod: jobset rjob slice index slices per_slice; StatefulSet pod: statefulset index)
+                managed_fields=true (JobSet pod: jobset rjob slice index slices per_slice; StatefulSet pod:
+                statefulset index)
     create      pod (JSON)            update   pod (JSON, replaces spec/status/metadata)
     delete      name namespace [grace S: MODIFIED with deletionTimestamp first] [after T: DELETED after T s]
     ready       name namespace ready=true|false      ip  name namespace ip=ADDR ('' clears)

@@ -7,7 +7,9 @@
 . "$(dirname "$0")/lib.sh"
 
 INIT=$BIN/tpumesh-init
-NOMD=127.0.0.1:9 # metadata host that refuses connections (discard port, nothing listens)
+# A loopback port nothing listens on: bind port 0, note it, close it.
+CLOSED_PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+NOMD=127.0.0.1:$CLOSED_PORT # metadata host that refuses connections
 
 # run_init NAME [VAR=value ...] -- [flags ...]: runs in a fresh out dir,
 # sets RC, OUT (dir) and LAST (last log line).

@@ -7,6 +7,8 @@
 . "$(dirname "$0")/lib.sh"
 
 INIT=$BIN/tpumesh-init
+# A loopback port nothing listens on: bind port 0, note it, close it.
+CLOSED_PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 MDSIM=$ROOT/tests/sim/gce-metadata/gce_metadata_sim.py
 APISIM=$ROOT/tests/sim/tpu-api/tpu_api_sim.py
 
@@ -176,7 +178,7 @@ check "TPU_NAME -> API" grep -q "tpu 'ready' from env TPU_NAME" "$OUT.log"
 expect "TPU_NAME resolves" 0 "complete"
 
 run_init tpuconfig 'TPU_CONFIG={"tpu_node_name":"ready","project":"sim-proj","zone":"us-central2-b"}' \
-    TPUMESH_METADATA_HOST=127.0.0.1:9
+    TPUMESH_METADATA_HOST=127.0.0.1:$CLOSED_PORT
 expect "TPU_CONFIG gives name, project and zone (metadata only for the token)" 5 "access token"
 
 run_init tpuconfigzone 'TPU_CONFIG={"tpu_node_name":"ready","zone":"europe-west4-a"}'
@@ -197,17 +199,17 @@ expect "endpoint from TPU_API_DISCOVERY_URL" 0 "complete"
 run_init discobad TPUMESH_TPU_API_ENDPOINT= "TPU_API_DISCOVERY_URL=http://127.0.0.1:$API_PORT/discovery/tpu" -- --tpu ready
 expect "discovery URL without {api} -> 2" 2 "must be an http(s) URL containing {api} and {apiVersion}"
 
-run_init discodown TPUMESH_TPU_API_ENDPOINT= "TPU_API_DISCOVERY_URL=http://127.0.0.1:9/{api}/{apiVersion}" -- --tpu ready
+run_init discodown TPUMESH_TPU_API_ENDPOINT= "TPU_API_DISCOVERY_URL=http://127.0.0.1:$CLOSED_PORT/{api}/{apiVersion}" -- --tpu ready
 expect "discovery unreachable -> 5" 5 "discovery document"
 
 run_init apiflagbad -- --tpu ready --tpu-api-endpoint ftp://x
 expect "--tpu-api-endpoint not http(s) -> 2" 2 "is not an http(s):// URL"
 
 # ---- metadata failures --------------------------------------------------------
-run_init mddown TPUMESH_METADATA_HOST=127.0.0.1:9 -- --tpu ready
+run_init mddown TPUMESH_METADATA_HOST=127.0.0.1:$CLOSED_PORT -- --tpu ready
 expect "metadata unreachable when needed -> 5" 5 "metadata server unreachable"
 
-run_init mdhost TPUMESH_METADATA_HOST= GCE_METADATA_HOST=127.0.0.1:$MD_PORT GCE_METADATA_IP=127.0.0.1:9 -- --tpu ready
+run_init mdhost TPUMESH_METADATA_HOST= GCE_METADATA_HOST=127.0.0.1:$MD_PORT GCE_METADATA_IP=127.0.0.1:$CLOSED_PORT -- --tpu ready
 expect "GCE_METADATA_HOST beats GCE_METADATA_IP" 0 "complete"
 
 run_init mdip TPUMESH_METADATA_HOST= GCE_METADATA_IP=127.0.0.1:$MD_PORT -- --tpu ready
@@ -303,7 +305,7 @@ run_init vmmdeps TPUMESH_METADATA_HOST=127.0.0.1:$MDE_PORT -- --tpu local
 expect "malformed worker-network-endpoints -> 5" 5 "worker-network-endpoints entry 0 'h0:u0' is not hostname:uid:IP"
 stop_sim "$MDE_PID"
 
-run_init vmnomd TPUMESH_METADATA_HOST=127.0.0.1:9 -- --tpu local
+run_init vmnomd TPUMESH_METADATA_HOST=127.0.0.1:$CLOSED_PORT -- --tpu local
 expect "tpu local without env or metadata: incomplete, not an error" 0 "incomplete"
 
 done_testing

@@ -41,7 +41,9 @@ def request(port, path, token=TOKEN, headers=None, timeout=10.0, stop_after=None
     ends, the peer closes, `timeout` passes, or stop_after(resp) says so."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
-        h = "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUser-Agent: wire-test\r\n" % (path, port)
+        h = "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (path, port)
+        if "User-Agent" not in (headers or {}):
+            h += "User-Agent: wire-test\r\n"
         if token:
             h += "Authorization: Bearer %s\r\n" % token
         for k, v in (headers or {}).items():
@@ -482,6 +484,11 @@ def run(sim, c, port):
               and r.headers.get("content-type") == "text/plain; charset=utf-8", repr((r.status, r.body, r.headers)))
     r = request(port, "/api/v1/namespaces/wire/pods")
     tap.check("fault applies to the next N requests only", r.status == 200, r.status)
+    c.fail(500, count=1, agent="only-this-agent")
+    r1 = request(port, "/api/v1/namespaces/wire/pods")
+    r2 = request(port, "/api/v1/namespaces/wire/pods", headers={"User-Agent": "x only-this-agent/1.0"})
+    tap.check("fail agent=...: only that User-Agent gets the fault", r1.status == 200 and r2.status == 500,
+              (r1.status, r2.status))
     c.fail(429, count=1, kind="shutdown")
     r = request(port, "/api/v1/namespaces/wire/pods")
     tap.check("shutdown 429: plain text, Retry-After 5, Connection: close",

@@ -501,13 +501,20 @@ class Watcher:
 
 
 class FaultRule:
-    def __init__(self, code, count, retry_after, match, kind, message):
+    def __init__(self, code, count, retry_after, match, kind, message, agent=None):
         self.code, self.count, self.retry_after, self.match = code, count, retry_after, match
-        self.kind, self.message = kind, message
+        self.kind, self.message, self.agent = kind, message, agent
+
+    def applies(self, verb, user_agent):
+        if self.count <= 0:
+            return False
+        if self.agent and self.agent not in (user_agent or ""):
+            return False
+        return self.match == "any" or self.match == verb or (self.match == "pods" and verb in ("list", "watch", "get"))
 
     def describe(self):
         return {"code": self.code, "remaining": self.count, "retryAfter": self.retry_after,
-                "match": self.match, "kind": self.kind}
+                "match": self.match, "kind": self.kind, "agent": self.agent}
 
 
 class State:
@@ -1455,9 +1462,9 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(status_obj(429, "TooManyRequests", "storage is (re)initializing",
                                           details_obj(retry_after=ra)), {"Retry-After": str(ra)})
             rule = None
+            agent = self.headers.get("User-Agent")
             for r in st.faults:
-                if r.count > 0 and (r.match == "any" or r.match == verb or (r.match == "pods" and verb in (
-                        "list", "watch", "get"))):
+                if r.applies(verb, agent):
                     rule = r
                     r.count -= 1
                     break
@@ -2536,7 +2543,7 @@ class Control:
             if count <= 0:
                 st.faults = []
             else:
-                st.faults.append(FaultRule(code, count, ra, match, kind, a.get("message")))
+                st.faults.append(FaultRule(code, count, ra, match, kind, a.get("message"), a.get("agent") or None))
             return {"faults": [r.describe() for r in st.faults]}
 
     def v_forbid(self, a):
@@ -2901,7 +2908,7 @@ control API (unauthenticated, same port, see README.md):
     stall       seconds=N    watches send nothing for N s (events are delivered afterwards)
     token       token=T [keep_old=true] | reload=true | disable=true
     fail        code=429|500|503|... count=N [retry_after=S] [match=any|pods|list|watch|get|discovery]
-                [kind=apf|shutdown|status] [message=...]   (count=0 clears)
+                [kind=apf|shutdown|status] [message=...] [agent=SUBSTRING of User-Agent]  (count=0 clears)
     forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message)
     compact     [rv=N]       expire history (and continue tokens) up to rv (default: now)
     restart     [rv=N] [unavailable=S] [down=S]  history lost, resourceVersions restart lower (etcd

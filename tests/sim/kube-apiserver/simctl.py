@@ -102,9 +102,9 @@ class SimClient:
     def token(self, token=None, keep_old=None, reload=None, disable=None):
         return self.call("token", token=token, keep_old=keep_old, reload=reload, disable=disable)
 
-    def fail(self, code, count=1, retry_after=None, match=None, kind=None, message=None):
+    def fail(self, code, count=1, retry_after=None, match=None, kind=None, message=None, agent=None):
         return self.call("fail", code=code, count=count, retry_after=retry_after, match=match, kind=kind,
-                         message=message)
+                         message=message, agent=agent)
 
     def compact(self, rv=None):
         return self.call("compact", rv=rv)

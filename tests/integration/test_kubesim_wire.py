@@ -846,6 +846,11 @@ def run(sim, c, port):
     r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % cur, timeout=6)
     t.join()
     tap.check("cut clean: terminating chunk", r.terminated and r.chunks == [], (r.terminated, r.chunks))
+    got = {}
+    t = later(lambda: got.update(c.call("cut", mode="clean", agent="victim")))
+    r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=2" % cur, timeout=6)
+    t.join()
+    tap.check("cut agent=...: other watches are not touched", got.get("cut") == 0 and r.terminated, got)
 
     t = later(lambda: c.call("oversize", mib=2, namespace=ns, name="trainer-0-abcde"))
     r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=4" % cur, timeout=8,

@@ -2440,20 +2440,26 @@ class Control:
             raise ValueError("cut mode must be clean, abrupt or mid-event")
         st = self.st
         with st.cond:
-            for w in st.watchers:
+            ws = self._targets(a)
+            for w in ws:
                 w.cut = mode
-            n = len(st.watchers)
             st.cond.notify_all()
-        return {"cut": n, "mode": mode}
+        return {"cut": len(ws), "mode": mode}
 
-    def _inject(self, item):
+    def _targets(self, a):
+        """The active watches a stream verb acts on (cond held): all, or those whose User-Agent
+        contains `agent`."""
+        agent = a.get("agent")
+        return [w for w in self.st.watchers if not agent or agent in w.desc.get("userAgent", "")]
+
+    def _inject(self, item, a=None):
         st = self.st
         with st.cond:
-            for w in st.watchers:
+            ws = self._targets(a or {})
+            for w in ws:
                 w.inject.append(item)
-            n = len(st.watchers)
             st.cond.notify_all()
-        return n
+        return len(ws)
 
     def v_error_event(self, a):
         """Send an in-stream ERROR event to every watch, then end it (spec §2.7): code 410 (Expired,
@@ -2471,12 +2477,12 @@ class Control:
         reason, msg = texts[code]
         status = status_obj(code, reason, a.get("message") or msg,
                             details_obj(retry_after=1) if code in (429, 504) else None)
-        return {"watchers": self._inject(("error", error_line(status)))}
+        return {"watchers": self._inject(("error", error_line(status)), a)}
 
     def v_malformed(self, a):
         line = a.get("line")
         data = (line.encode() if line else b'{"type":"MODIFIED","object":{"kind":"Pod",,"apiVersion":"v1"}}') + b"\n"
-        return {"watchers": self._inject(("lines", data))}
+        return {"watchers": self._inject(("lines", data), a)}
 
     def v_oversize(self, a):
         """Send one MODIFIED event of about `mib` MiB (a real pod padded with an annotation) to every watch.
@@ -2493,7 +2499,7 @@ class Control:
             pod = set_meta_map(pod, "annotations", {"sim.tpumesh.dev/padding": "x" * int(mib * 1024 * 1024)}, [])
             pod = with_rv(pod, st.rv)
         line = b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1",' + gojson_b(pod)[1:] + b"}\n"
-        return {"watchers": self._inject(("lines", line)), "bytes": len(line)}
+        return {"watchers": self._inject(("lines", line), a), "bytes": len(line)}
 
     def v_stall(self, a):
         sec = float(a.get("seconds", 5))
@@ -2595,7 +2601,7 @@ class Control:
         st = self.st
         with st.cond:
             n = 0
-            for w in st.watchers:
+            for w in self._targets(a):
                 if w.bookmarks:
                     w.bookmark_now = True
                     n += 1
@@ -2902,6 +2908,7 @@ control API (unauthenticated, same port, see README.md):
     batch       ops=[{verb:...,...},...]  (one lock hold: watchers get the events together)
     clear       delete every pod
     cut         mode=clean|abrupt|mid-event   (end every watch; mid-event closes inside a JSON line)
+                cut, error-event, malformed, oversize and bookmark take agent=SUBSTRING (User-Agent)
     error-event code=410|500|429|504 [message=...]  in-stream ERROR Status on every watch, then end it
     malformed   [line=TEXT]  inject a malformed line into every watch
     oversize    mib=N [name namespace]  inject one MODIFIED event of N MiB into every watch

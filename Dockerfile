@@ -52,8 +52,9 @@ RUN apt-get update \
         libc6 \
         libcjson1 \
         libcurl4 \
-        libgrpc29 \
+        libgcc-s1 \
         libprotobuf-c1 \
+        libstdc++6 \
         libwebsockets17 \
         libyaml-0-2 \
         tini \

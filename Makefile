@@ -32,8 +32,10 @@ IO_LIBS   := -lcurl -lwebsockets -lgrpc -lgpr -lpthread
 # upb, OpenSSL) statically: loading those ~55 shared libraries cost ~8 ms at
 # every start (bench/init) and ~9 MiB of mapped pages in the sidecar. libcurl
 # then binds to the same OpenSSL copy (the executable exports the symbols it
-# references). Tests and tools keep the faster dynamic link.
-GRPC_STATIC := -Wl,-Bstatic $(shell pkg-config --static --libs grpc) -Wl,-Bdynamic -lstdc++
+# references). libstdc++ is named by soname: the runtime library is all gRPC's
+# C++ internals need, so the build needs no libstdc++-dev. Tests and tools keep
+# the faster dynamic link.
+GRPC_STATIC := -Wl,-Bstatic $(shell pkg-config --static --libs grpc) -Wl,-Bdynamic -l:libstdc++.so.6
 BIN_LIBS  := -lcurl -lwebsockets $(GRPC_STATIC) -lpthread
 
 PROTOS     := $(shell find proto -name '*.proto' 2>/dev/null | sort)

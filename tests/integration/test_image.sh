@@ -24,7 +24,7 @@ mkdir -p "$TMP/probe/bin"
 printf 'int main(void){return 0;}\n' >"$TMP/probe.c"
 # shellcheck disable=SC2046
 if gcc "$TMP/probe.c" -o "$TMP/probe/bin/tpumesh-init" -Wl,--no-as-needed -lcurl -lwebsockets \
-    -Wl,-Bstatic $(pkg-config --static --libs grpc) -Wl,-Bdynamic -lstdc++ \
+    -Wl,-Bstatic $(pkg-config --static --libs grpc) -Wl,-Bdynamic -l:libstdc++.so.6 \
     -lpthread -lprotobuf-c -lcjson -lyaml -lm 2>"$TMP/cc.err"; then
     cp "$TMP/probe/bin/tpumesh-init" "$TMP/probe/bin/tpumesh-sidecar"
     BUILD=$TMP/probe "$IT" --static >"$TMP/probe.out" 2>&1

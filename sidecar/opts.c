@@ -46,9 +46,11 @@ static const struct def defs[] = {
     {"selector", K_STR, OFF(selector), 0, 0, NULL, "LABELS",
      "label selector of the peer pods (else derived from this pod's labels)"},
     {"pod-name", K_STR, OFF(pod_name), 0, 0, NULL, "NAME", "this pod's name (else $POD_NAME)"},
-    {"port", K_INT, OFF(port), 1, 65535, "10000", "PORT", "DTensor port of every worker"},
+    {"port", K_INT, OFF(port), 1, 65535, "10000", "PORT",
+     "DTensor port of every worker (else annotation tpumesh.dev/port)"},
     {"address-mode", K_MODE, OFF(address_mode), 0, 0, "auto", "auto|dns|ip",
-     "worker addresses: <hostname>.<subdomain>, pod IP, or dns when every pod has both"},
+     "worker addresses: <hostname>.<subdomain>, pod IP, or dns when every pod has both\n"
+     "      (else annotation tpumesh.dev/address-mode)"},
     {"expected-workers", K_INT, OFF(expected_workers), 1, MESH_WORKERS_MAX, NULL, "N",
      "worker count (else annotation tpumesh.dev/expected-workers, slice hosts, all pods)"},
     {"job-name", K_STR, OFF(job_name), 0, 0, NULL, "NAME",
@@ -226,6 +228,12 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
         }
         if (text != NULL && apply(out, &defs[i], text, where, err) < 0) {
             return -MESH_E_CONFIG;
+        }
+        bool explicit_value = given[i] != NULL || (ev != NULL && ev[0] != '\0');
+        if (explicit_value && defs[i].off == OFF(port)) {
+            out->port_given = true;
+        } else if (explicit_value && defs[i].off == OFF(address_mode)) {
+            out->address_mode_given = true;
         }
     }
     return 0;

@@ -56,6 +56,11 @@ struct mesh_sidecar_opts {
     int stuck_limit_s;    /* /healthz fails after this long without API progress, default 900 */
     enum mesh_addr_mode address_mode;
     bool verify_dns;
+    /* Given by flag or TPUMESH_* variable (not the default): then the own
+     * pod's tpumesh.dev/port / tpumesh.dev/address-mode annotations do not
+     * apply. */
+    bool port_given;
+    bool address_mode_given;
     enum mesh_log_level log_level;
     enum mesh_log_format log_format;
 };

@@ -180,6 +180,29 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
             p->expected_workers = (int)n;
         }
     }
+    /* The same keys and accepted values as tpumesh-init's annotation layer
+     * (DESIGN.md §6), so init and sidecar publish the same addresses. */
+    const char *port = mesh_json_str(annos, MESH_K8S_KEY_PORT);
+    if (port != NULL) {
+        long long n = 0;
+        if (mesh_parse_ll(port, strlen(port), 1, 65535, &n, NULL) < 0) {
+            set_invalid(p, MESH_K8S_KEY_PORT, port, "is not a port in 1..65535");
+        } else {
+            p->port = (int)n;
+        }
+    }
+    const char *mode = mesh_json_str(annos, MESH_K8S_KEY_ADDR_MODE);
+    if (mode != NULL) {
+        if (strcmp(mode, "auto") == 0) {
+            p->address_mode = MESH_ADDR_AUTO;
+        } else if (strcmp(mode, "dns") == 0) {
+            p->address_mode = MESH_ADDR_DNS;
+        } else if (strcmp(mode, "ip") == 0) {
+            p->address_mode = MESH_ADDR_IP;
+        } else {
+            set_invalid(p, MESH_K8S_KEY_ADDR_MODE, mode, "is not auto, dns or ip");
+        }
+    }
 
     /* The controlling owner (at most one has controller: true). Only kinds and
      * names that fit are kept; they serve selector derivation. */
@@ -275,6 +298,8 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
     out->job_index = -1;
     out->job_global_index = -1;
     out->expected_workers = -1;
+    out->port = -1;
+    out->address_mode = -1;
 
     const cJSON *md =
         cJSON_IsObject(pod) ? cJSON_GetObjectItemCaseSensitive(pod, "metadata") : NULL;

@@ -11,6 +11,8 @@
  *     batch.kubernetes.io/job-name               (Indexed Job; legacy "job-name" too)
  *     jobset.sigs.k8s.io/jobset-name, replicatedjob-name, job-index, job-global-index
  *     tpumesh.dev/expected-workers               (annotation)
+ *     tpumesh.dev/port, tpumesh.dev/address-mode (annotations; the sidecar
+ *                                                 reads them from its own pod)
  *   metadata.ownerReferences[] (the one with controller: true)
  *   spec.hostname, spec.subdomain
  *   status.podIP (else status.podIPs[0].ip), status.phase,
@@ -51,6 +53,8 @@
 #define MESH_K8S_KEY_JOB_INDEX "jobset.sigs.k8s.io/job-index"
 #define MESH_K8S_KEY_JOB_GLOBAL_INDEX "jobset.sigs.k8s.io/job-global-index"
 #define MESH_K8S_KEY_EXPECTED "tpumesh.dev/expected-workers"
+#define MESH_K8S_KEY_PORT "tpumesh.dev/port"
+#define MESH_K8S_KEY_ADDR_MODE "tpumesh.dev/address-mode"
 
 /* One pod. Strings are NUL-terminated, "" = absent. Integers are -1 when
  * absent. When `invalid` is true the other fields hold what could be read
@@ -72,6 +76,8 @@ struct mesh_k8s_pod {
     int job_index;        /* jobset job-index (slice within the replicated job) */
     int job_global_index; /* jobset job-global-index (slice within the JobSet) */
     int expected_workers; /* tpumesh.dev/expected-workers, or -1 */
+    int port;             /* tpumesh.dev/port (1..65535), or -1 */
+    int address_mode;     /* tpumesh.dev/address-mode as enum mesh_addr_mode, or -1 */
     bool ip_v6;           /* ip is an IPv6 address (render as [ip]:port) */
     bool ready;           /* condition Ready == "True" */
     bool terminating;     /* metadata.deletionTimestamp set */

@@ -54,14 +54,21 @@ def main():
         for i in range(2):
             c.make(name="dnsjob-%d-bbbbb" % i, index=i, job="dnsjob")
 
-        out = {k: os.path.join(tmp, k) for k in ("js", "ss", "dns")}
+        anns = {"tpumesh.dev/port": "12000", "tpumesh.dev/address-mode": "ip"}
+        for i in range(2):
+            c.make(name="annjob-%d-ccccc" % i, index=i, job="annjob", annotations=anns)
+
+        out = {k: os.path.join(tmp, k) for k in ("js", "ss", "dns", "ann", "annflag")}
         for d in out.values():
             os.mkdir(d)
         js = Sidecar("jobset", sim.url, tok, "ms-slice-1-0-aaaaa", out["js"])
         ss = Sidecar("statefulset", sim.url, tok, "w-1", out["ss"], ["--address-mode", "ip"])
         dn = Sidecar("verify-dns", sim.url, tok, "dnsjob-0-bbbbb", out["dns"],
                      ["--address-mode", "dns", "--verify-dns"])
-        cars += [js, ss, dn]
+        an = Sidecar("annotations", sim.url, tok, "annjob-0-ccccc", out["ann"])
+        af = Sidecar("flag-over-annotation", sim.url, tok, "annjob-1-ccccc", out["annflag"],
+                     ["--port", "13000"])
+        cars += [js, ss, dn, an, af]
 
         check("jobset: ready", wait(lambda: js.readyz()[0] == 200, 15), js.readyz())
         check("jobset: selector is the JobSet label (every slice)",
@@ -82,6 +89,19 @@ def main():
         with open(os.path.join(out["ss"], "topology.json")) as f:
             t = json.load(f)
         check("statefulset: decoy not among the workers", all(w["pod"] != "w-decoy" for w in t["workers"]))
+
+        check("annotations: ready", wait(lambda: an.readyz()[0] == 200, 15), an.readyz())
+        jobs = (an.sourced("DTENSOR_JOBS") or "").split(",")
+        check("annotations: tpumesh.dev/port and tpumesh.dev/address-mode apply without flags",
+              len(jobs) == 2 and all(j.endswith(":12000") and not j.startswith("annjob") for j in jobs),
+              jobs)
+        check("annotations: the source is logged",
+              an.log_count("port 12000 (from annotation tpumesh.dev/port)") == 1, an.lines[:12])
+        check("flag over annotation: ready", wait(lambda: af.readyz()[0] == 200, 15), af.readyz())
+        jobs = (af.sourced("DTENSOR_JOBS") or "").split(",")
+        check("flag over annotation: --port wins, address mode still from the annotation",
+              len(jobs) == 2 and all(j.endswith(":13000") and not j.startswith("annjob") for j in jobs),
+              jobs)
 
         check("--verify-dns: names that do not resolve keep it incomplete",
               wait(lambda: dn.readyz()[1].startswith("dns not resolved 0,1"), 15), dn.readyz())

@@ -169,6 +169,42 @@ static void test_malformed(void **state)
     }
 }
 
+/* tpumesh.dev/port and tpumesh.dev/address-mode: the sidecar's fallback for
+ * --port / --address-mode, with the values tpumesh-init accepts. */
+static void test_tpumesh_annotations(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *annos; /* JSON object text */
+        int port, mode;
+        bool invalid;
+    } cases[] = {
+        {"{}", -1, -1, false},
+        {"{\"tpumesh.dev/port\":\"12000\"}", 12000, -1, false},
+        {"{\"tpumesh.dev/address-mode\":\"ip\"}", -1, MESH_ADDR_IP, false},
+        {"{\"tpumesh.dev/address-mode\":\"dns\",\"tpumesh.dev/port\":\"1\"}", 1, MESH_ADDR_DNS,
+         false},
+        {"{\"tpumesh.dev/address-mode\":\"auto\"}", -1, MESH_ADDR_AUTO, false},
+        {"{\"tpumesh.dev/port\":\"0\"}", -1, -1, true},
+        {"{\"tpumesh.dev/port\":\"65536\"}", -1, -1, true},
+        {"{\"tpumesh.dev/port\":\"80a\"}", -1, -1, true},
+        {"{\"tpumesh.dev/port\":8080}", -1, -1, false}, /* annotations are strings: ignored */
+        {"{\"tpumesh.dev/address-mode\":\"IP\"}", -1, -1, true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char doc[512];
+        snprintf(doc, sizeof(doc), "{\"metadata\":{\"name\":\"w-0\",\"annotations\":%s}}",
+                 cases[i].annos);
+        struct mesh_k8s_pod p;
+        assert_int_equal(mesh_k8s_pod_parse(doc, strlen(doc), &p, NULL), 0);
+        assert_int_equal(p.invalid, cases[i].invalid);
+        if (!cases[i].invalid) {
+            assert_int_equal(p.port, cases[i].port);
+            assert_int_equal(p.address_mode, cases[i].mode);
+        }
+    }
+}
+
 static void test_dns_names(void **state)
 {
     (void)state;
@@ -201,9 +237,8 @@ static void test_dns_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures),
-        cmocka_unit_test(test_equal_ignores_irrelevant),
-        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_fixtures),  cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed), cmocka_unit_test(test_tpumesh_annotations),
         cmocka_unit_test(test_dns_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

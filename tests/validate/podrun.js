@@ -347,8 +347,8 @@ async function main() {
     }
 
     /* 1b. The same Job with a non-default DTensor port, set as README's "Install on GKE"
-     * says: the tpumesh.dev/port annotation for tpumesh-init and the same value for the
-     * sidecar through the named template's "env" option (rendered by the chart). */
+     * says: only the tpumesh.dev/port annotation. tpumesh-init reads it through the
+     * downward-API file, the sidecar from its own pod; both must publish :12000. */
     {
         const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(ROOT, 'k8s', 'job-v5litepod-16.yaml'), 'utf8')).map((d) => d.toJS());
         const job = docs.find((d) => d.kind === 'Job');
@@ -356,7 +356,7 @@ async function main() {
         const chartDir = path.join(ROOT, 'charts', 'tpumesh');
         const values = YAML.parse(fs.readFileSync(path.join(chartDir, 'values.yaml'), 'utf8'));
         const r = renderChart(fs, path, chartDir, values, { name: 'tpumesh', namespace: 'default' });
-        const env = [{ name: 'TPUMESH_PORT', value: '12000' }];
+        const env = [];
         const init = YAML.parse(r.renderer.include('tpumesh.initContainer', { ctx: r.top, tpuChips: 4 }, 'podrun'))[0];
         const side = YAML.parse(r.renderer.include('tpumesh.sidecar', { ctx: r.top, env }, 'podrun'))[0];
         tpl.spec.initContainers = [init, side];
@@ -368,7 +368,7 @@ async function main() {
             hostname: `${jname}-${i}`, ip: `10.4.1.${20 + i}` }));
         for (const p of pods) await sim.ctl('create', { pod: p });
         await runPod(sim, pods[1], {
-            label: 'job-v5litepod-16 with tpumesh.dev/port 12000 (+ sidecar env) worker 1',
+            label: 'job-v5litepod-16 with tpumesh.dev/port 12000 (annotation only) worker 1',
             gkeEnv: { TPU_WORKER_ID: '1', TPU_WORKER_HOSTNAMES: hosts.join(','),
                 TPU_ACCELERATOR_TYPE: 'v5litepod-16', TPU_TOPOLOGY: tpl.spec.nodeSelector['cloud.google.com/gke-tpu-topology'] },
             wantJobs: hosts.map((h) => `${h}:12000`).join(','),

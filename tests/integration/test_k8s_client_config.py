@@ -44,9 +44,18 @@ STDERRS = []
 
 
 write(SIM_TOKEN, "secret-a\n")
-sim = start_sim(["--tls", "--token-file", SIM_TOKEN, "--state-dir", os.path.join(TMP, "sim"), "--pods", "3"])
+sim = start_sim(["--tls", "--client-cert-auth", "--token-file", SIM_TOKEN, "--state-dir", os.path.join(TMP, "sim"),
+                 "--pods", "3"])
 S = sim.client
 POD = S.pods()[0]["metadata"]["name"]
+CLIENT_CRT = os.path.join(TMP, "sim", "client.crt")
+CLIENT_KEY = os.path.join(TMP, "sim", "client.key")
+
+
+def b64file(path):
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+
 PORT = str(sim.port)
 
 try:
@@ -186,6 +195,12 @@ contexts:
         ("without a CA the system store rejects the test CA", "", "token: secret-c", False),
         ("tokenFile relative to the kubeconfig", "certificate-authority-data: %s" % ca_b64,
          "tokenFile: tok-c", True),
+        ("client-certificate-data + client-key-data (x509 auth, no token)",
+         "certificate-authority-data: %s" % ca_b64,
+         "client-certificate-data: %s\n    client-key-data: %s" % (b64file(CLIENT_CRT), b64file(CLIENT_KEY)), True),
+        ("client-certificate + client-key files (x509 auth, no token)",
+         "certificate-authority: %s" % sim.ca,
+         "client-certificate: %s\n    client-key: %s" % (CLIENT_CRT, CLIENT_KEY), True),
     ]
     write(os.path.join(os.path.dirname(kc), "tok-c"), "secret-c\n")
     for title, cl, us, want_ok in variants:

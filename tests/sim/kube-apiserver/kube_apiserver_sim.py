@@ -1376,6 +1376,11 @@ class Handler(BaseHTTPRequestHandler):
         user = self.server.user
         if st.auth:
             ok = st.check_token(self.headers.get("Authorization") or ws_bearer(self.headers))
+            # x509 client-cert authentication (--client-cert-auth): the TLS layer
+            # already verified the certificate against the CA.
+            peer = getattr(self.connection, "getpeercert", None)
+            if ok is not True and peer is not None and peer():
+                ok = True
             if ok is False or (ok is None and not self.server.anonymous):
                 self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
                 return
@@ -2891,6 +2896,15 @@ def make_tls(state_dir):
                 "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default\n")
     run("openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial", "-out", crt,
         "-days", "2", "-extfile", ext)
+    # A client certificate from the same CA (x509 client-cert authentication: the
+    # apiserver takes the user from CN and groups from O).
+    ckey, ccsr, ccrt = (os.path.join(state_dir, n) for n in ("client.key", "client.csr", "client.crt"))
+    cext = os.path.join(state_dir, "client.ext")
+    run("openssl", "req", "-new", *ec, "-keyout", ckey, "-out", ccsr, "-subj", "/O=tpumesh/CN=tpumesh-client")
+    with open(cext, "w", encoding="ascii") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n")
+    run("openssl", "x509", "-req", "-in", ccsr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial", "-out", ccrt,
+        "-days", "2", "-extfile", cext)
     return ca_crt, crt, key
 
 
@@ -2946,6 +2960,10 @@ def server_main(argv):
         epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: pick a free one)")
     p.add_argument("--tls", action="store_true", help="serve HTTPS with a test CA made by openssl into --state-dir")
+    p.add_argument("--client-cert-auth", action="store_true",
+                   help="with --tls: also accept x509 client certificates signed by the test CA as authentication "
+                        "(a valid certificate authenticates like a good token); --state-dir gets client.crt and "
+                        "client.key")
     p.add_argument("--state-dir", help="directory for ready.json and the TLS files (a temp dir if omitted)")
     p.add_argument("--token", help="accepted bearer token (no auth when neither --token nor --token-file)")
     p.add_argument("--token-file", help="file holding the accepted bearer token (re-read when it changes)")
@@ -3018,6 +3036,9 @@ def server_main(argv):
         ca, crt, key = make_tls(state_dir)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(crt, key)
+        if args.client_cert_auth:
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+            ctx.load_verify_locations(ca)
         ctx.set_alpn_protocols(["http/1.1"])
         srv.ssl_ctx = ctx
         scheme = "https"

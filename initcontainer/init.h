@@ -81,7 +81,15 @@ struct mesh_init {
      * the TPU returned, owned. */
     uint8_t *topology_pb;
     size_t topology_pb_len;
+
+    /* CLOCK_MONOTONIC milliseconds by which resolve and initialize together
+     * must be done: --timeout counts from the start of the run, once, not per
+     * step (set by main.c; 0 = each step uses opts.timeout_s on its own). */
+    int64_t deadline_ms;
 };
+
+/* CLOCK_MONOTONIC now in milliseconds. */
+int64_t mesh_init_now_ms(void);
 
 void mesh_init_init(struct mesh_init *ctx);
 void mesh_init_cleanup(struct mesh_init *ctx);

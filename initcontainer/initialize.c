@@ -383,6 +383,11 @@ static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
         }
     }
     int64_t timeout_ms = (int64_t)(ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600) * 1000;
+    if (ctx->deadline_ms > 0) {
+        /* What is left of --timeout after resolve (e.g. waiting for READY). */
+        int64_t left = ctx->deadline_ms - mesh_init_now_ms();
+        timeout_ms = left > 1 ? left : 1;
+    }
     uint8_t *topo = NULL;
     size_t topo_len = 0;
     int rc = mesh_tf_master_configure_tpu((const char *const *)tasks, n, timeout_ms, &topo,

@@ -663,11 +663,11 @@ static int api_session_open(struct mesh_init *ctx, struct api_session *s, struct
     s->api.zone = s->zone;
     s->api.token = s->token;
     s->api.timeout_s = ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600;
-    /* One deadline for every listed TPU, not one per TPU. */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    s->api.deadline_ms =
-        (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->api.timeout_s * 1000LL;
+    /* One deadline for every listed TPU, not one per TPU, and the run's own
+     * deadline when main set one (--timeout covers resolve + initialize). */
+    s->api.deadline_ms = ctx->deadline_ms > 0
+                             ? (long long)ctx->deadline_ms
+                             : (long long)mesh_init_now_ms() + s->api.timeout_s * 1000LL;
     return 0;
 }
 

@@ -406,6 +406,27 @@ def test_tpu_name_via_api():
         s.stop()
 
 
+def test_one_deadline_for_resolve_and_initialize():
+    # --timeout counts once from the start: a node that takes ~3 s to become READY leaves
+    # only the rest of --timeout 5 for a TPU server that never answers CreateSession.
+    # (Two separate deadlines would take at least 3 + 5 s.)
+    tf = Sim("--fail", "hang-create")
+    md = HttpSim("gce-metadata/gce_metadata_sim.py", "--project", "p1", "--zone",
+                 "us-central1-b", "--token", "tok")
+    node = json.dumps({"_ready_after_s": 3, "networkEndpoints": [
+        {"ipAddress": "127.0.0.1", "port": tf.port}]})
+    api = HttpSim("tpu-api/tpu_api_sim.py", "--token", "tok", "--project", "p1", "--zone",
+                  "us-central1-b", "--node", f"slow={node}")
+    rc, lines, took, _ = run_init(["--tpu", "slow", "--timeout", "5",
+                                   "--metadata-host", f"127.0.0.1:{md.port}",
+                                   "--tpu-api-endpoint", f"http://127.0.0.1:{api.port}"])
+    expect_fail("READY after 3 s, then a silent TPU server", rc, lines, 4, "CreateSession")
+    tap.check("one --timeout covers resolve and initialize together", 4.5 <= took < 7.5,
+              f"{took:.2f}s")
+    for s in (tf, md, api):
+        s.stop()
+
+
 def test_server_checks_trap():
     # The simulator itself must reject what a real TPU server rejects (spec §4.1): a
     # client that names the server's boot job, and the generated stub's method path.
@@ -480,6 +501,7 @@ def main():
         test_deadlines()
         test_server_boots_late()
         test_tpu_name_via_api()
+        test_one_deadline_for_resolve_and_initialize()
         test_server_checks_trap()
     finally:
         for s in SIMS:

@@ -288,19 +288,24 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
         src = multislice ? "all selected pods (multi-slice: slices x hosts per slice)"
                          : "all selected pods";
     }
-    /* Precedence as in tpumesh-init: flag > annotation > TPUMESH_* > default;
-     * here a flag and its variable both count as "given". */
+    /* Flag or TPUMESH_* variable > the own pod's annotation > default (the
+     * README's rule; the chart sets the sidecar's variables only on request). */
+    const char *port_src = ctx->opts.port_given ? "flag/TPUMESH_PORT" : "default";
     if (!ctx->opts.port_given && ctx->self.port > 0) {
         ctx->opts.port = ctx->self.port;
-        mesh_info(MOD, "port %d (from annotation " MESH_K8S_KEY_PORT ")", ctx->opts.port);
+        port_src = "annotation " MESH_K8S_KEY_PORT;
     }
+    const char *mode_src = ctx->opts.address_mode_given ? "flag/TPUMESH_ADDRESS_MODE" : "default";
     if (!ctx->opts.address_mode_given && ctx->self.address_mode >= 0) {
         ctx->opts.address_mode = (enum mesh_addr_mode)ctx->self.address_mode;
-        mesh_info(MOD, "address mode %s (from annotation " MESH_K8S_KEY_ADDR_MODE ")",
-                  ctx->opts.address_mode == MESH_ADDR_DNS
-                      ? "dns"
-                      : (ctx->opts.address_mode == MESH_ADDR_IP ? "ip" : "auto"));
+        mode_src = "annotation " MESH_K8S_KEY_ADDR_MODE;
     }
+    mesh_info(MOD, "worker addresses: port %d (from %s), address mode %s (from %s)", ctx->opts.port,
+              port_src,
+              ctx->opts.address_mode == MESH_ADDR_DNS
+                  ? "dns"
+                  : (ctx->opts.address_mode == MESH_ADDR_IP ? "ip" : "auto"),
+              mode_src);
     if (ctx->expected > 0) {
         mesh_info(MOD, "expecting %d workers (from %s)", ctx->expected, src);
     } else {

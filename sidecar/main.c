@@ -234,12 +234,9 @@ int main(int argc, char **argv)
     }
     mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
     pthread_mutex_init(&ctx.mu, NULL);
-    mesh_info(MOD, "tpumesh-sidecar %s starting: out-dir %s, address mode %s, port %d",
-              MESH_VERSION, ctx.opts.out_dir,
-              ctx.opts.address_mode == MESH_ADDR_DNS
-                  ? "dns"
-                  : (ctx.opts.address_mode == MESH_ADDR_IP ? "ip" : "auto"),
-              ctx.opts.port);
+    /* Port and address mode are logged once they are final (identity.c:
+     * the own pod's annotations may set them). */
+    mesh_info(MOD, "tpumesh-sidecar %s starting: out-dir %s", MESH_VERSION, ctx.opts.out_dir);
 
     int exit_code = 0;
     struct mesh_sidecar_http *http = NULL;

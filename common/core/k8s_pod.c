@@ -11,6 +11,7 @@
 
 #include "cleanup.h"
 #include "json.h"
+#include "tpuenv.h"
 
 /* Mark the record invalid with the reason "<what> '<val>' <tail>"; the first
  * reason found is kept. what and tail are ours, val comes from the pod. */
@@ -52,19 +53,8 @@ bool mesh_k8s_is_dns_label(const char *s, size_t len)
 
 bool mesh_k8s_is_dns_subdomain(const char *s, size_t len)
 {
-    if (len == 0 || len > 253) {
-        return false;
-    }
-    size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i == len || s[i] == '.') {
-            if (!mesh_k8s_is_dns_label(s + start, i - start)) {
-                return false;
-            }
-            start = i + 1;
-        }
-    }
-    return true;
+    /* The core's one DNS-name checker, lower case only (tpuenv.h). */
+    return mesh_tpuenv_is_dns_name(s, len, true, false);
 }
 
 /* Label values (k8s: <= 63, [A-Za-z0-9._-], alnum at both ends, or empty).

@@ -17,6 +17,7 @@
 #include "cleanup.h"
 #include "mem.h"
 #include "render.h"
+#include "tpuenv.h"
 
 /* Upper bound of one rendered file: 16384 workers x ~530 bytes of JSON
  * (MESH_PUBLISH_MAX_FILE is 16 MiB too). */
@@ -59,44 +60,12 @@ static bool is_alnum(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-/* Dot-separated labels of 1..63 characters from [A-Za-z0-9-] (lower case
- * only when lower_only), not starting or ending with '-'; total <= 253
- * (RFC 1123 §2.1, RFC 1035 §2.3.4). */
+/* RFC 1123 names (tpuenv.h has the one checker; pod names are lower case).
+ * Here a dotted-digits name is syntactically fine: every character is safe in
+ * an env file, and tpumesh-init refuses such host names earlier. */
 static bool is_dns_name(const char *s, bool lower_only)
 {
-    if (s == NULL) {
-        return false;
-    }
-    size_t total = strnlen(s, 254);
-    if (total == 0 || total > 253) {
-        return false;
-    }
-    size_t label = 0;
-    char prev = '.';
-    for (size_t i = 0; i < total; i++) {
-        char c = s[i];
-        if (c == '.') {
-            if (label == 0 || prev == '-') {
-                return false;
-            }
-            label = 0;
-        } else if (is_alnum(c) || c == '-') {
-            if (lower_only && c >= 'A' && c <= 'Z') {
-                return false;
-            }
-            if (c == '-' && label == 0) {
-                return false;
-            }
-            if (++label > 63) {
-                return false;
-            }
-        } else {
-            return false;
-        }
-        prev = c;
-    }
-    /* No trailing dot and no trailing '-'. */
-    return label > 0 && prev != '-';
+    return s != NULL && mesh_tpuenv_is_dns_name(s, strnlen(s, 254), lower_only, false);
 }
 
 bool mesh_render_is_hostname(const char *s)

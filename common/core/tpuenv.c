@@ -31,12 +31,11 @@ bool mesh_tpuenv_is_ip(const char *s, size_t len)
     return inet_pton(AF_INET, tmp, bin) == 1 || inet_pton(AF_INET6, tmp, bin) == 1;
 }
 
-/* RFC 1123 host name: dot-separated labels of [A-Za-z0-9-], 1-63 chars, not
- * starting or ending with '-'; whole name <= 253 chars. A name made only of
- * digits and dots (e.g. "10.0.0") is not a name: it is a broken IP. */
-static bool is_rfc1123_name(const char *s, size_t len)
+/* RFC 1123 names (tpuenv.h). A name made only of digits and dots (e.g.
+ * "10.0.0") is not a host name: it is a broken IP. */
+bool mesh_tpuenv_is_dns_name(const char *s, size_t len, bool lower_only, bool reject_numeric)
 {
-    if (len == 0 || len > 253) {
+    if (s == NULL || len == 0 || len > 253) {
         return false;
     }
     size_t label = 0;
@@ -50,7 +49,7 @@ static bool is_rfc1123_name(const char *s, size_t len)
             label = 0;
             continue;
         }
-        if (!is_alnum(c) && c != '-') {
+        if ((!is_alnum(c) && c != '-') || (lower_only && c >= 'A' && c <= 'Z')) {
             return false;
         }
         if (c == '-' && label == 0) {
@@ -66,7 +65,7 @@ static bool is_rfc1123_name(const char *s, size_t len)
     if (label == 0 || s[len - 1] == '-') {
         return false;
     }
-    return !all_digits;
+    return !(reject_numeric && all_digits);
 }
 
 bool mesh_tpuenv_is_valid_host(const char *s, size_t len)
@@ -74,7 +73,7 @@ bool mesh_tpuenv_is_valid_host(const char *s, size_t len)
     if (s == NULL) {
         return false;
     }
-    return mesh_tpuenv_is_ip(s, len) || is_rfc1123_name(s, len);
+    return mesh_tpuenv_is_ip(s, len) || mesh_tpuenv_is_dns_name(s, len, false, true);
 }
 
 bool mesh_tpuenv_is_grpc(const char *s, size_t len)

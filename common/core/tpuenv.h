@@ -29,6 +29,13 @@
  * [A-Za-z0-9-] not starting or ending with '-', total <= 253, an optional
  * trailing dot not allowed) or an IPv4/IPv6 literal. */
 bool mesh_tpuenv_is_valid_host(const char *s, size_t len);
+/* True when s[0..len) is a DNS name: dot-separated labels of 1-63
+ * [A-Za-z0-9-] not starting or ending with '-', total <= 253, no trailing
+ * dot. lower_only: upper-case letters are refused (Kubernetes object names).
+ * reject_numeric: a name of only digits and dots ("10.0.0", a broken IP) is
+ * refused (host names). The one DNS-name check of the core: render.c uses it
+ * too. */
+bool mesh_tpuenv_is_dns_name(const char *s, size_t len, bool lower_only, bool reject_numeric);
 /* True when s[0..len) is an IPv4 or IPv6 literal (no brackets, no zone). */
 bool mesh_tpuenv_is_ip(const char *s, size_t len);
 

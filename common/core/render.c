@@ -157,23 +157,24 @@ static int bad_field(struct mesh_err *err, int index, const char *field, const c
 
 int mesh_render_check_worker(const struct mesh_worker *w, struct mesh_err *err)
 {
-    /* The fixed-size fields must be terminated before anything reads them. */
-    if (memchr(w->host, '\0', sizeof(w->host)) == NULL ||
-        memchr(w->ip, '\0', sizeof(w->ip)) == NULL ||
-        memchr(w->pod, '\0', sizeof(w->pod)) == NULL) {
+    /* Each field must end within its bound before anything reads it (right
+     * whether the fields are arrays of that size or pointers to strings). */
+    if (strnlen(w->host, MESH_HOST_MAX) >= MESH_HOST_MAX ||
+        strnlen(w->ip, MESH_IP_MAX) >= MESH_IP_MAX ||
+        strnlen(w->pod, MESH_POD_MAX) >= MESH_POD_MAX) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "worker %d: a field is not terminated", w->index);
     }
     if (w->host[0] != '\0' && !mesh_render_is_hostname(w->host) &&
         !mesh_render_is_ip(w->host, NULL)) {
-        return bad_field(err, w->index, "host", w->host, sizeof(w->host),
+        return bad_field(err, w->index, "host", w->host, MESH_HOST_MAX,
                          "a valid RFC 1123 host name or IP address; fix the pod's "
                          "hostname/subdomain or TPU_WORKER_HOSTNAMES");
     }
     if (w->ip[0] != '\0' && !mesh_render_is_ip(w->ip, NULL)) {
-        return bad_field(err, w->index, "ip", w->ip, sizeof(w->ip), "an IPv4 or IPv6 address");
+        return bad_field(err, w->index, "ip", w->ip, MESH_IP_MAX, "an IPv4 or IPv6 address");
     }
     if (w->pod[0] != '\0' && !mesh_render_is_pod_name(w->pod)) {
-        return bad_field(err, w->index, "pod", w->pod, sizeof(w->pod),
+        return bad_field(err, w->index, "pod", w->pod, MESH_POD_MAX,
                          "a valid Kubernetes pod name (RFC 1123 subdomain)");
     }
     return 0;

@@ -1,7 +1,7 @@
 /*
  * k8s_watch.h - pure pieces of the Kubernetes list/watch protocol: the
- * newline framer of a watch stream, the watch-event / PodList / Status
- * decoders, resourceVersion comparison and the reflector's backoff
+ * newline framer of a watch stream, the watch-event / Status decoders, the
+ * streaming scanner of list pages, resourceVersion comparison and the reflector's backoff
  * arithmetic. No I/O, no clock, no randomness: callers pass `now_ms` and a
  * random number in.
  *
@@ -13,7 +13,9 @@
  * - §2.3: types ADDED, MODIFIED, DELETED, BOOKMARK, ERROR; ERROR carries a
  *   Status; BOOKMARK objects carry only metadata.resourceVersion.
  * - §1.2: PodList = {kind, apiVersion, metadata{resourceVersion, continue,
- *   remainingItemCount}, items[]}.
+ *   remainingItemCount}, items[]}; the streaming encoder writes the keys in
+ *   that order, but a client must not rely on it (items before metadata is
+ *   valid JSON and handled).
  * - §1.4/§4.4: Status = {kind:"Status", status, message, reason, code}.
  * - §2.9: client-go backoff 0.8 s doubling to 30 s, jitter x[1,2), reset
  *   after 2 min without backoff.
@@ -103,6 +105,8 @@ struct mesh_k8s_watch_event {
                                             for cluster-scoped objects) */
     bool initial_events_end;             /* BOOKMARK with k8s.io/initial-events-end=true (§2.6) */
     struct mesh_k8s_watch_status status; /* ERROR only */
+    int64_t recv_us; /* set by the I/O layer: CLOCK_MONOTONIC us at which the event's last
+                        byte was read (0 from the decoder) */
 };
 
 /* Decode one event line of at most max bytes (0 = default). Checks: a
@@ -130,21 +134,104 @@ int mesh_k8s_watch_status_from_json(const cJSON *obj, struct mesh_k8s_watch_stat
  * Expired/Gone (client-go isExpiredError, spec §2.7). */
 bool mesh_k8s_watch_status_is_expired(const struct mesh_k8s_watch_status *st);
 
-/* One decoded list page (spec §1.2-1.3). */
-struct mesh_k8s_watch_list {
-    cJSON *root;              /* owned: the whole page */
-    const cJSON *items;       /* borrowed from root: the items array (never NULL on success) */
-    char rv[MESH_K8S_RV_MAX]; /* metadata.resourceVersion of the list */
-    char *cont;               /* owned: metadata.continue, or NULL on the last page */
-    long long remaining;      /* remainingItemCount, -1 when absent */
+/* ---- streaming list scanner ---------------------------------------------- */
+
+/* A LIST page (spec §1.2) is one JSON object whose "items" array may be
+ * megabytes long. The scanner validates the document as it arrives, in
+ * chunks split anywhere, and hands out each element of the top-level
+ * "items" array as its exact bytes, so the caller can parse and drop one
+ * object at a time: memory is bounded by one item, never the page. It
+ * captures kind, metadata.resourceVersion, metadata.continue and
+ * metadata.remainingItemCount wherever they appear (before or after
+ * items). Strict JSON (RFC 8259) throughout: strings may hold any escaped
+ * character but no raw control character, and UTF-16 surrogate escapes
+ * must pair up (as cJSON, which parses the items, requires); UTF-8 is not
+ * checked. */
+
+#define MESH_K8S_LIST_DEPTH_MAX 512   /* containers open at once, whole document */
+#define MESH_K8S_LIST_KIND_MAX 64     /* "PodList" */
+#define MESH_K8S_LIST_CONT_MAX 4096   /* bytes of metadata.continue as sent */
+#define MESH_K8S_LIST_KEY_CAPTURE 128 /* member names compared (longer ones are not ours) */
+
+/* What a list page says about itself. */
+struct mesh_k8s_list_meta {
+    char kind[MESH_K8S_LIST_KIND_MAX]; /* "PodList"; "" when absent */
+    char rv[MESH_K8S_RV_MAX];          /* metadata.resourceVersion (never "" on success) */
+    char *cont;                        /* owned: metadata.continue; NULL when absent or "" */
+    long long remaining;               /* metadata.remainingItemCount, -1 when absent */
+    size_t items;                      /* elements of "items" handed out */
+    int64_t recv_us;                   /* set by the I/O layer: CLOCK_MONOTONIC us of the
+                                          page's last byte (0 from the scanner) */
 };
 
-/* Decode a list body of at most max bytes (0 = MESH_K8S_LIST_MAX_DEFAULT).
- * Requires items (an array, possibly empty) and metadata.resourceVersion.
- * Release with mesh_k8s_watch_list_cleanup. */
-int mesh_k8s_watch_decode_list(const char *body, size_t len, size_t max,
-                               struct mesh_k8s_watch_list *out, struct mesh_err *err);
-void mesh_k8s_watch_list_cleanup(struct mesh_k8s_watch_list *l);
+/* Called once per element of the top-level "items" array, in order, with
+ * its exact bytes (first to last byte of the JSON value, no surrounding
+ * whitespace, NOT NUL-terminated, borrowed for the call). The bytes are a
+ * syntactically valid JSON value. Return 0 to go on or a negative
+ * -MESH_E_* to stop (that code is returned by feed). */
+typedef int (*mesh_k8s_list_item_fn)(void *ctx, const char *item, size_t len, struct mesh_err *err);
+
+/* Scanner state; the fields are private to k8s_watch.c. */
+struct mesh_k8s_list_scanner {
+    mesh_k8s_list_item_fn fn;
+    void *ctx;
+    size_t max_item, max_total;
+    size_t off;    /* bytes fed so far (absolute offset of the next chunk) */
+    int state;     /* what the next byte may be */
+    int ret_state; /* numbers and literals: the state they ended in */
+    int depth;     /* containers open */
+    unsigned char stack[MESH_K8S_LIST_DEPTH_MAX / 8]; /* bit set = array */
+    const char *lit;                                  /* literal being matched ("true"...) */
+    int lit_pos, hex_left;
+    unsigned hex_val; /* value of the \u escape being read */
+    bool low_pending; /* a high surrogate was read: its low half must follow */
+    bool str_is_key;
+    int member; /* which member the current value belongs to */
+    bool in_meta, in_items;
+    unsigned seen; /* members already seen (duplicates are errors) */
+    /* item being collected */
+    bool item_on;
+    size_t item_start_abs; /* absolute offset of its first byte */
+    struct mesh_buf item;  /* owned: bytes of an item spanning chunks */
+    /* member name / value capture */
+    bool cap_key, cap_val;
+    size_t key_len, val_len;
+    bool key_long, val_long;
+    char key[MESH_K8S_LIST_KEY_CAPTURE];
+    char val[MESH_K8S_LIST_CONT_MAX + 2];
+    struct mesh_k8s_list_meta meta; /* filled as found; moved out by finish */
+};
+
+/* Start scanning a new document. max_item bounds one element of items (0 =
+ * MESH_K8S_EVENT_MAX_DEFAULT), max_total the whole page (0 =
+ * MESH_K8S_LIST_MAX_DEFAULT). fn (required) and ctx are borrowed. */
+void mesh_k8s_list_scanner_init(struct mesh_k8s_list_scanner *s, size_t max_item, size_t max_total,
+                                mesh_k8s_list_item_fn fn, void *ctx);
+/* Release memory (an item buffer, a continue token not yet handed out).
+ * The scanner must be initialised again before reuse. */
+void mesh_k8s_list_scanner_cleanup(struct mesh_k8s_list_scanner *s);
+
+/* Feed the next len bytes (any split: 1 byte, many items, half an item).
+ * Calls fn for every item completed by this block. Returns 0; fn's code;
+ * -MESH_E_TOOBIG when an item exceeds max_item or the page max_total;
+ * -MESH_E_PARSE for input that is not a list object, naming the byte
+ * offset, what was expected and what came (e.g. "list response: byte
+ * 1234: expected ',' or '}' after an object member, found 'x'"), also for
+ * items / metadata of the wrong type, a duplicate kind / metadata / items /
+ * metadata.* member, nesting deeper than MESH_K8S_LIST_DEPTH_MAX, or a
+ * resourceVersion / kind / continue too long. After an error the
+ * scanner only accepts cleanup. data borrowed. */
+int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data, size_t len,
+                               struct mesh_err *err);
+/* End of the body: checks the document is complete (else -MESH_E_PARSE
+ * "truncated at byte N: expected ..."), has an "items" array, a
+ * "metadata" object with a non-empty resourceVersion, and that kind, when
+ * present, ends in "List" (a Status is not a list). On success *out_meta
+ * is filled and owns the continue token (mesh_k8s_list_meta_cleanup). */
+int mesh_k8s_list_scanner_finish(struct mesh_k8s_list_scanner *s,
+                                 struct mesh_k8s_list_meta *out_meta, struct mesh_err *err);
+/* Free a meta's continue token; safe on a zeroed meta. */
+void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m);
 
 /* "namespace/name" and resourceVersion of an object (borrowed). Either
  * out may be NULL. -MESH_E_PARSE when name or resourceVersion is missing

@@ -85,6 +85,7 @@ struct mesh_k8s_client {
     atomic_bool cancelled;
     long last_status;
     long retry_after;
+    char last_error[16]; /* mesh_k8s_client_last_error */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -99,6 +100,13 @@ static int64_t mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ---- small file helpers --------------------------------------------------- */
@@ -710,15 +718,34 @@ long mesh_k8s_client_retry_after(const struct mesh_k8s_client *c)
     return c->retry_after;
 }
 
+const char *mesh_k8s_client_last_error(const struct mesh_k8s_client *c)
+{
+    return c->last_error;
+}
+
+static void set_last_error(struct mesh_k8s_client *c, const char *label)
+{
+    snprintf(c->last_error, sizeof(c->last_error), "%s", label);
+}
+
+/* The class of a parse-level failure code (scanner, framer, decoders). */
+static const char *parse_class(int rc)
+{
+    return rc == -MESH_E_TOOBIG ? "oversized" : (rc == -MESH_E_PARSE ? "malformed" : "");
+}
+
 /* ---- transfers ---------------------------------------------------------------- */
 
 /* One transfer's state, shared by the write and header callbacks. */
 struct xfer {
     struct mesh_k8s_client *c;
     CURL *easy;
-    struct mesh_buf body; /* GET/LIST body, or a watch's non-200 body */
+    struct mesh_buf body; /* GET body, or a LIST / WATCH non-2xx body (truncated) */
     int64_t last_byte_ms;
+    int64_t now_us; /* CLOCK_MONOTONIC us of the latest block of body bytes */
     long retry_after;
+    /* list only: a 2xx body goes through the scanner, item by item */
+    struct mesh_k8s_list_scanner *scanner;
     /* watch only */
     bool watch;
     struct mesh_k8s_watch_framer framer;
@@ -752,6 +779,8 @@ static int on_line(void *ctx, const char *line, size_t len, struct mesh_err *err
     if (rc < 0) {
         return rc;
     }
+    /* Every line completed by this block was complete when it was read. */
+    ev.recv_us = x->now_us;
     rc = x->fn(x->ctx, &ev, err);
     mesh_k8s_watch_event_cleanup(&ev);
     return rc;
@@ -761,15 +790,25 @@ static size_t on_write(char *data, size_t size, size_t n, void *userp)
 {
     struct xfer *x = userp;
     size_t len = size * n;
-    x->last_byte_ms = mono_ms();
+    x->now_us = mono_us();
+    x->last_byte_ms = x->now_us / 1000;
     long code = 0;
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
-    if (x->watch && code == 200) {
-        int rc = mesh_k8s_watch_framer_feed(&x->framer, data, len, on_line, x, &x->cb_err);
+    bool ok = code >= 200 && code < 300;
+    if ((x->watch && code == 200) || (x->scanner != NULL && ok)) {
+        int rc = x->watch
+                     ? mesh_k8s_watch_framer_feed(&x->framer, data, len, on_line, x, &x->cb_err)
+                     : mesh_k8s_list_scanner_feed(x->scanner, data, len, &x->cb_err);
         if (rc < 0) {
             x->cb_rc = rc;
             return 0; /* abort: CURLE_WRITE_ERROR */
         }
+        return len;
+    }
+    if (!ok && (x->watch || x->scanner != NULL)) {
+        /* An error body (a Status): its start is enough to name the error. */
+        size_t room = x->body.max - x->body.len;
+        (void)mesh_buf_append(&x->body, data, len < room ? len : room, NULL);
         return len;
     }
     if (mesh_buf_append(&x->body, data, len, NULL) < 0) {
@@ -879,11 +918,15 @@ static int curl_failure(struct mesh_k8s_client *c, int result, const char *errbu
                         struct mesh_err *err)
 {
     const char *detail = errbuf[0] ? errbuf : curl_easy_strerror((CURLcode)result);
+    /* Metrics class: no response at all is "connect"; a response that broke
+     * off is "protocol". */
+    set_last_error(c, c->last_status == 0 ? "connect" : "protocol");
     switch (result) {
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_SSL_CERTPROBLEM:
+        set_last_error(c, "tls");
         return mesh_err_set(err, MESH_E_API, 0,
                             "TLS with %s failed: %s (CA: %s); check --ca-file / "
                             "certificate-authority(-data) and the client certificate",
@@ -893,6 +936,9 @@ static int curl_failure(struct mesh_k8s_client *c, int result, const char *errbu
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_OPERATION_TIMEDOUT:
+        if (result == CURLE_OPERATION_TIMEDOUT) {
+            set_last_error(c, "timeout");
+        }
         return mesh_err_set(err, MESH_E_API, 0, "cannot reach the API server %s: %s", c->server,
                             detail);
     default:
@@ -906,6 +952,9 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
 {
     struct mesh_k8s_watch_status st;
     const char *msg = "";
+    char label[16];
+    snprintf(label, sizeof(label), "%ld", code);
+    set_last_error(c, label);
     if (body->len > 0 && mesh_k8s_watch_decode_status(body->data, body->len, &st, NULL) == 0) {
         msg = st.message;
     }
@@ -956,11 +1005,13 @@ static struct curl_slist *make_headers(const struct mesh_k8s_client *c)
 static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, long stall_ms,
                    struct mesh_err *err)
 {
+    set_last_error(c, "");
     if (atomic_load(&c->cancelled)) {
         return mesh_err_set(err, MESH_E_IO, 0, "cancelled");
     }
     int rc = token_refresh(c, false, err);
     if (rc < 0) {
+        set_last_error(c, "auth");
         return rc;
     }
     struct curl_slist *cto = c->connect_to ? curl_slist_append(NULL, c->connect_to) : NULL;
@@ -975,14 +1026,19 @@ static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, l
         c->last_status = 0;
         curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &c->last_status);
         c->retry_after = x->retry_after;
+        set_last_error(c, "");
         if (res == -1) {
             rc = mesh_err_set(err, MESH_E_IO, 0, "cancelled");
         } else if (res == -2) {
+            set_last_error(c, "timeout");
             rc = mesh_err_set(err, MESH_E_TIMEOUT, 0,
                               "no data from %s for %ld ms (not even a bookmark): connection "
                               "presumed dead",
                               c->server, stall_ms);
         } else if (x->cb_rc < 0) {
+            /* Parse-level failures are ours to classify; a callback's own
+             * code (an in-stream ERROR, ...) is classified by the caller. */
+            set_last_error(c, parse_class(x->cb_rc));
             rc = x->cb_rc;
             if (err != NULL) {
                 *err = x->cb_err;
@@ -997,6 +1053,7 @@ static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, l
             if (rc == 0) {
                 continue;
             }
+            set_last_error(c, "auth");
         } else {
             rc = res; /* CURLE_OK, or a watch cut after 200 (handled by the caller) */
         }
@@ -1077,6 +1134,7 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
         if (j == NULL || !cJSON_IsObject(j)) {
             cJSON_Delete(j);
             mesh_err_prefix(err, "GET %s: reply", name);
+            set_last_error(c, "malformed");
             rc = -MESH_E_PARSE;
         } else {
             *out_obj = j;
@@ -1087,8 +1145,9 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
 }
 
 int mesh_k8s_client_list(struct mesh_k8s_client *c, const struct mesh_k8s_query *q, long limit,
-                         const char *cont, const char *rv, size_t max_bytes,
-                         struct mesh_k8s_watch_list *out, struct mesh_err *err)
+                         const char *cont, const char *rv, size_t max_bytes, size_t max_item_bytes,
+                         mesh_k8s_list_item_fn fn, void *ctx, struct mesh_k8s_list_meta *out_meta,
+                         struct mesh_err *err)
 {
     struct mesh_buf p;
     mesh_buf_init(&p, 1 << 16);
@@ -1103,16 +1162,26 @@ int mesh_k8s_client_list(struct mesh_k8s_client *c, const struct mesh_k8s_query 
     }
     mesh_autofree char *url = make_url(c, q, NULL, mesh_buf_str(&p));
     mesh_buf_cleanup(&p);
-    size_t max = max_bytes ? max_bytes : MESH_K8S_LIST_MAX_DEFAULT;
+    /* The page streams through the scanner (curl has already undone any
+     * gzip): one item is in memory at a time, never the page. */
+    struct mesh_k8s_list_scanner sc;
+    mesh_k8s_list_scanner_init(&sc, max_item_bytes, max_bytes, fn, ctx);
     struct xfer x;
-    xfer_init(&x, c, max);
+    xfer_init(&x, c, ERR_BODY_MAX);
+    x.scanner = &sc;
     int rc = request(c, &x, url, 0, err);
-    if (rc == 0 && c->last_status != 200) {
+    if (rc == 0 && (c->last_status < 200 || c->last_status >= 300)) {
         rc = http_failure(c, c->last_status, &x.body, "LIST", err);
     }
     if (rc == 0) {
-        rc = mesh_k8s_watch_decode_list(x.body.data ? x.body.data : "", x.body.len, max, out, err);
+        rc = mesh_k8s_list_scanner_finish(&sc, out_meta, err);
+        if (rc < 0) {
+            set_last_error(c, parse_class(rc));
+        } else {
+            out_meta->recv_us = x.now_us;
+        }
     }
+    mesh_k8s_list_scanner_cleanup(&sc);
     mesh_buf_cleanup(&x.body);
     return rc;
 }
@@ -1151,11 +1220,13 @@ int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query
         rc = http_failure(c, c->last_status, &x.body, "WATCH", err);
     } else if (rc > 0) {
         /* 200 and then the connection broke (curl: partial file / recv error). */
+        set_last_error(c, "protocol");
         rc = mesh_err_set(err, MESH_E_API, 0, "watch stream from %s cut%s: %s", c->server,
                           mesh_k8s_watch_framer_pending(&x.framer) ? " in the middle of an event"
                                                                    : "",
                           curl_easy_strerror((CURLcode)rc));
     } else if (rc == 0 && mesh_k8s_watch_framer_pending(&x.framer) > 0) {
+        set_last_error(c, "protocol");
         rc = mesh_err_set(err, MESH_E_API, 0,
                           "watch stream from %s ended in the middle of an event (%zu bytes)",
                           c->server, mesh_k8s_watch_framer_pending(&x.framer));

@@ -92,6 +92,23 @@ bool mesh_k8s_client_is_cancelled(const struct mesh_k8s_client *c);
 long mesh_k8s_client_last_status(const struct mesh_k8s_client *c);
 long mesh_k8s_client_retry_after(const struct mesh_k8s_client *c);
 
+/* Why the last GET / LIST / WATCH failed, as a short label for metrics
+ * (borrowed, valid until the next call on c):
+ *   ""          it did not fail, it was cancelled, or a callback's own
+ *               code ended it (the caller knows why)
+ *   "401", ...  the HTTP status of a non-2xx answer (after the 401 retry)
+ *   "connect"   no response at all: refused, reset, DNS, connect timeout
+ *   "tls"       TLS handshake or certificate verification failed
+ *   "timeout"   the request deadline passed, or a watch stalled
+ *   "protocol"  the response broke off after its status line (connection
+ *               cut in the middle of a body or an event)
+ *   "oversized" a body, list item or event over its limit
+ *   "malformed" a 2xx body, list item or event that is not what the API
+ *               documents
+ *   "auth"      no usable credentials before any request (token file,
+ *               credential plugin) */
+const char *mesh_k8s_client_last_error(const struct mesh_k8s_client *c);
+
 /* Which objects: /api/v1/namespaces/{ns}/{resource}, or all namespaces
  * when ns is NULL or "". Strings borrowed; selectors NULL = none. */
 struct mesh_k8s_query {
@@ -117,16 +134,29 @@ struct mesh_k8s_query {
 int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *q, const char *name,
                         cJSON **out_obj, struct mesh_err *err);
 
-/* LIST one page. limit 0 = no limit; cont = continue token or NULL; rv =
- * resourceVersion ("0" = any, NULL = most recent, spec §1.5) and only
- * sent when cont is NULL. max_bytes 0 = MESH_K8S_LIST_MAX_DEFAULT. On
- * success *out is filled (mesh_k8s_watch_list_cleanup). */
+/* LIST one page, streamed: every element of the page's "items" goes to fn
+ * as its exact JSON bytes (mesh_k8s_list_item_fn, borrowed for the call)
+ * while the body arrives, so memory holds one item, not the page. limit 0
+ * = no limit; cont = continue token or NULL; rv = resourceVersion ("0" =
+ * any, NULL = most recent, spec §1.5), only sent when cont is NULL.
+ * max_bytes bounds the page (0 = MESH_K8S_LIST_MAX_DEFAULT), max_item_bytes
+ * one item (0 = MESH_K8S_EVENT_MAX_DEFAULT). On success *out_meta is
+ * filled (kind, resourceVersion, continue, remainingItemCount, items
+ * count, recv_us = when the last byte was read; release with
+ * mesh_k8s_list_meta_cleanup). On failure items may already have been
+ * handed to fn: the caller must drop what it collected from this page.
+ * Errors as above; a cut in the middle of the body is -MESH_E_API
+ * (last_error "protocol"); a malformed page -MESH_E_PARSE naming the byte
+ * offset; fn's negative code stops the transfer and is returned. */
 int mesh_k8s_client_list(struct mesh_k8s_client *c, const struct mesh_k8s_query *q, long limit,
-                         const char *cont, const char *rv, size_t max_bytes,
-                         struct mesh_k8s_watch_list *out, struct mesh_err *err);
+                         const char *cont, const char *rv, size_t max_bytes, size_t max_item_bytes,
+                         mesh_k8s_list_item_fn fn, void *ctx, struct mesh_k8s_list_meta *out_meta,
+                         struct mesh_err *err);
 
 /* Called for every decoded event of a watch, in stream order. ev is
- * borrowed for the call (its tree is released afterwards). Return 0 to
+ * borrowed for the call (its tree is released afterwards); ev->recv_us is
+ * the CLOCK_MONOTONIC microsecond at which the block of bytes that
+ * completed the event was read. Return 0 to
  * go on, or a negative -MESH_E_* to end the watch with that code. */
 typedef int (*mesh_k8s_event_fn)(void *ctx, const struct mesh_k8s_watch_event *ev,
                                  struct mesh_err *err);

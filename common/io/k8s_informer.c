@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../core/cleanup.h"
+#include "../core/json.h"
 #include "../core/mem.h"
 #include "log.h"
 
@@ -171,6 +172,8 @@ struct mesh_k8s_informer {
     int wake_fd;   /* eventfd, interrupts sleeps on stop */
     uint64_t rng;
     struct mesh_k8s_watch_backoff backoff;
+    _Atomic int64_t event_us;               /* mesh_k8s_informer_event_time_us */
+    enum mesh_k8s_watch_reason next_reason; /* why the next watch starts */
     /* per-watch state */
     uint64_t watch_events;
     bool rv_went_back;
@@ -371,6 +374,54 @@ void mesh_k8s_informer_stats(struct mesh_k8s_informer *inf, struct mesh_k8s_info
     pthread_mutex_unlock(&inf->lock);
 }
 
+int64_t mesh_k8s_informer_event_time_us(const struct mesh_k8s_informer *inf)
+{
+    return atomic_load(&inf->event_us);
+}
+
+static const char *const reason_names[MESH_K8S_WATCH_REASONS] = {
+    [MESH_K8S_WATCH_INITIAL] = "initial",
+    [MESH_K8S_WATCH_TIMEOUT] = "timeout",
+    [MESH_K8S_WATCH_CUT] = "cut",
+    [MESH_K8S_WATCH_STALLED] = "stalled",
+    [MESH_K8S_WATCH_EXPIRED] = "expired",
+    [MESH_K8S_WATCH_ERROR_EVENT] = "error_event",
+    [MESH_K8S_WATCH_HTTP_ERROR] = "http_error",
+    [MESH_K8S_WATCH_CONNECT] = "connect",
+    [MESH_K8S_WATCH_MALFORMED] = "malformed",
+    [MESH_K8S_WATCH_OVERSIZED] = "oversized",
+    [MESH_K8S_WATCH_RV_BACKWARDS] = "rv_backwards",
+};
+
+const char *mesh_k8s_informer_reason_name(enum mesh_k8s_watch_reason r)
+{
+    return (unsigned)r < MESH_K8S_WATCH_REASONS ? reason_names[r] : "unknown";
+}
+
+/* Count one failed request under label ("" = not an API error). */
+static void count_api_error(struct mesh_k8s_informer *inf, const char *label)
+{
+    if (label[0] == '\0' || atomic_load(&inf->stop)) {
+        return;
+    }
+    pthread_mutex_lock(&inf->lock);
+    struct mesh_k8s_informer_stats *st = &inf->stats;
+    size_t i = 0;
+    while (i < st->api_error_rows && strcmp(st->api_errors[i].label, label) != 0) {
+        i++;
+    }
+    if (i == st->api_error_rows) {
+        if (i == MESH_K8S_API_ERROR_ROWS - 1 || i == MESH_K8S_API_ERROR_ROWS) {
+            i = MESH_K8S_API_ERROR_ROWS - 1;
+            label = "other";
+        }
+        snprintf(st->api_errors[i].label, sizeof(st->api_errors[i].label), "%s", label);
+        st->api_error_rows = i + 1;
+    }
+    st->api_errors[i].count++;
+    pthread_mutex_unlock(&inf->lock);
+}
+
 /* ---- applying changes (lock held) ---------------------------------------------- */
 
 /* Store (key, rv, rec) and tell the caller: add, update (unless equal), or
@@ -461,27 +512,36 @@ static void apply_list(struct mesh_k8s_informer *inf, struct table *fresh)
 
 /* ---- LIST ------------------------------------------------------------------------ */
 
-static int list_page_into(struct mesh_k8s_informer *inf, const struct mesh_k8s_watch_list *page,
-                          struct table *fresh)
+/* One LIST item (its JSON bytes, from the page being streamed): parse it
+ * alone, extract the caller's record, keep it in `fresh`, drop the tree. */
+struct list_ctx {
+    struct mesh_k8s_informer *inf;
+    struct table *fresh;
+};
+
+static int list_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
 {
-    const cJSON *item;
-    cJSON_ArrayForEach(item, page->items)
-    {
-        char key[MESH_K8S_KEY_MAX], rv[MESH_K8S_RV_MAX];
-        struct mesh_err e2;
-        if (mesh_k8s_watch_object_key(item, key, rv, &e2) < 0) {
-            mesh_warn(MOD, "list: skipping an item: %s", e2.msg);
-            continue;
-        }
-        void *rec = inf->o.extract(inf->o.ctx, item);
-        if (rec == NULL) {
-            continue;
-        }
-        struct entry *old = tbl_put(fresh, entry_new(key, rv, rec));
-        if (old != NULL) {
-            inf->o.record_free(inf->o.ctx, old->rec);
-            mesh_free(old);
-        }
+    struct list_ctx *lc = ctx;
+    struct mesh_k8s_informer *inf = lc->inf;
+    mesh_autocjson cJSON *obj = mesh_json_parse(item, len, len, err);
+    if (obj == NULL) {
+        mesh_err_prefix(err, "list item");
+        return -MESH_E_PARSE;
+    }
+    char key[MESH_K8S_KEY_MAX], rv[MESH_K8S_RV_MAX];
+    struct mesh_err e2;
+    if (mesh_k8s_watch_object_key(obj, key, rv, &e2) < 0) {
+        mesh_warn(MOD, "list: skipping an item: %s", e2.msg);
+        return 0;
+    }
+    void *rec = inf->o.extract(inf->o.ctx, obj);
+    if (rec == NULL) {
+        return 0;
+    }
+    struct entry *old = tbl_put(lc->fresh, entry_new(key, rv, rec));
+    if (old != NULL) {
+        inf->o.record_free(inf->o.ctx, old->rec);
+        mesh_free(old);
     }
     return 0;
 }
@@ -489,8 +549,9 @@ static int list_page_into(struct mesh_k8s_informer *inf, const struct mesh_k8s_w
 /* Apply a complete list (LIST pages or a streaming list's initial events)
  * at resourceVersion rv, then "synced". Consumes fresh. Returns the count. */
 static size_t finish_sync(struct mesh_k8s_informer *inf, struct table *fresh, const char *rv,
-                          int pages)
+                          int pages, int64_t recv_us)
 {
+    atomic_store(&inf->event_us, recv_us);
     pthread_mutex_lock(&inf->lock);
     apply_list(inf, fresh);
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
@@ -516,14 +577,20 @@ static size_t finish_sync(struct mesh_k8s_informer *inf, struct table *fresh, co
 static int do_list(struct mesh_k8s_informer *inf, struct mesh_err *err)
 {
     struct table fresh = {0};
+    struct list_ctx lc = {inf, &fresh};
     char *cont = NULL;
     char rv[MESH_K8S_RV_MAX] = "";
     int expired = 0, pages = 0, rc = 0;
+    int64_t recv_us = 0;
     for (;;) {
-        struct mesh_k8s_watch_list page;
+        struct mesh_k8s_list_meta page;
         long limit = expired >= 3 ? 0 : inf->o.page_limit;
         rc = mesh_k8s_client_list(inf->client, &inf->o.query, limit, cont, NULL,
-                                  inf->o.max_list_bytes, &page, err);
+                                  inf->o.max_list_bytes, inf->o.max_event_bytes, list_item, &lc,
+                                  &page, err);
+        if (rc < 0) {
+            count_api_error(inf, mesh_k8s_client_last_error(inf->client));
+        }
         if (rc == -MESH_E_GONE && cont != NULL) {
             expired++;
             mesh_warn(MOD, "list: continue token expired after %d pages; restarting the list%s",
@@ -537,13 +604,13 @@ static int do_list(struct mesh_k8s_informer *inf, struct mesh_err *err)
         if (rc < 0) {
             break;
         }
-        list_page_into(inf, &page, &fresh);
         pages++;
         snprintf(rv, sizeof(rv), "%s", page.rv);
+        recv_us = page.recv_us;
         mesh_free(cont);
         cont = page.cont;
         page.cont = NULL;
-        mesh_k8s_watch_list_cleanup(&page);
+        mesh_k8s_list_meta_cleanup(&page);
         if (cont == NULL) {
             break;
         }
@@ -553,7 +620,7 @@ static int do_list(struct mesh_k8s_informer *inf, struct mesh_err *err)
         table_free(inf, &fresh);
         return rc;
     }
-    size_t count = finish_sync(inf, &fresh, rv, pages);
+    size_t count = finish_sync(inf, &fresh, rv, pages, recv_us);
     mesh_info(MOD, "listed %zu objects in %d page(s) at resourceVersion %s", count, pages, rv);
     return 0;
 }
@@ -566,11 +633,11 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
 {
     if (ev->type == MESH_K8S_EV_ERROR) {
         const struct mesh_k8s_watch_status *st = &ev->status;
+        inf->stream_error = *st;
         if (mesh_k8s_watch_status_is_expired(st)) {
             return mesh_err_set(err, MESH_E_GONE, 0, "watch ERROR %d %s: %s", st->code, st->reason,
                                 st->message);
         }
-        inf->stream_error = *st;
         return mesh_err_set(err, MESH_E_API, 0, "watch ERROR %d %s: %s", st->code, st->reason,
                             st->message);
     }
@@ -611,7 +678,7 @@ static int on_initial_event(struct mesh_k8s_informer *inf, const struct mesh_k8s
     if (ev->type == MESH_K8S_EV_BOOKMARK) {
         if (ev->initial_events_end) {
             inf->initial = false;
-            size_t n = finish_sync(inf, &inf->fresh, ev->rv, 0);
+            size_t n = finish_sync(inf, &inf->fresh, ev->rv, 0, ev->recv_us);
             mesh_info(MOD, "streamed %zu objects (sendInitialEvents) at resourceVersion %s", n,
                       ev->rv);
         }
@@ -636,6 +703,7 @@ static int on_initial_event(struct mesh_k8s_informer *inf, const struct mesh_k8s
 static int on_event(void *ctx, const struct mesh_k8s_watch_event *ev, struct mesh_err *err)
 {
     struct mesh_k8s_informer *inf = ctx;
+    atomic_store(&inf->event_us, ev->recv_us);
     if (inf->initial && ev->type != MESH_K8S_EV_ERROR) {
         inf->watch_events++;
         return on_initial_event(inf, ev);
@@ -780,6 +848,39 @@ static enum next after_watch(struct mesh_k8s_informer *inf, int rc, int64_t star
     }
 }
 
+/* Book-keeping when a watch returned rc: the reason for the next start and
+ * the API error, if any (an in-stream ERROR counts with its own code). */
+static void watch_ended(struct mesh_k8s_informer *inf, int rc)
+{
+    long status = mesh_k8s_client_last_status(inf->client);
+    const char *label = mesh_k8s_client_last_error(inf->client);
+    char code[MESH_K8S_API_ERROR_LABEL_MAX];
+    enum mesh_k8s_watch_reason r;
+    if (inf->stream_error.code != 0 && (rc == -MESH_E_GONE || rc == -MESH_E_API)) {
+        snprintf(code, sizeof(code), "%d", inf->stream_error.code);
+        label = code;
+        r = rc == -MESH_E_GONE ? MESH_K8S_WATCH_EXPIRED : MESH_K8S_WATCH_ERROR_EVENT;
+    } else if (rc == 0) {
+        r = MESH_K8S_WATCH_TIMEOUT;
+    } else if (rc == -MESH_E_GONE) {
+        r = MESH_K8S_WATCH_EXPIRED;
+    } else if (rc == -MESH_E_TIMEOUT) {
+        r = MESH_K8S_WATCH_STALLED;
+    } else if (rc == -MESH_E_TOOBIG) {
+        r = MESH_K8S_WATCH_OVERSIZED;
+    } else if (rc == -MESH_E_PARSE) {
+        r = MESH_K8S_WATCH_MALFORMED;
+    } else if (rc == -MESH_E_RANGE) {
+        r = MESH_K8S_WATCH_RV_BACKWARDS;
+    } else if (status == 200) {
+        r = MESH_K8S_WATCH_CUT;
+    } else {
+        r = status >= 300 ? MESH_K8S_WATCH_HTTP_ERROR : MESH_K8S_WATCH_CONNECT;
+    }
+    inf->next_reason = r;
+    count_api_error(inf, label);
+}
+
 static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_err *err)
 {
     const struct mesh_k8s_informer_opts *o = &inf->o;
@@ -788,6 +889,7 @@ static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_e
     pthread_mutex_lock(&inf->lock);
     snprintf(rv, sizeof(rv), "%s", inf->rv);
     inf->stats.watches++;
+    inf->stats.watch_starts[inf->next_reason]++;
     pthread_mutex_unlock(&inf->lock);
     struct mesh_k8s_watch_opts wo = {
         .rv = rv,
@@ -803,7 +905,9 @@ static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_e
     inf->watch_events = 0;
     inf->rv_went_back = false;
     memset(&inf->stream_error, 0, sizeof(inf->stream_error));
-    return mesh_k8s_client_watch(inf->client, &o->query, &wo, on_event, inf, err);
+    int rc = mesh_k8s_client_watch(inf->client, &o->query, &wo, on_event, inf, err);
+    watch_ended(inf, rc);
+    return rc;
 }
 
 static void list_failed(struct mesh_k8s_informer *inf, int rc, const struct mesh_err *err)

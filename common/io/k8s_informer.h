@@ -3,7 +3,9 @@
  * in the manner of client-go's informer (spec kubernetes-api.md §2.9, §6):
  *
  *   LIST (paginated, limit/continue; an expired continue token restarts
- *   the list) -> diff against the store -> callbacks -> "synced"
+ *   the list; each page is streamed item by item, so memory holds one
+ *   object's JSON tree at a time, never a page) -> diff against the
+ *   store -> callbacks -> "synced"
  *   WATCH from the list's resourceVersion, allowWatchBookmarks=true,
  *   timeoutSeconds uniform in [watch_timeout_min_s, watch_timeout_max_s)
  *     normal end, or the connection cut (even mid-event: the partial
@@ -83,7 +85,7 @@ struct mesh_k8s_informer_opts {
     int watch_timeout_min_s;     /* 0 = 300 (client-go) */
     int watch_timeout_max_s;     /* 0 = 2 x min */
     int stall_timeout_s;         /* 0 = 90 (bookmarks come every ~60 s, spec §2.5) */
-    size_t max_event_bytes;      /* 0 = MESH_K8S_EVENT_MAX_DEFAULT */
+    size_t max_event_bytes;      /* one watch event or list item, 0 = MESH_K8S_EVENT_MAX_DEFAULT */
     size_t max_list_bytes;       /* one page, 0 = MESH_K8S_LIST_MAX_DEFAULT */
     int backoff_initial_ms;      /* 0 = 800 */
     int backoff_max_ms;          /* 0 = 30000 */
@@ -99,6 +101,68 @@ struct mesh_k8s_informer_opts {
     void *ctx; /* passed to extract, record_free, equal and callbacks */
 };
 
+/* Why a WATCH was started: how the previous one ended (or "initial").
+ * Every WATCH request counts once, so the counts sum to stats.watches.
+ * Names (mesh_k8s_informer_reason_name, for a Prometheus label):
+ *   initial       the first watch after the first sync (with
+ *                 streaming_list: the first streaming list itself)
+ *   timeout       the previous watch ended normally: the server closed it
+ *                 at timeoutSeconds, or a clean end of the body at an event
+ *                 boundary (re-watch from the last RV, no relist)
+ *   cut           the previous watch's connection broke after its 200
+ *                 (abrupt close, or EOF inside an event): re-watch
+ *   stalled       no byte (not even a bookmark) for stall_timeout_s:
+ *                 reconnect (relist on the second stall in a row)
+ *   expired       410 Gone / Expired, in-stream ERROR or HTTP 410 at the
+ *                 start: relisted
+ *   error_event   an in-stream ERROR other than 410 (429, 500, 504 ...)
+ *   http_error    the watch request was answered with a non-2xx status
+ *                 other than 410 (401 after the token retry, 403, 429, 5xx)
+ *   connect       the watch request got no HTTP response (refused, reset,
+ *                 DNS, TLS, unusable credentials)
+ *   malformed     an event line that is not a valid watch event: relisted
+ *   oversized     an event over max_event_bytes: relisted
+ *   rv_backwards  a resourceVersion lower than the last one (the API server
+ *                 lost its history, spec §6): relisted */
+enum mesh_k8s_watch_reason {
+    MESH_K8S_WATCH_INITIAL = 0,
+    MESH_K8S_WATCH_TIMEOUT,
+    MESH_K8S_WATCH_CUT,
+    MESH_K8S_WATCH_STALLED,
+    MESH_K8S_WATCH_EXPIRED,
+    MESH_K8S_WATCH_ERROR_EVENT,
+    MESH_K8S_WATCH_HTTP_ERROR,
+    MESH_K8S_WATCH_CONNECT,
+    MESH_K8S_WATCH_MALFORMED,
+    MESH_K8S_WATCH_OVERSIZED,
+    MESH_K8S_WATCH_RV_BACKWARDS,
+    MESH_K8S_WATCH_REASONS /* number of reasons */
+};
+
+/* Label of a reason ("initial", "timeout", ... as above); "unknown" out of
+ * range. Static string. */
+const char *mesh_k8s_informer_reason_name(enum mesh_k8s_watch_reason r);
+
+/* API errors by label. A LIST page or a WATCH that fails counts once,
+ * with what ended it: the HTTP status of a non-2xx answer ("401", "403",
+ * "404", "410", "422", "429", "500", "503", ... any code gets its own row),
+ * the status code of an in-stream ERROR event ("410", "500", ...), or a
+ * class from mesh_k8s_client_last_error: "connect", "tls", "timeout"
+ * (request deadline or watch stall), "protocol" (connection broke in a
+ * body or an event), "oversized", "malformed", "auth" (no usable
+ * credentials). A 401 answered successfully after the token retry, a
+ * normal end of a watch, a cancelled request and a resourceVersion going
+ * backwards are not errors. Rows appear in first-seen order; once
+ * MESH_K8S_API_ERROR_ROWS - 1 labels exist, further new labels count in a
+ * last row labelled "other". */
+#define MESH_K8S_API_ERROR_ROWS 16
+#define MESH_K8S_API_ERROR_LABEL_MAX 16
+
+struct mesh_k8s_error_count {
+    char label[MESH_K8S_API_ERROR_LABEL_MAX]; /* "503", "connect", "other" */
+    uint64_t count;
+};
+
 /* Counters for /metrics and tests (monotonic). */
 struct mesh_k8s_informer_stats {
     uint64_t lists;           /* complete LISTs applied */
@@ -109,6 +173,11 @@ struct mesh_k8s_informer_stats {
     uint64_t relists;         /* lists caused by 410, malformed input, RV going back, ... */
     uint64_t failures;        /* failed requests (backoff taken) */
     char rv[MESH_K8S_RV_MAX]; /* last resourceVersion seen */
+    /* WATCH starts by reason, indexed by enum mesh_k8s_watch_reason. */
+    uint64_t watch_starts[MESH_K8S_WATCH_REASONS];
+    /* API errors: api_errors[0 .. api_error_rows) are in use. */
+    struct mesh_k8s_error_count api_errors[MESH_K8S_API_ERROR_ROWS];
+    size_t api_error_rows;
 };
 
 struct mesh_k8s_informer;
@@ -155,5 +224,17 @@ size_t mesh_k8s_informer_count(const struct mesh_k8s_informer *inf);
 bool mesh_k8s_informer_has_synced(const struct mesh_k8s_informer *inf);
 /* Copy of the counters (thread-safe). */
 void mesh_k8s_informer_stats(struct mesh_k8s_informer *inf, struct mesh_k8s_informer_stats *out);
+
+/* When the change being delivered arrived: the CLOCK_MONOTONIC time in
+ * microseconds at which the bytes of the event now in the callbacks were
+ * complete (the block that held the event's last byte was read from the
+ * connection), before it was parsed. Valid inside on_add / on_update /
+ * on_delete / on_synced: for a watch event, that event's time; for the
+ * changes of a LIST and its on_synced, the time the last page's last byte
+ * was read; for a streaming list, the initial-events-end bookmark's. From
+ * another thread it returns the time of the latest delivered event (an
+ * atomic read); 0 before the first. Event-to-output latency = time of
+ * output - this. */
+int64_t mesh_k8s_informer_event_time_us(const struct mesh_k8s_informer *inf);
 
 #endif

@@ -10,14 +10,17 @@
  *   SYNCED <count>
  *   STORE <ns/name> rv=<rv> ip=<ip> ready=<0|1> phase=<phase>   (on SIGUSR1, then END <n>)
  *   STATS lists=.. relists=.. watches=.. events=.. bookmarks=.. failures=.. changes=..
- *         wakeups=.. rv=..   (at exit; wakeups = times the notify fd woke the main loop)
+ *         wakeups=.. badtime=.. starts=<reason>:<n>,.. errors=<label>:<n>,.. rv=..
+ *         (at exit; wakeups = times the notify fd woke the main loop; badtime =
+ *         callbacks whose mesh_k8s_informer_event_time_us was 0 or in the future;
+ *         starts = watch starts by reason, errors = API errors by label, "-" if none)
  *   MEM heap=<live heap bytes>            (after each SYNCED, for bench/k8s_client)
  *   PROGRESS changes=<n>                  (--quiet: every 1,000 changes instead of the lines)
  *
  * Modes: default = informer until SIGTERM/SIGINT; --get NAME = one GET
- * (prints GOT <ns/name> rv=.. ip=..); --list = one paginated LIST walk
- * (prints LISTED <n> rv=<rv> pages=<p>). Exit 0, or 1 with the error on
- * stderr (2 for usage / configuration).
+ * (prints GOT <ns/name> rv=.. ip=..); --list = one paginated LIST walk,
+ * streamed item by item (prints LISTED <n> kind=<kind> rv=<rv> pages=<p>). Exit 0, or 1 with the
+ * error on stderr (2 for usage / configuration).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/json.h"
@@ -80,7 +84,20 @@ struct drv {
     struct mesh_k8s_informer *inf;
     bool quiet; /* no per-change lines (benchmarks) */
     uint64_t changes;
+    uint64_t badtime; /* callbacks without a plausible event time */
 };
+
+/* The informer's event time must be set and not in the future. */
+static void check_time(struct drv *d)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    int64_t t = mesh_k8s_informer_event_time_us(d->inf);
+    if (t <= 0 || t > now) {
+        d->badtime++;
+    }
+}
 
 /* Live heap bytes (all arenas): what the store costs, for bench/k8s_client. */
 static size_t heap_in_use(void)
@@ -91,7 +108,7 @@ static size_t heap_in_use(void)
 
 static void on_synced(void *ctx, size_t count)
 {
-    (void)ctx;
+    check_time(ctx);
     printf("SYNCED %zu\n", count);
     printf("MEM heap=%zu\n", heap_in_use());
     fflush(stdout);
@@ -110,6 +127,7 @@ static void on_add(void *ctx, const char *key, const void *rec)
 {
     struct drv *d = ctx;
     const struct pod_rec *r = rec;
+    check_time(d);
     d->changes++;
     progress(d);
     if (!d->quiet) {
@@ -123,6 +141,7 @@ static void on_update(void *ctx, const char *key, const void *old_rec, const voi
     struct drv *d = ctx;
     const struct pod_rec *r = new_rec;
     (void)old_rec;
+    check_time(d);
     d->changes++;
     progress(d);
     if (!d->quiet) {
@@ -135,6 +154,7 @@ static void on_delete(void *ctx, const char *key, const void *old_rec)
 {
     struct drv *d = ctx;
     (void)old_rec;
+    check_time(d);
     d->changes++;
     progress(d);
     if (!d->quiet) {
@@ -172,13 +192,14 @@ static void *run_thread(void *arg)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: k8s_driver [--apiserver URL --token-file F --ca-file F | --kubeconfig F "
-            "[--context C]]\n"
-            "       [--namespace NS] [--selector S] [--field-selector S] [--limit N]\n"
-            "       [--watch-timeout S] [--stall S] [--max-event BYTES] [--backoff-ms MS]\n"
-            "       [--token-reload S] [--streaming-list] [--quiet] [--log-level L]\n"
-            "       [--get NAME | --list]\n");
+    fprintf(
+        stderr,
+        "usage: k8s_driver [--apiserver URL --token-file F --ca-file F | --kubeconfig F "
+        "[--context C]]\n"
+        "       [--namespace NS] [--selector S] [--field-selector S] [--limit N]\n"
+        "       [--watch-timeout S] [--stall S] [--max-event BYTES] [--max-list BYTES]\n"
+        "       [--backoff-ms MS] [--token-reload S] [--streaming-list] [--quiet] [--log-level L]\n"
+        "       [--get NAME | --list]\n");
 }
 
 struct args {
@@ -246,6 +267,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->iopts.stall_timeout_s = (int)num(v);
         } else if (strcmp(k, "--max-event") == 0) {
             a->iopts.max_event_bytes = (size_t)num(v);
+        } else if (strcmp(k, "--max-list") == 0) {
+            a->iopts.max_list_bytes = (size_t)num(v);
         } else if (strcmp(k, "--backoff-ms") == 0) {
             a->iopts.backoff_initial_ms = (int)num(v);
         } else if (strcmp(k, "--get") == 0) {
@@ -286,33 +309,68 @@ static int do_get(struct mesh_k8s_client *c, const struct args *a)
     return rc < 0 ? 1 : 0;
 }
 
+/* --list: count the items and check each is a JSON object with a key. */
+static int count_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
+{
+    long *n = ctx;
+    cJSON *obj = mesh_json_parse(item, len, len, err);
+    int rc = obj ? mesh_k8s_watch_object_key(obj, NULL, NULL, err) : -MESH_E_PARSE;
+    cJSON_Delete(obj);
+    if (rc == 0) {
+        ++*n;
+    }
+    return rc;
+}
+
 static int do_list(struct mesh_k8s_client *c, const struct args *a)
 {
     char *cont = NULL;
     long n = 0, pages = 0;
-    char rv[MESH_K8S_RV_MAX] = "";
+    char rv[MESH_K8S_RV_MAX] = "", kind[MESH_K8S_LIST_KIND_MAX] = "";
     for (;;) {
-        struct mesh_k8s_watch_list page;
+        struct mesh_k8s_list_meta page;
         struct mesh_err err;
-        if (mesh_k8s_client_list(c, &a->iopts.query, a->iopts.page_limit, cont, NULL, 0, &page,
-                                 &err) < 0) {
-            fprintf(stderr, "k8s_driver: %s\n", err.msg);
+        if (mesh_k8s_client_list(c, &a->iopts.query, a->iopts.page_limit, cont, NULL,
+                                 a->iopts.max_list_bytes, a->iopts.max_event_bytes, count_item, &n,
+                                 &page, &err) < 0) {
+            fprintf(stderr, "k8s_driver: %s (error class %s)\n", err.msg,
+                    mesh_k8s_client_last_error(c));
             mesh_free(cont);
             return 1;
         }
-        n += cJSON_GetArraySize(page.items);
         pages++;
         snprintf(rv, sizeof(rv), "%s", page.rv);
+        snprintf(kind, sizeof(kind), "%s", page.kind);
         mesh_free(cont);
         cont = page.cont;
         page.cont = NULL;
-        mesh_k8s_watch_list_cleanup(&page);
+        mesh_k8s_list_meta_cleanup(&page);
         if (cont == NULL) {
             break;
         }
     }
-    printf("LISTED %ld rv=%s pages=%ld\n", n, rv, pages);
+    printf("LISTED %ld kind=%s rv=%s pages=%ld\n", n, kind, rv, pages);
     return 0;
+}
+
+/* "a:1,b:2" of the non-zero watch starts, or "-". */
+static void print_breakdowns(const struct mesh_k8s_informer_stats *st)
+{
+    printf(" starts=");
+    const char *sep = "";
+    for (int r = 0; r < MESH_K8S_WATCH_REASONS; r++) {
+        if (st->watch_starts[r] > 0) {
+            printf("%s%s:%" PRIu64, sep, mesh_k8s_informer_reason_name(r), st->watch_starts[r]);
+            sep = ",";
+        }
+    }
+    printf("%s errors=", sep[0] ? "" : "-");
+    sep = "";
+    for (size_t i = 0; i < st->api_error_rows; i++) {
+        printf("%s%s:%" PRIu64, sep, st->api_errors[i].label, st->api_errors[i].count);
+        sep = ",";
+    }
+    printf("%s", sep[0] ? "" : "-");
 }
 
 static int run_informer(struct mesh_k8s_client *c, struct args *a)
@@ -373,9 +431,11 @@ static int run_informer(struct mesh_k8s_client *c, struct args *a)
     mesh_k8s_informer_stats(d.inf, &st);
     printf("STATS lists=%" PRIu64 " relists=%" PRIu64 " watches=%" PRIu64 " events=%" PRIu64
            " bookmarks=%" PRIu64 " failures=%" PRIu64 " changes=%" PRIu64 " wakeups=%" PRIu64
-           " rv=%s\n",
+           " badtime=%" PRIu64,
            st.lists, st.relists, st.watches, st.events, st.bookmarks, st.failures, d.changes,
-           wakeups, st.rv);
+           wakeups, d.badtime);
+    print_breakdowns(&st);
+    printf(" rv=%s\n", st.rv);
     fflush(stdout);
     mesh_k8s_informer_free(d.inf);
     return 0;

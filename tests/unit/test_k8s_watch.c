@@ -1,13 +1,15 @@
 /*
  * test_k8s_watch.c - the watch-stream framer (every chunking of the same
- * stream yields the same events), the event / list / Status decoders, the
- * resourceVersion comparison, the backoff arithmetic and Retry-After.
+ * stream yields the same events), the event / Status decoders, the
+ * streaming list scanner (every chunking of a page yields the same items),
+ * the resourceVersion comparison, the backoff arithmetic and Retry-After.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/buf.h"
@@ -225,50 +227,283 @@ static void test_decode_status(void **state)
     }
 }
 
-static void test_decode_list(void **state)
+/* ---- streaming list scanner ---- */
+
+/* One scan's outcome, to compare chunkings. */
+struct scan_out {
+    int rc;
+    char msg[256];
+    struct mesh_buf items; /* items joined by '|' */
+    struct mesh_k8s_list_meta meta;
+    int stop_after; /* item callback fails after this many (0 = never) */
+    int seen;
+};
+
+static int scan_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
+{
+    struct scan_out *o = ctx;
+    if (o->stop_after > 0 && o->seen == o->stop_after) {
+        return mesh_err_set(err, MESH_E_GONE, 0, "callback stop");
+    }
+    o->seen++;
+    if (o->items.len > 0) {
+        mesh_buf_puts(&o->items, "|", NULL);
+    }
+    return mesh_buf_append(&o->items, item, len, NULL);
+}
+
+/* Scan body cut at the offsets cuts[0..ncuts) (ascending). */
+static void scan(const char *body, size_t len, size_t max_item, size_t max_total,
+                 const size_t *cuts, size_t ncuts, int stop_after, struct scan_out *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->stop_after = stop_after;
+    mesh_buf_init(&o->items, 1 << 20);
+    struct mesh_k8s_list_scanner sc;
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    mesh_k8s_list_scanner_init(&sc, max_item, max_total, scan_item, o);
+    size_t at = 0;
+    int rc = 0;
+    for (size_t k = 0; k <= ncuts && rc == 0; k++) {
+        size_t end = k < ncuts ? cuts[k] : len;
+        rc = mesh_k8s_list_scanner_feed(&sc, body + at, end - at, &err);
+        at = end;
+        /* The bound holds at every step. */
+        assert_true(sc.item.len <= sc.max_item);
+    }
+    if (rc == 0) {
+        rc = mesh_k8s_list_scanner_finish(&sc, &o->meta, &err);
+    }
+    o->rc = rc;
+    snprintf(o->msg, sizeof(o->msg), "%s", rc < 0 ? err.msg : "");
+    mesh_k8s_list_scanner_cleanup(&sc);
+}
+
+static void scan_out_cleanup(struct scan_out *o)
+{
+    mesh_buf_cleanup(&o->items);
+    if (o->rc == 0) {
+        mesh_k8s_list_meta_cleanup(&o->meta);
+    }
+}
+
+static void assert_same_scan(const struct scan_out *a, const struct scan_out *b)
+{
+    assert_int_equal(a->rc, b->rc);
+    assert_string_equal(a->msg, b->msg);
+    assert_string_equal(mesh_buf_str(&a->items), mesh_buf_str(&b->items));
+    if (a->rc == 0) {
+        assert_string_equal(a->meta.rv, b->meta.rv);
+        assert_string_equal(a->meta.kind, b->meta.kind);
+        assert_int_equal(a->meta.remaining, b->meta.remaining);
+        assert_int_equal(a->meta.items, b->meta.items);
+        assert_true((a->meta.cont == NULL) == (b->meta.cont == NULL));
+        if (a->meta.cont != NULL) {
+            assert_string_equal(a->meta.cont, b->meta.cont);
+        }
+    }
+}
+
+/* Deterministic pseudo-random numbers for the chunkings. */
+static uint32_t lcg(uint32_t *st)
+{
+    *st = *st * 1103515245u + 12345u;
+    return *st >> 8;
+}
+
+/* Every single split point, 1-byte chunks and 50 random chunkings must give
+ * exactly what one block gives. */
+static void scan_every_chunking(const char *body, size_t max_item, size_t max_total,
+                                struct scan_out *whole)
+{
+    size_t len = strlen(body);
+    scan(body, len, max_item, max_total, NULL, 0, 0, whole);
+    for (size_t cut = 0; cut <= len; cut++) {
+        struct scan_out o;
+        scan(body, len, max_item, max_total, &cut, 1, 0, &o);
+        assert_same_scan(whole, &o);
+        scan_out_cleanup(&o);
+    }
+    size_t *cuts = mesh_calloc(len + 1, sizeof(*cuts));
+    for (size_t k = 0; k < len; k++) {
+        cuts[k] = k + 1;
+    }
+    struct scan_out o;
+    scan(body, len, max_item, max_total, cuts, len ? len - 1 : 0, 0, &o);
+    assert_same_scan(whole, &o);
+    scan_out_cleanup(&o);
+    uint32_t st = (uint32_t)len;
+    for (int r = 0; r < 50; r++) {
+        size_t n = 0, at = 0;
+        while (len > 0) {
+            at += 1 + lcg(&st) % 40;
+            if (at >= len) {
+                break;
+            }
+            cuts[n++] = at;
+        }
+        scan(body, len, max_item, max_total, cuts, n, 0, &o);
+        assert_same_scan(whole, &o);
+        scan_out_cleanup(&o);
+    }
+    mesh_free(cuts);
+}
+
+static void test_list_scanner(void **state)
 {
     (void)state;
     static const struct {
         const char *body;
+        size_t max_item, max_total;
         int rc;
-        const char *rv;
-        const char *cont;
+        const char *msg; /* substring of the error, or NULL */
+        const char *items;
+        const char *rv, *cont, *kind;
         long long remaining;
-        int nitems;
     } rows[] = {
+        /* spec §1.2 example shape */
         {"{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
          "\"10245\",\"continue\":\"eyJ2\",\"remainingItemCount\":753},\"items\":[{\"metadata\":"
          "{\"name\":\"a\"}}]}",
-         0, "10245", "eyJ2", 753, 1},
+         0, 0, 0, NULL, "{\"metadata\":{\"name\":\"a\"}}", "10245", "eyJ2", "PodList", 753},
         {"{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"3\",\"continue\":\"\"},"
          "\"items\":[]}",
-         0, "3", NULL, -1, 0},
-        {"{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":null}", -MESH_E_PARSE, NULL, NULL, 0,
+         0, 0, 0, NULL, "", "3", NULL, "PodList", -1},
+        /* items before metadata; braces, brackets and escaped quotes in strings */
+        {"{\"items\":[{\"a\":\"}{][\"},{\"b\":\"\\\"x\\\\\"}],\"metadata\":{"
+         "\"remainingItemCount\":2,\"resourceVersion\":\"7\",\"continue\":\"c\\u0041\"},"
+         "\"kind\":\"PodList\"}",
+         0, 0, 0, NULL, "{\"a\":\"}{][\"}|{\"b\":\"\\\"x\\\\\"}", "7", "cA", "PodList", 2},
+        /* whitespace everywhere, every kind of item value */
+        {" \n{ \"kind\" : \"PodList\" ,\t\"metadata\" : { \"resourceVersion\" : \"5\" } , "
+         "\"items\" : [ 1 , \"s\" , true , null , -0.5e+3 , [ ] , { } , 0 ] } \r\n",
+         0, 0, 0, NULL, "1|\"s\"|true|null|-0.5e+3|[ ]|{ }|0", "5", NULL, "PodList", -1},
+        /* the same names deeper down are not the list's */
+        {"{\"metadata\":{\"resourceVersion\":\"5\",\"x\":{\"continue\":\"no\"}},\"items\":[{"
+         "\"metadata\":{\"resourceVersion\":\"999\",\"continue\":\"zz\"},\"items\":[1]}]}",
+         0, 0, 0, NULL,
+         "{\"metadata\":{\"resourceVersion\":\"999\",\"continue\":\"zz\"},\"items\":[1]}", "5",
+         NULL, "", -1},
+        /* escaped member names are the same names */
+        {"{\"ite\\u006ds\":[2],\"m\\u0065tadata\":{\"resourceVersion\":\"\\u0039\"}}", 0, 0, 0,
+         NULL, "2", "9", NULL, "", -1},
+        {"{\"metadata\":{\"resourceVersion\":\"3\",\"continue\":null},\"items\":[]}", 0, 0, 0, NULL,
+         "", "3", NULL, "", -1},
+        /* not lists */
+        {"{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":null}", 0, 0, -MESH_E_PARSE,
+         "byte 44: \"items\" is not an array", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{},\"items\":[]}", 0, 0, -MESH_E_PARSE, "no metadata.resourceVersion", "",
+         NULL, NULL, NULL, 0},
+        {"{\"items\":[]}", 0, 0, -MESH_E_PARSE, "no \"metadata\" object", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"3\"}}", 0, 0, -MESH_E_PARSE, "no \"items\" array",
+         "", NULL, NULL, NULL, 0},
+        {"[]", 0, 0, -MESH_E_PARSE, "byte 0: expected '{' (a list response is a JSON object)", "",
+         NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":[", 0, 0, -MESH_E_PARSE,
+         "truncated at byte 45: expected a JSON value or ']'", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":[{\"a\":1},{\"b\"", 0, 0,
+         -MESH_E_PARSE, "truncated at byte 57: expected ':'", "{\"a\":1}", NULL, NULL, NULL, 0},
+        {"{\"kind\":\"Status\",\"metadata\":{\"resourceVersion\":\"3\"},\"items\":[]}", 0, 0,
+         -MESH_E_PARSE, "kind \"Status\", not a *List", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":[],\"items\":[1]}", 0, 0,
+         -MESH_E_PARSE, "duplicate \"items\" member", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"3\",\"resourceVersion\":\"4\"},\"items\":[]}", 0, 0,
+         -MESH_E_PARSE, "duplicate \"metadata.resourceVersion\"", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[1 2]}", 0, 0, -MESH_E_PARSE,
+         "byte 47: expected ',' or ']' after an array element, found '2'", "1", NULL, NULL, NULL,
          0},
-        {"{\"metadata\":{},\"items\":[]}", -MESH_E_PARSE, NULL, NULL, 0, 0},
-        {"{\"items\":[]}", -MESH_E_PARSE, NULL, NULL, 0, 0},
-        {"[]", -MESH_E_PARSE, NULL, NULL, 0, 0},
-        {"{\"metadata\":{\"resourceVersion\":\"3\"},\"items\":[", -MESH_E_PARSE, NULL, NULL, 0, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[]}x", 0, 0, -MESH_E_PARSE,
+         "byte 47: expected nothing after the list object, found 'x'", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"a\tb\"]}", 0, 0, -MESH_E_PARSE,
+         "byte 47: raw control character", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[01]}", 0, 0, -MESH_E_PARSE,
+         "found '1'", "0", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[1.]}", 0, 0, -MESH_E_PARSE,
+         "expected a digit, found ']'", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[-]}", 0, 0, -MESH_E_PARSE,
+         "expected a digit", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\x\"]}", 0, 0, -MESH_E_PARSE,
+         "expected an escape character", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\u12g4\"]}", 0, 0, -MESH_E_PARSE,
+         "a hex digit", "", NULL, NULL, NULL, 0},
+        /* UTF-16 surrogate escapes pair up (cJSON rejects lone ones) */
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ud83d\\ude00\"]}", 0, 0, 0, NULL,
+         "\"\\ud83d\\ude00\"", "1", NULL, "", -1},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ude00\"]}", 0, 0, -MESH_E_PARSE,
+         "lone low surrogate", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ud83dx\"]}", 0, 0, -MESH_E_PARSE,
+         "expected \\u and the low half", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ud83d\\u0041\"]}", 0, 0,
+         -MESH_E_PARSE, "not followed by a low one", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[tru]}", 0, 0, -MESH_E_PARSE,
+         "the rest of true / false / null", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":[],\"items\":[]}", 0, 0, -MESH_E_PARSE, "\"metadata\" is not an object", "",
+         NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":3},\"items\":[]}", 0, 0, -MESH_E_PARSE,
+         "metadata.\"resourceVersion\" is not a string", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"} \"items\":[]}", 0, 0, -MESH_E_PARSE,
+         "expected ',' or '}' after an object member, found '\"'", "", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[{\"a\":1,}]}", 0, 0, -MESH_E_PARSE,
+         "expected '\"' (a member name), found '}'", "", NULL, NULL, NULL, 0},
+        /* bounds: one item over the object limit, the page over its limit */
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"0123456\",\"0123456789\",1]}", 10,
+         0, -MESH_E_TOOBIG, "item 2 (from byte 55) is larger than the limit of 10 bytes",
+         "\"0123456\"", NULL, NULL, NULL, 0},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"0123456\"]}", 10, 0, 0, NULL,
+         "\"0123456\"", "1", NULL, "", -1},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[]}", 0, 45, -MESH_E_TOOBIG,
+         "larger than the limit of 45 bytes", "", NULL, NULL, NULL, 0},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-        struct mesh_k8s_watch_list l;
-        memset(&l, 0, sizeof(l));
-        int rc = mesh_k8s_watch_decode_list(rows[i].body, strlen(rows[i].body), 0, &l, NULL);
-        assert_int_equal(rc, rows[i].rc);
-        if (rc < 0) {
-            assert_null(l.root);
-            continue;
+        struct scan_out o;
+        scan_every_chunking(rows[i].body, rows[i].max_item, rows[i].max_total, &o);
+        if (o.rc != rows[i].rc || (rows[i].msg && strstr(o.msg, rows[i].msg) == NULL) ||
+            strcmp(mesh_buf_str(&o.items), rows[i].items) != 0) {
+            print_error("row %zu: rc %d msg \"%s\" items %s\n", i, o.rc, o.msg,
+                        mesh_buf_str(&o.items));
         }
-        assert_string_equal(l.rv, rows[i].rv);
-        if (rows[i].cont == NULL) {
-            assert_null(l.cont);
-        } else {
-            assert_string_equal(l.cont, rows[i].cont);
+        assert_int_equal(o.rc, rows[i].rc);
+        if (rows[i].msg != NULL) {
+            assert_non_null(strstr(o.msg, rows[i].msg));
         }
-        assert_int_equal(l.remaining, rows[i].remaining);
-        assert_int_equal(cJSON_GetArraySize(l.items), rows[i].nitems);
-        mesh_k8s_watch_list_cleanup(&l);
+        assert_string_equal(mesh_buf_str(&o.items), rows[i].items);
+        if (o.rc == 0) {
+            assert_string_equal(o.meta.rv, rows[i].rv);
+            assert_string_equal(o.meta.kind, rows[i].kind);
+            assert_int_equal(o.meta.remaining, rows[i].remaining);
+            if (rows[i].cont == NULL) {
+                assert_null(o.meta.cont);
+            } else {
+                assert_string_equal(o.meta.cont, rows[i].cont);
+            }
+        }
+        scan_out_cleanup(&o);
     }
+}
+
+/* A callback error stops the scan at once with its code; nesting is bounded. */
+static void test_list_scanner_stop_and_depth(void **state)
+{
+    (void)state;
+    const char *body = "{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[1,2,3]}";
+    struct scan_out o;
+    scan(body, strlen(body), 0, 0, NULL, 0, 2, &o);
+    assert_int_equal(o.rc, -MESH_E_GONE);
+    assert_string_equal(mesh_buf_str(&o.items), "1|2");
+    scan_out_cleanup(&o);
+
+    struct mesh_buf deep;
+    mesh_buf_init(&deep, 1 << 16);
+    mesh_buf_puts(&deep, "{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[", NULL);
+    for (int k = 0; k < MESH_K8S_LIST_DEPTH_MAX; k++) {
+        mesh_buf_puts(&deep, "[", NULL);
+    }
+    scan(deep.data, deep.len, 0, 0, NULL, 0, 0, &o);
+    assert_int_equal(o.rc, -MESH_E_PARSE);
+    assert_non_null(strstr(o.msg, "nested deeper than 512"));
+    scan_out_cleanup(&o);
+    mesh_buf_cleanup(&deep);
 }
 
 static void test_rv_cmp(void **state)
@@ -362,7 +597,8 @@ int main(void)
         cmocka_unit_test(test_decode_event),
         cmocka_unit_test(test_decode_event_limit),
         cmocka_unit_test(test_decode_status),
-        cmocka_unit_test(test_decode_list),
+        cmocka_unit_test(test_list_scanner),
+        cmocka_unit_test(test_list_scanner_stop_and_depth),
         cmocka_unit_test(test_rv_cmp),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_retry_after),

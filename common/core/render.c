@@ -7,9 +7,17 @@
  * env files additionally single-quote every value. Output is deterministic:
  * same input, same bytes (stable key order, no clocks), so the publisher can
  * skip unchanged files and the sidecar can diff inputs.
+ *
+ * Cost: the sidecar re-renders on every relevant pod change, so a render is
+ * one validation pass over the workers (facts kept per worker) and then
+ * writers that copy known lengths into one pre-sized block per file; no
+ * JSON tree, no per-entry printf. Linear in the workers.
  */
 #include <arpa/inet.h>
+#include <float.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -19,9 +27,6 @@
 #include "render.h"
 #include "tpuenv.h"
 
-/* Upper bound of one rendered file: 16384 workers x ~530 bytes of JSON
- * (MESH_PUBLISH_MAX_FILE is 16 MiB too). */
-#define RENDER_MAX_BYTES ((size_t)16 << 20)
 /* "[" + IPv6 + "]:" + port, or a 253-byte host name + ":65535". */
 #define ADDR_MAX (MESH_HOST_MAX + 16)
 
@@ -266,10 +271,105 @@ static const char *job_name_of(const struct mesh_render_input *in)
     return expected_of(in) == 1 ? "localhost" : "worker";
 }
 
-/* Everything that holds for any render: sizes, port, job name, every
- * worker's fields. */
-static int check_common(const struct mesh_render_input *in, struct mesh_err *err)
+/* What the one validation pass of a render learns about a worker, so the
+ * writers copy known lengths instead of measuring and checking every string
+ * again for every file. */
+struct wfacts {
+    uint16_t pod_len;  /* < MESH_POD_MAX */
+    uint16_t host_len; /* < MESH_HOST_MAX */
+    uint8_t ip_len;    /* < MESH_IP_MAX */
+    bool host_v6;      /* host is an IPv6 literal: "[host]:port" */
+    bool ip_v6;
+};
+
+/* A checked input, ready for the writers. */
+struct prep {
+    const struct mesh_render_input *in;
+    struct wfacts *f;         /* owned; one per worker, NULL when there are none */
+    enum mesh_addr_mode mode; /* effective: dns or ip */
+    size_t text_bytes;        /* sum of every worker's pod, host and ip lengths */
+    size_t addr_bytes;        /* sum of the bare addresses in mode */
+    char port[8];             /* ":<port>" of in->port */
+    size_t port_len;
+};
+
+static void prep_cleanup(struct prep *p)
 {
+    mesh_free(p->f);
+    p->f = NULL;
+}
+
+/* A dotted quad in the only form inet_pton(AF_INET) accepts: four decimal
+ * parts 0..255 without leading zeros. A false here is not a verdict: the
+ * caller then asks inet_pton. */
+static bool is_plain_ipv4(const char *s, size_t n)
+{
+    if (n < 7 || n > 15) {
+        return false;
+    }
+    size_t i = 0;
+    for (int part = 0; part < 4; part++) {
+        if (part > 0) {
+            if (i >= n || s[i] != '.') {
+                return false;
+            }
+            i++;
+        }
+        size_t start = i;
+        unsigned v = 0;
+        while (i < n && i - start < 3 && s[i] >= '0' && s[i] <= '9') {
+            v = v * 10 + (unsigned)(s[i] - '0');
+            i++;
+        }
+        if (i == start || v > 255 || (i - start > 1 && s[start] == '0')) {
+            return false;
+        }
+    }
+    return i == n;
+}
+
+/* mesh_render_check_worker's verdict plus the worker's facts. The common
+ * case (a pod name, an RFC 1123 host name, a dotted-quad IP) is settled by
+ * the same name checker on lengths measured once; anything else goes to
+ * mesh_render_check_worker, which decides and words the error. */
+static int check_worker_facts(const struct mesh_worker *w, struct wfacts *f, struct mesh_err *err)
+{
+    size_t hl = strnlen(w->host, MESH_HOST_MAX);
+    size_t il = strnlen(w->ip, MESH_IP_MAX);
+    size_t pl = strnlen(w->pod, MESH_POD_MAX);
+    bool ok = hl < MESH_HOST_MAX && il < MESH_IP_MAX && pl < MESH_POD_MAX;
+    if (ok && hl > 0) {
+        ok = mesh_tpuenv_is_dns_name(w->host, hl, false, false) || is_plain_ipv4(w->host, hl);
+    }
+    if (ok && il > 0) {
+        ok = is_plain_ipv4(w->ip, il);
+    }
+    if (ok && pl > 0) {
+        ok = mesh_tpuenv_is_dns_name(w->pod, pl, true, false);
+    }
+    if (!ok) {
+        int rc = mesh_render_check_worker(w, err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    /* Valid: a host name has no ':', an IPv4 literal neither, an IPv6
+     * literal always. */
+    f->pod_len = (uint16_t)pl;
+    f->host_len = (uint16_t)hl;
+    f->ip_len = (uint8_t)il;
+    f->host_v6 = hl > 0 && memchr(w->host, ':', hl) != NULL;
+    f->ip_v6 = il > 0 && memchr(w->ip, ':', il) != NULL;
+    return 0;
+}
+
+/* Everything that holds for any render: sizes, port, job name, every
+ * worker's fields (each checked once, its facts kept in p). On success p
+ * owns memory: prep_cleanup. */
+static int check_common(const struct mesh_render_input *in, struct prep *p, struct mesh_err *err)
+{
+    memset(p, 0, sizeof(*p));
+    p->in = in;
     if (in->nworkers > MESH_RENDER_MAX_WORKERS) {
         return mesh_err_set(err, MESH_E_RANGE, 0, "%zu workers exceed the limit of %d",
                             in->nworkers, MESH_RENDER_MAX_WORKERS);
@@ -304,20 +404,57 @@ static int check_common(const struct mesh_render_input *in, struct mesh_err *err
         return mesh_err_set(err, MESH_E_RANGE, 0, "own worker index %d is out of range",
                             in->self_index);
     }
+    if (in->nworkers > 0) {
+        p->f = mesh_malloc(in->nworkers * sizeof(*p->f));
+    }
+    bool every_host = in->nworkers > 0;
+    size_t host_bytes = 0;
+    size_t ip_bytes = 0;
+    size_t text_bytes = 0;
     for (size_t i = 0; i < in->nworkers; i++) {
-        int rc = mesh_render_check_worker(&in->workers[i], err);
+        struct wfacts *f = &p->f[i];
+        int rc = check_worker_facts(&in->workers[i], f, err);
         if (rc < 0) {
+            prep_cleanup(p);
             return rc;
         }
+        every_host = every_host && f->host_len > 0;
+        host_bytes += f->host_len + 2u * f->host_v6;
+        ip_bytes += f->ip_len + 2u * f->ip_v6;
+        text_bytes += (size_t)f->pod_len + f->host_len + f->ip_len;
     }
+    /* mesh_render_effective_mode, from the facts. */
+    p->mode = in->mode;
+    if (p->mode == MESH_ADDR_AUTO) {
+        p->mode = every_host ? MESH_ADDR_DNS : MESH_ADDR_IP;
+    }
+    p->addr_bytes = p->mode == MESH_ADDR_DNS ? host_bytes : ip_bytes;
+    p->text_bytes = text_bytes;
+    p->port_len = (size_t)snprintf(p->port, sizeof(p->port), ":%d", in->port);
     return 0;
+}
+
+/* The bare address (no port) of worker i in the effective mode: its length,
+ * 0 when it has none. */
+static size_t bare_of(const struct prep *p, size_t i, const char **out, bool *out_v6)
+{
+    const struct mesh_worker *w = &p->in->workers[i];
+    const struct wfacts *f = &p->f[i];
+    if (p->mode == MESH_ADDR_DNS) {
+        *out = w->host;
+        *out_v6 = f->host_v6;
+        return f->host_len;
+    }
+    *out = w->ip;
+    *out_v6 = f->ip_v6;
+    return f->ip_len;
 }
 
 /* What the env files and TF_CONFIG additionally need: the whole job, dense
  * indices, our own index in range, an address for every worker. */
-static int check_complete(const struct mesh_render_input *in, enum mesh_addr_mode mode,
-                          struct mesh_err *err)
+static int check_complete(const struct prep *p, struct mesh_err *err)
 {
+    const struct mesh_render_input *in = p->in;
     int n = expected_of(in);
     if (!in->complete) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
@@ -335,93 +472,206 @@ static int check_complete(const struct mesh_render_input *in, enum mesh_addr_mod
     }
     for (int i = 0; i < n; i++) {
         const struct mesh_worker *w = &in->workers[i];
+        const struct wfacts *f = &p->f[i];
         if (w->index != i) {
             return mesh_err_set(err, MESH_E_INVAL, 0,
                                 "worker at position %d has index %d: the list must be dense "
                                 "and in index order",
                                 i, w->index);
         }
-        if (worker_bare(w, mode) == NULL) {
+        if ((p->mode == MESH_ADDR_DNS ? f->host_len : f->ip_len) == 0) {
             return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "worker %d has no %s yet", i,
-                                mode == MESH_ADDR_DNS ? "host name" : "pod IP");
+                                p->mode == MESH_ADDR_DNS ? "host name" : "pod IP");
         }
     }
     return 0;
 }
 
-static int prepare_complete(const struct mesh_render_input *in, enum mesh_addr_mode *out_mode,
+static int prepare_complete(const struct mesh_render_input *in, struct prep *p,
                             struct mesh_err *err)
 {
-    int rc = check_common(in, err);
-    if (rc < 0) {
-        return rc;
-    }
-    enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, in->nworkers);
-    rc = check_complete(in, mode, err);
-    if (rc < 0) {
-        return rc;
-    }
-    *out_mode = mode;
-    return 0;
-}
-
-/* ---- env files ------------------------------------------------------------ */
-
-static int env_line(struct mesh_buf *b, const char *key, const char *value, struct mesh_err *err)
-{
-    int rc = mesh_buf_printf(b, err, "%s=", key);
+    int rc = check_common(in, p, err);
     if (rc == 0) {
-        rc = mesh_render_shell_quote(b, value, err);
-    }
-    if (rc == 0) {
-        rc = mesh_buf_puts(b, "\n", err);
+        rc = check_complete(p, err);
+        if (rc < 0) {
+            prep_cleanup(p);
+        }
     }
     return rc;
 }
 
-static int env_line_int(struct mesh_buf *b, const char *key, long long v, struct mesh_err *err)
+/* tpu.env writes the slice's strings unquoted-safe: they must be plain
+ * tokens. */
+static int check_slice_tokens(const struct mesh_slice *s, struct mesh_err *err)
 {
-    char num[32];
-    snprintf(num, sizeof(num), "%lld", v);
-    return env_line(b, key, num, err);
+    if (!mesh_render_is_hostname(s->accelerator_type) || !mesh_render_is_hostname(s->topology)) {
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "slice accelerator type or topology is "
+                            "not a plain token");
+    }
+    return 0;
 }
 
-/* Join every worker's "<addr>:<port>" (port < 0: the bare address) with
- * commas into b. */
-static int join_addresses(const struct mesh_render_input *in, enum mesh_addr_mode mode, int port,
-                          struct mesh_buf *b, struct mesh_err *err)
+/* ---- output writer ---------------------------------------------------------
+ *
+ * The files are written straight into one block, sized up front from the
+ * worker facts so a render allocates once. Every write checks the room left
+ * (one comparison) and grows the block if an estimate was short, so a wrong
+ * estimate costs a copy, never memory safety. The largest file is bounded
+ * by the worker limit: 16,384 workers with 253-byte pod and host names make
+ * a topology.json under 16 MiB. */
+
+struct wr {
+    char *data; /* owned */
+    size_t len;
+    size_t cap; /* > len: room for the NUL */
+};
+
+static void wr_init(struct wr *w, size_t hint)
 {
-    for (size_t i = 0; i < in->nworkers; i++) {
-        char addr[ADDR_MAX];
-        int rc;
-        if (port > 0) {
-            rc = mesh_render_worker_address(&in->workers[i], mode, port, addr, sizeof(addr), err);
+    w->cap = hint + 1;
+    w->len = 0;
+    w->data = mesh_malloc(w->cap);
+}
+
+static void wr_grow(struct wr *w, size_t n)
+{
+    size_t cap = w->cap * 2;
+    if (cap < w->len + n + 1) {
+        cap = w->len + n + 1;
+    }
+    w->data = mesh_realloc(w->data, cap);
+    w->cap = cap;
+}
+
+/* Make room for n more bytes and return where they go (commit with
+ * wr_done). */
+static inline char *wr_room(struct wr *w, size_t n)
+{
+    if (__builtin_expect(w->cap - w->len <= n, 0)) {
+        wr_grow(w, n);
+    }
+    return w->data + w->len;
+}
+
+static inline void wr_done(struct wr *w, const char *end)
+{
+    w->len = (size_t)(end - w->data);
+}
+
+static inline void wr_mem(struct wr *w, const void *src, size_t n)
+{
+    char *o = wr_room(w, n);
+    memcpy(o, src, n);
+    w->len += n;
+}
+
+/* A string literal. */
+#define WR_LIT(w, lit) wr_mem((w), (lit), sizeof(lit) - 1)
+
+static inline void wr_ch(struct wr *w, char c)
+{
+    char *o = wr_room(w, 1);
+    *o = c;
+    w->len++;
+}
+
+/* Decimal, like printf's %lld. */
+static void wr_int(struct wr *w, long long v)
+{
+    char tmp[24];
+    size_t i = sizeof(tmp);
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0) {
+        tmp[--i] = '-';
+    }
+    wr_mem(w, tmp + i, sizeof(tmp) - i);
+}
+
+static char *wr_take(struct wr *w, size_t *out_len)
+{
+    w->data[w->len] = '\0';
+    *out_len = w->len;
+    char *d = w->data;
+    w->data = NULL;
+    w->len = 0;
+    w->cap = 0;
+    return d;
+}
+
+/* "<bare>:<port>" of worker i, "[bare]:<port>" for IPv6. */
+static inline void wr_address(struct wr *w, const struct prep *p, const char *bare, size_t len,
+                              bool v6)
+{
+    char *o = wr_room(w, len + 2 + p->port_len);
+    if (v6) {
+        *o++ = '[';
+    }
+    memcpy(o, bare, len);
+    o += len;
+    if (v6) {
+        *o++ = ']';
+    }
+    memcpy(o, p->port, p->port_len);
+    wr_done(w, o + p->port_len);
+}
+
+/* ---- env files ------------------------------------------------------------ */
+
+/* KEY='value'\n with value single-quoted for sh, byte for byte what
+ * mesh_render_shell_quote writes. Every value the renderers pass has been
+ * validated and holds no quote; the loop keeps the quoting right anyway. */
+static void env_line(struct wr *w, const char *key, const char *value)
+{
+    wr_mem(w, key, strlen(key));
+    WR_LIT(w, "='");
+    size_t n = strlen(value);
+    const char *q;
+    while ((q = memchr(value, '\'', n)) != NULL) {
+        wr_mem(w, value, (size_t)(q - value));
+        WR_LIT(w, "'\\''");
+        n -= (size_t)(q - value) + 1;
+        value = q + 1;
+    }
+    wr_mem(w, value, n);
+    WR_LIT(w, "'\n");
+}
+
+static void env_line_int(struct wr *w, const char *key, long long v)
+{
+    wr_mem(w, key, strlen(key));
+    WR_LIT(w, "='");
+    wr_int(w, v);
+    WR_LIT(w, "'\n");
+}
+
+/* KEY='<addr>,<addr>,...'\n: every worker's "<addr>:<port>" (with_port) or
+ * bare address, in index order. Addresses are validated host names and IP
+ * literals: nothing in them needs quoting. */
+static void env_address_list(struct wr *w, const struct prep *p, const char *key, bool with_port)
+{
+    size_t n = p->in->nworkers;
+    wr_room(w, strlen(key) + 4 + p->addr_bytes + n * (1 + p->port_len));
+    wr_mem(w, key, strlen(key));
+    WR_LIT(w, "='");
+    for (size_t i = 0; i < n; i++) {
+        const char *bare;
+        bool v6;
+        size_t len = bare_of(p, i, &bare, &v6);
+        if (i > 0) {
+            wr_ch(w, ',');
+        }
+        if (with_port) {
+            wr_address(w, p, bare, len, v6);
         } else {
-            rc = snprintf(addr, sizeof(addr), "%s", worker_bare(&in->workers[i], mode)) < 0
-                     ? -MESH_E_INVAL
-                     : 0;
-        }
-        if (rc == 0 && i > 0) {
-            rc = mesh_buf_puts(b, ",", err);
-        }
-        if (rc == 0) {
-            rc = mesh_buf_puts(b, addr, err);
-        }
-        if (rc < 0) {
-            return rc;
+            wr_mem(w, bare, len);
         }
     }
-    return 0;
-}
-
-static int finish(struct mesh_buf *b, int rc, char **out_data, size_t *out_len)
-{
-    if (rc < 0) {
-        mesh_buf_cleanup(b);
-        return rc;
-    }
-    *out_data = mesh_buf_steal(b, out_len);
-    return 0;
+    WR_LIT(w, "'\n");
 }
 
 /* dtensor.env (spec §6, §10.9-10.10):
@@ -429,87 +679,48 @@ static int finish(struct mesh_buf *b, int rc, char **out_data, size_t *out_len)
  *   DTENSOR_CLIENT_ID   0 <= id < len(DTENSOR_JOBS)
  *   DTENSOR_JOB_NAME    explicit, else DTensor's default
  *   DTENSOR_NUM_CLIENTS for old DTensor versions that still read it */
-int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                            struct mesh_err *err)
+static void write_dtensor_env(const struct prep *p, char **out_data, size_t *out_len)
 {
-    enum mesh_addr_mode mode;
-    int rc = prepare_complete(in, &mode, err);
-    if (rc < 0) {
-        return rc;
-    }
-    struct mesh_buf jobs;
-    struct mesh_buf b;
-    mesh_buf_init(&jobs, RENDER_MAX_BYTES);
-    mesh_buf_init(&b, RENDER_MAX_BYTES);
-    rc = join_addresses(in, mode, in->port, &jobs, err);
-    if (rc == 0) {
-        rc = env_line(&b, "DTENSOR_JOBS", mesh_buf_str(&jobs), err);
-    }
-    if (rc == 0) {
-        rc = env_line_int(&b, "DTENSOR_CLIENT_ID", in->self_index, err);
-    }
-    if (rc == 0) {
-        rc = env_line(&b, "DTENSOR_JOB_NAME", job_name_of(in), err);
-    }
-    if (rc == 0) {
-        rc = env_line_int(&b, "DTENSOR_NUM_CLIENTS", (long long)in->nworkers, err);
-    }
-    mesh_buf_cleanup(&jobs);
-    return finish(&b, rc, out_data, out_len);
+    const struct mesh_render_input *in = p->in;
+    struct wr w;
+    wr_init(&w, 256 + p->addr_bytes + in->nworkers * (1 + p->port_len));
+    env_address_list(&w, p, "DTENSOR_JOBS", true);
+    env_line_int(&w, "DTENSOR_CLIENT_ID", in->self_index);
+    env_line(&w, "DTENSOR_JOB_NAME", job_name_of(in));
+    env_line_int(&w, "DTENSOR_NUM_CLIENTS", (long long)in->nworkers);
+    *out_data = wr_take(&w, out_len);
 }
 
-static void bounds_text(const int v[3], char out[48])
+static void env_line_bounds(struct wr *w, const char *key, const int v[3])
 {
-    snprintf(out, 48, "%d,%d,%d", v[0], v[1], v[2]);
+    wr_mem(w, key, strlen(key));
+    WR_LIT(w, "='");
+    for (int i = 0; i < 3; i++) {
+        if (i > 0) {
+            wr_ch(w, ',');
+        }
+        wr_int(w, v[i]);
+    }
+    WR_LIT(w, "'\n");
 }
 
 /* tpu.env: what GKE's TPU webhook injects and libtpu/JAX/torch_xla read
- * (spec §4.5, §4.6): the worker id indexes the host name list. */
-int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                        struct mesh_err *err)
+ * (spec §4.5, §4.6): the worker id indexes the host name list. The slice's
+ * tokens have passed check_slice_tokens. */
+static void write_tpu_env(const struct prep *p, char **out_data, size_t *out_len)
 {
-    enum mesh_addr_mode mode;
-    int rc = prepare_complete(in, &mode, err);
-    if (rc < 0) {
-        return rc;
+    const struct mesh_render_input *in = p->in;
+    struct wr w;
+    wr_init(&w, 512 + p->addr_bytes + in->nworkers);
+    env_line_int(&w, "TPU_WORKER_ID", in->self_index);
+    env_address_list(&w, p, "TPU_WORKER_HOSTNAMES", false);
+    if (in->slice != NULL) {
+        env_line(&w, "TPU_ACCELERATOR_TYPE", in->slice->accelerator_type);
+        env_line(&w, "TPU_TOPOLOGY", in->slice->topology);
+        env_line_bounds(&w, "TPU_HOST_BOUNDS", in->slice->host_bounds);
+        env_line_bounds(&w, "TPU_CHIPS_PER_HOST_BOUNDS", in->slice->chips_per_host_bounds);
     }
-    struct mesh_buf hosts;
-    struct mesh_buf b;
-    mesh_buf_init(&hosts, RENDER_MAX_BYTES);
-    mesh_buf_init(&b, RENDER_MAX_BYTES);
-    rc = env_line_int(&b, "TPU_WORKER_ID", in->self_index, err);
-    if (rc == 0) {
-        rc = join_addresses(in, mode, -1, &hosts, err);
-    }
-    if (rc == 0) {
-        rc = env_line(&b, "TPU_WORKER_HOSTNAMES", mesh_buf_str(&hosts), err);
-    }
-    if (rc == 0 && in->slice != NULL) {
-        char hb[48];
-        char cb[48];
-        bounds_text(in->slice->host_bounds, hb);
-        bounds_text(in->slice->chips_per_host_bounds, cb);
-        if (!mesh_render_is_hostname(in->slice->accelerator_type) ||
-            !mesh_render_is_hostname(in->slice->topology)) {
-            rc = mesh_err_set(err, MESH_E_INVAL, 0,
-                              "slice accelerator type or topology is "
-                              "not a plain token");
-        }
-        if (rc == 0) {
-            rc = env_line(&b, "TPU_ACCELERATOR_TYPE", in->slice->accelerator_type, err);
-        }
-        if (rc == 0) {
-            rc = env_line(&b, "TPU_TOPOLOGY", in->slice->topology, err);
-        }
-        if (rc == 0) {
-            rc = env_line(&b, "TPU_HOST_BOUNDS", hb, err);
-        }
-        if (rc == 0) {
-            rc = env_line(&b, "TPU_CHIPS_PER_HOST_BOUNDS", cb, err);
-        }
-    }
-    mesh_buf_cleanup(&hosts);
-    return finish(&b, rc, out_data, out_len);
+    *out_data = wr_take(&w, out_len);
 }
 
 /* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE it takes worker 0
@@ -517,161 +728,344 @@ int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, siz
  * §10.13; gke-and-peers.md §3.2). JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
  * conventional names for jax.distributed.initialize(num_processes=,
  * process_id=) that launchers pass; we write the same values GKE implies. */
+static void write_jax_env(const struct prep *p, char **out_data, size_t *out_len)
+{
+    const struct mesh_render_input *in = p->in;
+    struct prep jax = *p;
+    jax.port_len = (size_t)snprintf(jax.port, sizeof(jax.port), ":%d", MESH_RENDER_JAX_PORT);
+    const char *bare;
+    bool v6;
+    size_t len = bare_of(p, 0, &bare, &v6);
+    struct wr w;
+    wr_init(&w, 160 + len);
+    WR_LIT(&w, "JAX_COORDINATOR_ADDRESS='");
+    wr_address(&w, &jax, bare, len, v6);
+    WR_LIT(&w, "'\n");
+    env_line_int(&w, "JAX_NUM_PROCESSES", (long long)in->nworkers);
+    env_line_int(&w, "JAX_PROCESS_ID", in->self_index);
+    *out_data = wr_take(&w, out_len);
+}
+
+int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                            struct mesh_err *err)
+{
+    struct prep p;
+    int rc = prepare_complete(in, &p, err);
+    if (rc == 0) {
+        write_dtensor_env(&p, out_data, out_len);
+        prep_cleanup(&p);
+    }
+    return rc;
+}
+
+int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                        struct mesh_err *err)
+{
+    struct prep p;
+    int rc = prepare_complete(in, &p, err);
+    if (rc == 0 && in->slice != NULL) {
+        rc = check_slice_tokens(in->slice, err);
+        if (rc < 0) {
+            prep_cleanup(&p);
+        }
+    }
+    if (rc == 0) {
+        write_tpu_env(&p, out_data, out_len);
+        prep_cleanup(&p);
+    }
+    return rc;
+}
+
 int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                         struct mesh_err *err)
 {
-    enum mesh_addr_mode mode;
-    int rc = prepare_complete(in, &mode, err);
-    if (rc < 0) {
-        return rc;
-    }
-    char coord[ADDR_MAX];
-    struct mesh_buf b;
-    mesh_buf_init(&b, RENDER_MAX_BYTES);
-    rc = mesh_render_worker_address(&in->workers[0], mode, MESH_RENDER_JAX_PORT, coord,
-                                    sizeof(coord), err);
+    struct prep p;
+    int rc = prepare_complete(in, &p, err);
     if (rc == 0) {
-        rc = env_line(&b, "JAX_COORDINATOR_ADDRESS", coord, err);
+        write_jax_env(&p, out_data, out_len);
+        prep_cleanup(&p);
     }
-    if (rc == 0) {
-        rc = env_line_int(&b, "JAX_NUM_PROCESSES", (long long)in->nworkers, err);
-    }
-    if (rc == 0) {
-        rc = env_line_int(&b, "JAX_PROCESS_ID", in->self_index, err);
-    }
-    return finish(&b, rc, out_data, out_len);
+    return rc;
 }
 
-/* ---- JSON files ------------------------------------------------------------ */
+/* ---- JSON files ------------------------------------------------------------
+ *
+ * Written directly, byte for byte as cJSON 1.7 prints the same tree
+ * (cJSON_Print for topology.json, cJSON_PrintUnformatted for
+ * tf_config.json; tests/unit/test_render_json.c holds the cJSON version as
+ * the oracle): formatted objects put each member on its own line, indented
+ * with one tab per level, as "key":<TAB>value, and close at the parent's
+ * indentation; formatted arrays separate elements with ", " on one line;
+ * unformatted output has no whitespace at all. */
 
-static int print_json(cJSON *root, bool formatted, char **out_data, size_t *out_len,
-                      struct mesh_err *err)
+/* A JSON string as cJSON's print_string_ptr escapes it: \" \\ \b \f \n \r
+ * \t, every other byte below 0x20 as \u00xx (lower-case hex), every other
+ * byte (0x7f and UTF-8 or not above it) copied as is. */
+static void wr_json_str(struct wr *w, const char *s)
 {
-    char *text = formatted ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
-    if (text == NULL) {
-        return mesh_err_set(err, MESH_E_INVAL, 0, "cannot serialize JSON");
+    static const char hex[] = "0123456789abcdef";
+    size_t n = strlen(s);
+    char *o = wr_room(w, 6 * n + 2);
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '\b':
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = 'f';
+            break;
+        case '\n':
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = 't';
+            break;
+        default:
+            memcpy(o, "u00", 3);
+            o[3] = hex[c >> 4];
+            o[4] = hex[c & 15];
+            o += 5;
+            break;
+        }
     }
-    /* cJSON allocates with its own hooks: copy into ours, adding '\n'. */
-    size_t n = strlen(text);
-    char *out = mesh_malloc(n + 2);
-    memcpy(out, text, n);
-    out[n] = '\n';
-    out[n + 1] = '\0';
-    cJSON_free(text);
-    *out_data = out;
-    *out_len = n + 1;
-    return 0;
+    *o++ = '"';
+    wr_done(w, o);
+}
+
+/* A validated worker string (pod name, host name, IP literal, address): none
+ * of its characters needs escaping. "" is null (unknown). */
+static inline void wr_json_plain_or_null(struct wr *w, const char *s, size_t n)
+{
+    if (n == 0) {
+        WR_LIT(w, "null");
+        return;
+    }
+    char *o = wr_room(w, n + 2);
+    *o++ = '"';
+    memcpy(o, s, n);
+    o[n] = '"';
+    wr_done(w, o + n + 1);
+}
+
+/* A JSON number for the generation as cJSON prints a double: the int digits
+ * when the value fits an int; otherwise "%1.15g" unless reading that back
+ * misses by more than DBL_EPSILON relative, then "%1.17g" (cJSON 1.7
+ * print_number and compare_double). Below 10^15 "%1.15g" of an integer is
+ * its digits, so only larger generations take the printf path. */
+static void wr_json_generation(struct wr *w, uint64_t v)
+{
+    if (v < 1000000000000000ULL) {
+        wr_int(w, (long long)v);
+        return;
+    }
+    char num[32];
+    double d = (double)v;
+    snprintf(num, sizeof(num), "%1.15g", d);
+    double back = strtod(num, NULL);
+    double diff = back > d ? back - d : d - back;
+    double max = back > d ? back : d;
+    if (!(diff <= max * DBL_EPSILON)) {
+        snprintf(num, sizeof(num), "%1.17g", d);
+    }
+    wr_mem(w, num, strlen(num));
 }
 
 /* tf_config.json (spec §7.1, §10.14): the TF_CONFIG value,
  * {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}. */
+static void write_tf_config(const struct prep *p, char **out_data, size_t *out_len)
+{
+    const struct mesh_render_input *in = p->in;
+    size_t n = in->nworkers;
+    struct wr w;
+    wr_init(&w, 128 + p->addr_bytes + n * (3 + p->port_len));
+    WR_LIT(&w, "{\"cluster\":{\"worker\":[");
+    for (size_t i = 0; i < n; i++) {
+        const char *bare;
+        bool v6;
+        size_t len = bare_of(p, i, &bare, &v6);
+        if (i > 0) {
+            wr_ch(&w, ',');
+        }
+        wr_ch(&w, '"');
+        wr_address(&w, p, bare, len, v6);
+        wr_ch(&w, '"');
+    }
+    WR_LIT(&w, "]},\"task\":{\"type\":\"worker\",\"index\":");
+    wr_int(&w, in->self_index);
+    WR_LIT(&w, "}}\n");
+    *out_data = wr_take(&w, out_len);
+}
+
 int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                           struct mesh_err *err)
 {
-    enum mesh_addr_mode mode;
-    int rc = prepare_complete(in, &mode, err);
-    if (rc < 0) {
-        return rc;
+    struct prep p;
+    int rc = prepare_complete(in, &p, err);
+    if (rc == 0) {
+        write_tf_config(&p, out_data, out_len);
+        prep_cleanup(&p);
     }
-    mesh_autocjson cJSON *root = cJSON_CreateObject();
-    cJSON *cluster = cJSON_AddObjectToObject(root, "cluster");
-    cJSON *list = cJSON_AddArrayToObject(cluster, "worker");
-    for (size_t i = 0; i < in->nworkers; i++) {
-        char addr[ADDR_MAX];
-        rc = mesh_render_worker_address(&in->workers[i], mode, in->port, addr, sizeof(addr), err);
-        if (rc < 0) {
-            return rc;
+    return rc;
+}
+
+/* "slice": {...} at depth 1, members at depth 2. */
+static void write_slice_json(struct wr *w, const struct mesh_slice *s)
+{
+    WR_LIT(w, "{\n\t\t\"acceleratorType\":\t");
+    wr_json_str(w, s->accelerator_type);
+    WR_LIT(w, ",\n\t\t\"topology\":\t");
+    wr_json_str(w, s->topology);
+    WR_LIT(w, ",\n\t\t\"chips\":\t");
+    wr_int(w, s->chips);
+    WR_LIT(w, ",\n\t\t\"hosts\":\t");
+    wr_int(w, s->hosts);
+    WR_LIT(w, ",\n\t\t\"chipsPerHost\":\t");
+    wr_int(w, s->chips_per_host);
+    WR_LIT(w, ",\n\t\t\"coresPerChip\":\t");
+    wr_int(w, s->cores_per_chip);
+    WR_LIT(w, ",\n\t\t\"devicesPerHost\":\t");
+    wr_int(w, s->devices_per_host);
+    WR_LIT(w, ",\n\t\t\"meshShape\":\t[");
+    for (int i = 0; i < 4; i++) {
+        if (i > 0) {
+            WR_LIT(w, ", ");
         }
-        cJSON_AddItemToArray(list, cJSON_CreateString(addr));
+        wr_int(w, s->mesh_shape[i]);
     }
-    cJSON *task = cJSON_AddObjectToObject(root, "task");
-    cJSON_AddStringToObject(task, "type", "worker");
-    cJSON_AddNumberToObject(task, "index", in->self_index);
-    return print_json(root, false, out_data, out_len, err);
+    WR_LIT(w, "]\n\t}");
 }
 
-static void add_str_or_null(cJSON *o, const char *key, const char *v)
+/* One element of "workers" at depth 2, members at depth 3. */
+static void write_worker_json(struct wr *w, const struct prep *p, size_t i)
 {
-    if (v != NULL && v[0] != '\0') {
-        cJSON_AddStringToObject(o, key, v);
+    const struct mesh_worker *wk = &p->in->workers[i];
+    const struct wfacts *f = &p->f[i];
+    WR_LIT(w, "{\n\t\t\t\"index\":\t");
+    wr_int(w, wk->index);
+    WR_LIT(w, ",\n\t\t\t\"pod\":\t");
+    wr_json_plain_or_null(w, wk->pod, f->pod_len);
+    WR_LIT(w, ",\n\t\t\t\"host\":\t");
+    wr_json_plain_or_null(w, wk->host, f->host_len);
+    WR_LIT(w, ",\n\t\t\t\"ip\":\t");
+    wr_json_plain_or_null(w, wk->ip, f->ip_len);
+    WR_LIT(w, ",\n\t\t\t\"address\":\t");
+    const char *bare;
+    bool v6;
+    size_t len = bare_of(p, i, &bare, &v6);
+    if (len == 0) {
+        WR_LIT(w, "null");
     } else {
-        cJSON_AddNullToObject(o, key);
+        wr_ch(w, '"');
+        wr_address(w, p, bare, len, v6);
+        wr_ch(w, '"');
+    }
+    if (wk->ready) {
+        WR_LIT(w, ",\n\t\t\t\"ready\":\ttrue\n\t\t}");
+    } else {
+        WR_LIT(w, ",\n\t\t\t\"ready\":\tfalse\n\t\t}");
     }
 }
 
-static cJSON *slice_json(const struct mesh_slice *s)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "acceleratorType", s->accelerator_type);
-    cJSON_AddStringToObject(o, "topology", s->topology);
-    cJSON_AddNumberToObject(o, "chips", s->chips);
-    cJSON_AddNumberToObject(o, "hosts", s->hosts);
-    cJSON_AddNumberToObject(o, "chipsPerHost", s->chips_per_host);
-    cJSON_AddNumberToObject(o, "coresPerChip", s->cores_per_chip);
-    cJSON_AddNumberToObject(o, "devicesPerHost", s->devices_per_host);
-    cJSON_AddItemToObject(o, "meshShape", cJSON_CreateIntArray(s->mesh_shape, 4));
-    return o;
-}
+/* The fixed bytes of one worker element and its separator, an upper bound
+ * used to size the block. */
+#define WORKER_JSON_FIXED 160
 
 /* topology.json (DESIGN.md §4): what is known, complete or not. Keys in this
  * order: generation, complete, slice, jobName, clientId, numClients,
  * coordinator, workers[] {index, pod, host, ip, address, ready}. Unknown
  * values are null. */
+static void write_topology_json(const struct prep *p, char **out_data, size_t *out_len)
+{
+    const struct mesh_render_input *in = p->in;
+    size_t n = in->nworkers;
+    struct wr w;
+    wr_init(&w, 1024 + p->text_bytes + p->addr_bytes + n * (WORKER_JSON_FIXED + p->port_len));
+    WR_LIT(&w, "{\n\t\"generation\":\t");
+    wr_json_generation(&w, in->generation);
+    if (in->complete) {
+        WR_LIT(&w, ",\n\t\"complete\":\ttrue,\n\t\"slice\":\t");
+    } else {
+        WR_LIT(&w, ",\n\t\"complete\":\tfalse,\n\t\"slice\":\t");
+    }
+    if (in->slice != NULL) {
+        write_slice_json(&w, in->slice);
+    } else {
+        WR_LIT(&w, "null");
+    }
+    WR_LIT(&w, ",\n\t\"jobName\":\t");
+    wr_json_str(&w, job_name_of(in));
+    WR_LIT(&w, ",\n\t\"clientId\":\t");
+    if (in->self_index >= 0) {
+        wr_int(&w, in->self_index);
+    } else {
+        WR_LIT(&w, "null");
+    }
+    WR_LIT(&w, ",\n\t\"numClients\":\t");
+    wr_int(&w, expected_of(in));
+    /* The coordinator is DTENSOR_JOBS[0] (spec §6: the coordination service
+     * and collective leader are task 0), when worker 0 is known. */
+    WR_LIT(&w, ",\n\t\"coordinator\":\t");
+    const char *bare = NULL;
+    bool v6 = false;
+    size_t len = n > 0 && in->workers[0].index == 0 ? bare_of(p, 0, &bare, &v6) : 0;
+    if (len > 0) {
+        wr_ch(&w, '"');
+        wr_address(&w, p, bare, len, v6);
+        wr_ch(&w, '"');
+    } else {
+        WR_LIT(&w, "null");
+    }
+    WR_LIT(&w, ",\n\t\"workers\":\t[");
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0) {
+            WR_LIT(&w, ", ");
+        }
+        write_worker_json(&w, p, i);
+    }
+    WR_LIT(&w, "]\n}\n");
+    *out_data = wr_take(&w, out_len);
+}
+
+/* topology.json's own check: the slice strings are read as C strings. */
+static int check_slice_terminated(const struct mesh_slice *s, struct mesh_err *err)
+{
+    if (s != NULL && (memchr(s->accelerator_type, '\0', MESH_ACCEL_TYPE_MAX) == NULL ||
+                      memchr(s->topology, '\0', MESH_TOPOLOGY_MAX) == NULL)) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "slice strings are not terminated");
+    }
+    return 0;
+}
+
 int mesh_render_topology_json(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                               struct mesh_err *err)
 {
-    int rc = check_common(in, err);
+    struct prep p;
+    int rc = check_common(in, &p, err);
     if (rc < 0) {
         return rc;
     }
-    if (in->slice != NULL &&
-        (memchr(in->slice->accelerator_type, '\0', MESH_ACCEL_TYPE_MAX) == NULL ||
-         memchr(in->slice->topology, '\0', MESH_TOPOLOGY_MAX) == NULL)) {
-        return mesh_err_set(err, MESH_E_INVAL, 0, "slice strings are not terminated");
+    rc = check_slice_terminated(in->slice, err);
+    if (rc == 0) {
+        write_topology_json(&p, out_data, out_len);
     }
-    enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, in->nworkers);
-    mesh_autocjson cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "generation", (double)in->generation);
-    cJSON_AddBoolToObject(root, "complete", in->complete);
-    if (in->slice != NULL) {
-        cJSON_AddItemToObject(root, "slice", slice_json(in->slice));
-    } else {
-        cJSON_AddNullToObject(root, "slice");
-    }
-    cJSON_AddStringToObject(root, "jobName", job_name_of(in));
-    if (in->self_index >= 0) {
-        cJSON_AddNumberToObject(root, "clientId", in->self_index);
-    } else {
-        cJSON_AddNullToObject(root, "clientId");
-    }
-    cJSON_AddNumberToObject(root, "numClients", expected_of(in));
-
-    /* The coordinator is DTENSOR_JOBS[0] (spec §6: the coordination service
-     * and collective leader are task 0), when worker 0 is known. */
-    char coord[ADDR_MAX];
-    coord[0] = '\0';
-    if (in->nworkers > 0 && in->workers[0].index == 0) {
-        (void)mesh_render_worker_address(&in->workers[0], mode, in->port, coord, sizeof(coord),
-                                         NULL);
-    }
-    add_str_or_null(root, "coordinator", coord);
-
-    cJSON *list = cJSON_AddArrayToObject(root, "workers");
-    for (size_t i = 0; i < in->nworkers; i++) {
-        const struct mesh_worker *w = &in->workers[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "index", w->index);
-        add_str_or_null(o, "pod", w->pod);
-        add_str_or_null(o, "host", w->host);
-        add_str_or_null(o, "ip", w->ip);
-        char addr[ADDR_MAX];
-        addr[0] = '\0';
-        (void)mesh_render_worker_address(w, mode, in->port, addr, sizeof(addr), NULL);
-        add_str_or_null(o, "address", addr);
-        cJSON_AddBoolToObject(o, "ready", w->ready);
-        cJSON_AddItemToArray(list, o);
-    }
-    return print_json(root, true, out_data, out_len, err);
+    prep_cleanup(&p);
+    return rc;
 }
 
 size_t mesh_render_env_longest(const char *data, size_t len, const char **out_key,
@@ -707,31 +1101,55 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
 int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
                     struct mesh_err *err)
 {
-    struct mesh_render_out tmp;
-    mesh_render_out_init(&tmp);
-    int rc = mesh_render_topology_json(in, &tmp.data[MESH_FILE_TOPOLOGY_JSON],
-                                       &tmp.len[MESH_FILE_TOPOLOGY_JSON], err);
+    /* The checks of the five renderers in the order they ran one after the
+     * other (the first failure wins), each worker checked once; then
+     * writers that cannot fail. */
+    struct prep p;
+    int rc = check_common(in, &p, err);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = check_slice_terminated(in->slice, err);
     if (rc == 0 && in->complete) {
-        rc = mesh_render_dtensor_env(in, &tmp.data[MESH_FILE_DTENSOR_ENV],
-                                     &tmp.len[MESH_FILE_DTENSOR_ENV], err);
-        if (rc == 0) {
-            rc = mesh_render_tf_config(in, &tmp.data[MESH_FILE_TF_CONFIG],
-                                       &tmp.len[MESH_FILE_TF_CONFIG], err);
-        }
-        if (rc == 0) {
-            rc = mesh_render_tpu_env(in, &tmp.data[MESH_FILE_TPU_ENV], &tmp.len[MESH_FILE_TPU_ENV],
-                                     err);
-        }
-        if (rc == 0) {
-            rc = mesh_render_jax_env(in, &tmp.data[MESH_FILE_JAX_ENV], &tmp.len[MESH_FILE_JAX_ENV],
-                                     err);
+        rc = check_complete(&p, err);
+        if (rc == 0 && in->slice != NULL) {
+            rc = check_slice_tokens(in->slice, err);
         }
     }
     if (rc < 0) {
-        mesh_render_out_cleanup(&tmp);
+        prep_cleanup(&p);
         return rc;
     }
+    struct mesh_render_out tmp;
+    mesh_render_out_init(&tmp);
+    write_topology_json(&p, &tmp.data[MESH_FILE_TOPOLOGY_JSON], &tmp.len[MESH_FILE_TOPOLOGY_JSON]);
+    if (in->complete) {
+        write_dtensor_env(&p, &tmp.data[MESH_FILE_DTENSOR_ENV], &tmp.len[MESH_FILE_DTENSOR_ENV]);
+        write_tf_config(&p, &tmp.data[MESH_FILE_TF_CONFIG], &tmp.len[MESH_FILE_TF_CONFIG]);
+        write_tpu_env(&p, &tmp.data[MESH_FILE_TPU_ENV], &tmp.len[MESH_FILE_TPU_ENV]);
+        write_jax_env(&p, &tmp.data[MESH_FILE_JAX_ENV], &tmp.len[MESH_FILE_JAX_ENV]);
+    }
+    prep_cleanup(&p);
     *out = tmp;
+    return 0;
+}
+
+/* cJSON's compact print plus a newline, in our allocation (cluster_spec). */
+static int print_json(cJSON *root, char **out_data, size_t *out_len, struct mesh_err *err)
+{
+    char *text = cJSON_PrintUnformatted(root);
+    if (text == NULL) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "cannot serialize JSON");
+    }
+    /* cJSON allocates with its own hooks: copy into ours, adding '\n'. */
+    size_t n = strlen(text);
+    char *out = mesh_malloc(n + 2);
+    memcpy(out, text, n);
+    out[n] = '\n';
+    out[n + 1] = '\0';
+    cJSON_free(text);
+    *out_data = out;
+    *out_len = n + 1;
     return 0;
 }
 
@@ -773,7 +1191,7 @@ int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t 
         }
         cJSON_AddItemToArray(list, cJSON_CreateString(addr));
     }
-    return print_json(root, false, out_data, out_len, err);
+    return print_json(root, out_data, out_len, err);
 }
 
 int mesh_render_diff(const struct mesh_render_input *a, const struct mesh_render_input *b,

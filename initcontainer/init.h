@@ -70,7 +70,8 @@ struct mesh_init {
     char *tpu_source; /* human-readable: "flag --tpu", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", ... */
     bool have_slice;
     struct mesh_slice slice;
-    struct mesh_worker *workers; /* owned, index order; may be fewer than expected */
+    struct mesh_worker *workers; /* owned, index order; may be fewer than expected;
+                                    one block with its strings (model.h) */
     size_t nworkers;
     int self_index;                  /* this pod's worker index, -1 if unknown */
     bool complete;                   /* the whole worker list is known */

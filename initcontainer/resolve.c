@@ -25,6 +25,7 @@
 #include "core/cleanup.h"
 #include "core/json.h"
 #include "core/tpuenv.h"
+#include "core/workers.h"
 #include "init.h"
 #include "io/gce_metadata.h"
 #include "io/log.h"
@@ -405,8 +406,8 @@ static int resolve_vm_workers(struct mesh_init *ctx, const struct mesh_gce_tpu_v
             return mesh_err_prefix(err, "TPU_WORKER_HOSTNAMES");
         }
     } else if (md != NULL && md->nworkers > 0) {
-        ctx->workers = mesh_calloc(md->nworkers, sizeof(*ctx->workers));
-        memcpy(ctx->workers, md->workers, md->nworkers * sizeof(*ctx->workers));
+        /* md keeps its block: take a one-block copy of our own. */
+        ctx->workers = mesh_workers_copy(md->workers, md->nworkers);
         ctx->nworkers = md->nworkers;
     }
     return 0;

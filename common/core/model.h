@@ -2,8 +2,9 @@
  * model.h - the data model shared by the topology core (accel.c, topo.c),
  * the renderers (render.c), the publisher, tpumesh-init and tpumesh-sidecar.
  *
- * These are plain value structs with fixed-size strings: no ownership to
- * track, safe to copy, and a worker costs a bounded number of bytes.
+ * The slice structs are plain values with fixed-size strings. A worker
+ * borrows its strings (see struct mesh_worker for who owns them), so a
+ * worker list of 16,384 entries costs its string bytes plus 40 B a worker.
  * Facts: ../shared/spec/tpu-and-tensorflow.md §5.5, §8; DESIGN.md §4-§5.
  */
 #ifndef MESH_MODEL_H
@@ -67,16 +68,20 @@ enum mesh_addr_mode {
 #define MESH_POD_MAX 254
 #define MESH_JOB_NAME_MAX 64
 
-/* One worker (one pod / one TPU VM host) in index order. Empty strings mean
- * "not known". */
+/* One worker (one pod / one TPU VM host) in index order. The strings are
+ * borrowed, never NULL, "" = not known. Whoever hands out an owned
+ * `struct mesh_worker *` array allocates ONE block: the array followed by
+ * the string bytes it points into (mesh_workers_block_alloc in workers.h),
+ * so a single mesh_free(array) releases everything. Each string stays within
+ * the bounds below (including the NUL). */
 struct mesh_worker {
-    int index;                /* task index = DTENSOR_CLIENT_ID = TPU_WORKER_ID */
-    char pod[MESH_POD_MAX];   /* pod name; "" on the env-only TPU VM path */
-    char host[MESH_HOST_MAX]; /* DNS name: <spec.hostname>.<spec.subdomain>, or a
-                                 TPU_WORKER_HOSTNAMES entry */
-    char ip[MESH_IP_MAX];     /* status.podIP (IPv4 or IPv6 text), or "" */
-    bool ready;               /* the pod's Ready condition (reported, never required) */
-    bool terminating;         /* deletionTimestamp set */
+    int index;        /* task index = DTENSOR_CLIENT_ID = TPU_WORKER_ID */
+    const char *pod;  /* pod name; "" on the env-only TPU VM path (< MESH_POD_MAX) */
+    const char *host; /* DNS name: <spec.hostname>.<spec.subdomain>, or a
+                         TPU_WORKER_HOSTNAMES entry (< MESH_HOST_MAX) */
+    const char *ip;   /* status.podIP (IPv4 or IPv6 text), or "" (< MESH_IP_MAX) */
+    bool ready;       /* the pod's Ready condition (reported, never required) */
+    bool terminating; /* deletionTimestamp set */
 };
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "json.h"
 #include "mem.h"
+#include "workers.h"
 
 /* Longest piece of offending input quoted in an error message. */
 #define SHOW_MAX 64
@@ -117,39 +118,43 @@ int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
         return mesh_err_set(err, MESH_E_TOOBIG, 0, "worker host list is larger than %d bytes",
                             MESH_TPUENV_MAX_INPUT);
     }
-    size_t pos = 0, n = 0, cap = 0;
-    bool done = false;
-    const char *item;
-    size_t ilen;
+    /* Pass 0 validates and counts, pass 1 fills one block (model.h). */
+    size_t n = 0, bytes = 0;
     struct mesh_worker *w = NULL;
-    while (next_item(s, len, &pos, &done, &item, &ilen)) {
-        if (n >= max) {
-            mesh_free(w);
-            return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
+    struct mesh_workers_block blk;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t pos = 0;
+        bool done = false;
+        const char *item;
+        size_t ilen;
+        if (pass == 1) {
+            w = mesh_workers_block_alloc(n, bytes, &blk);
+            n = 0;
         }
-        if (!mesh_tpuenv_is_valid_host(item, ilen)) {
-            mesh_free(w);
-            if (ilen == 0) {
-                return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                    "entry %zu is empty (remove the stray comma)", n);
+        while (next_item(s, len, &pos, &done, &item, &ilen)) {
+            if (pass == 1) {
+                w[n].index = (int)n;
+                w[n].host = mesh_workers_block_put(&blk, item, ilen);
+                w[n].ip = mesh_tpuenv_is_ip(item, ilen) ? w[n].host : "";
+                n++;
+                continue;
             }
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "entry %zu '%.*s' is not a valid RFC 1123 host name or IP address",
-                                n, show_len(ilen), item);
+            if (n >= max) {
+                return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
+            }
+            if (!mesh_tpuenv_is_valid_host(item, ilen)) {
+                if (ilen == 0) {
+                    return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                        "entry %zu is empty (remove the stray comma)", n);
+                }
+                return mesh_err_set(
+                    err, MESH_E_CONFIG, 0,
+                    "entry %zu '%.*s' is not a valid RFC 1123 host name or IP address", n,
+                    show_len(ilen), item);
+            }
+            bytes += ilen + 1;
+            n++;
         }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            w = mesh_reallocarray(w, cap, sizeof(*w));
-        }
-        memset(&w[n], 0, sizeof(w[n]));
-        w[n].index = (int)n;
-        memcpy(w[n].host, item, ilen);
-        w[n].host[ilen] = '\0';
-        if (mesh_tpuenv_is_ip(item, ilen)) {
-            memcpy(w[n].ip, item, ilen);
-            w[n].ip[ilen] = '\0';
-        }
-        n++;
     }
     *out_workers = w;
     *out_n = n;
@@ -481,40 +486,45 @@ int mesh_tpuenv_parse_worker_endpoints(const char *s, size_t len, size_t max,
                             "worker-network-endpoints is larger than %d bytes",
                             MESH_TPUENV_MAX_INPUT);
     }
-    size_t pos = 0, n = 0, cap = 0;
-    bool done = false;
-    const char *item;
-    size_t ilen;
+    /* Pass 0 validates and counts, pass 1 fills one block (model.h). */
+    size_t n = 0, bytes = 0;
     struct mesh_worker *w = NULL;
-    while (next_item(s, len, &pos, &done, &item, &ilen)) {
-        /* hostname:uid:ip - take field [2] (spec §4.4). */
-        const char *c1 = memchr(item, ':', ilen);
-        const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
-        const char *ip = c2 ? c2 + 1 : NULL;
-        size_t iplen = ip ? ilen - (size_t)(ip - item) : 0;
-        if (n >= max) {
-            mesh_free(w);
-            return mesh_err_set(err, MESH_E_TOOBIG, 0,
-                                "worker-network-endpoints lists more than %zu workers", max);
+    struct mesh_workers_block blk;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t pos = 0;
+        bool done = false;
+        const char *item;
+        size_t ilen;
+        if (pass == 1) {
+            w = mesh_workers_block_alloc(n, bytes, &blk);
+            n = 0;
         }
-        if (ip == NULL || !mesh_tpuenv_is_ip(ip, iplen)) {
-            mesh_free(w);
-            return mesh_err_set(err, MESH_E_PARSE, 0,
-                                "worker-network-endpoints entry %zu '%.*s' is not "
-                                "hostname:uid:IP",
-                                n, show_len(ilen), item);
+        while (next_item(s, len, &pos, &done, &item, &ilen)) {
+            /* hostname:uid:ip - take field [2] (spec §4.4). */
+            const char *c1 = memchr(item, ':', ilen);
+            const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
+            const char *ip = c2 ? c2 + 1 : NULL;
+            size_t iplen = ip ? ilen - (size_t)(ip - item) : 0;
+            if (pass == 1) {
+                w[n].index = (int)n;
+                w[n].ip = mesh_workers_block_put(&blk, ip, iplen);
+                w[n].host = w[n].ip;
+                n++;
+                continue;
+            }
+            if (n >= max) {
+                return mesh_err_set(err, MESH_E_TOOBIG, 0,
+                                    "worker-network-endpoints lists more than %zu workers", max);
+            }
+            if (ip == NULL || !mesh_tpuenv_is_ip(ip, iplen)) {
+                return mesh_err_set(err, MESH_E_PARSE, 0,
+                                    "worker-network-endpoints entry %zu '%.*s' is not "
+                                    "hostname:uid:IP",
+                                    n, show_len(ilen), item);
+            }
+            bytes += iplen + 1;
+            n++;
         }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            w = mesh_reallocarray(w, cap, sizeof(*w));
-        }
-        memset(&w[n], 0, sizeof(w[n]));
-        w[n].index = (int)n;
-        memcpy(w[n].ip, ip, iplen);
-        w[n].ip[iplen] = '\0';
-        memcpy(w[n].host, ip, iplen);
-        w[n].host[iplen] = '\0';
-        n++;
     }
     *out_workers = w;
     *out_n = n;

@@ -43,9 +43,9 @@ bool mesh_tpuenv_is_ip(const char *s, size_t len);
  * spec §4.5: ordered and zero-indexed by TPU_WORKER_ID). Each entry must
  * pass mesh_tpuenv_is_valid_host; no spaces are trimmed. At most max
  * entries. On success *out_workers is an array of *out_n workers (owned by
- * caller, mesh_free) with index = position and host = the entry; an IP
- * entry is also copied to ip. Errors: -MESH_E_CONFIG naming the bad entry
- * (its position and text), -MESH_E_TOOBIG above max entries. */
+ * caller: one block holding the array and its strings, one mesh_free) with
+ * index = position and host = the entry; an IP entry is also the ip. Errors: -MESH_E_CONFIG naming
+ * the bad entry (its position and text), -MESH_E_TOOBIG above max entries. */
 int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
                                 struct mesh_worker **out_workers, size_t *out_n,
                                 struct mesh_err *err);
@@ -102,8 +102,9 @@ void mesh_tpuenv_cleanup(struct mesh_tpuenv *env);
 
 /* Parse the metadata attribute `worker-network-endpoints`: a comma list of
  * `hostname:uid:ip` where consumers take field [2] (spec §4.4); list order =
- * worker order. Each ip must be an IP literal. *out_workers (owned by caller,
- * mesh_free) get index = position, ip and host = field [2]. Errors:
+ * worker order. Each ip must be an IP literal. *out_workers (owned by caller:
+ * one block holding the array and its strings, one mesh_free) get index =
+ * position, ip and host = field [2]. Errors:
  * -MESH_E_PARSE naming the entry, -MESH_E_TOOBIG above max entries. */
 int mesh_tpuenv_parse_worker_endpoints(const char *s, size_t len, size_t max,
                                        struct mesh_worker **out_workers, size_t *out_n,

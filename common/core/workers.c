@@ -5,6 +5,7 @@
 #include "workers.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,14 +167,60 @@ static void append_list(struct mesh_buf *b, const char *label, const bool *mark,
     }
 }
 
-static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8s_pod *p)
+/* n bytes of the block's string area. The caller sized the block: running
+ * out is a programming error, so abort rather than write past it. */
+static char *block_reserve(struct mesh_workers_block *b, size_t n)
+{
+    if (n > (size_t)(b->end - b->next)) {
+        abort();
+    }
+    char *d = b->next;
+    b->next += n;
+    return d;
+}
+
+/* The claimant a slot publishes: a terminating pod yields its index to a
+ * live one; two live pods on one index publish neither (incomplete, not
+ * wrong). NULL = empty slot. */
+static const struct mesh_k8s_pod *chosen(const struct slot *s)
+{
+    if (s->nlive > 1) {
+        return NULL;
+    }
+    return s->live != NULL ? s->live : s->leaving;
+}
+
+static bool has_host(const struct mesh_k8s_pod *p)
+{
+    return p->hostname[0] != '\0' && p->subdomain[0] != '\0';
+}
+
+/* String bytes fill_worker puts in the block for p. */
+static size_t worker_bytes(const struct mesh_k8s_pod *p)
+{
+    size_t n = strlen(p->name) + 1 + strlen(p->ip) + 1;
+    if (has_host(p)) {
+        n += strlen(p->hostname) + 1 + strlen(p->subdomain) + 1;
+    }
+    return n;
+}
+
+static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8s_pod *p,
+                        struct mesh_workers_block *b)
 {
     dst->index = index;
-    snprintf(dst->pod, sizeof(dst->pod), "%s", p->name);
-    if (p->hostname[0] != '\0' && p->subdomain[0] != '\0') {
-        snprintf(dst->host, sizeof(dst->host), "%s.%s", p->hostname, p->subdomain);
+    dst->pod = mesh_workers_block_put(b, p->name, strlen(p->name));
+    if (has_host(p)) {
+        /* <hostname>.<subdomain>: two DNS labels, < MESH_HOST_MAX. */
+        size_t hl = strlen(p->hostname), sl = strlen(p->subdomain);
+        char *h = block_reserve(b, hl + 1 + sl + 1);
+        memcpy(h, p->hostname, hl);
+        h[hl] = '.';
+        memcpy(h + hl + 1, p->subdomain, sl);
+        h[hl + 1 + sl] = '\0';
+        dst->host = h;
     }
-    snprintf(dst->ip, sizeof(dst->ip), "%s", p->ip);
+    dst->ip = mesh_workers_block_put(b, p->ip, strlen(p->ip));
     dst->ready = p->ready;
     dst->terminating = is_leaving(p);
 }
@@ -372,7 +419,6 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size
                             want, MESH_WORKERS_MAX, MESH_K8S_KEY_EXPECTED);
     }
     w->nworkers = (size_t)want;
-    w->workers = mesh_calloc(want > 0 ? (size_t)want : 1, sizeof(*w->workers));
     struct slot *slots = mesh_calloc(want > 0 ? (size_t)want : 1, sizeof(*slots));
     bool blocked = false;
     char why[320] = "";
@@ -381,13 +427,19 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size
     } else {
         place_natural(w, valid, n, want, slots);
     }
+    /* One block: the workers, then the strings they point to (model.h). */
+    size_t bytes = 0;
     for (long i = 0; i < want; i++) {
-        /* A terminating pod yields its index to a live one. Two live pods on
-         * one index: publish neither (incomplete, not wrong). */
-        const struct mesh_k8s_pod *p = slots[i].live != NULL ? slots[i].live : slots[i].leaving;
+        const struct mesh_k8s_pod *p = chosen(&slots[i]);
+        bytes += p != NULL ? worker_bytes(p) : 0;
+    }
+    struct mesh_workers_block blk;
+    w->workers = mesh_workers_block_alloc((size_t)want, bytes, &blk);
+    for (long i = 0; i < want; i++) {
+        const struct mesh_k8s_pod *p = chosen(&slots[i]);
         w->workers[i].index = (int)i;
-        if (p != NULL && slots[i].nlive <= 1) {
-            fill_worker(&w->workers[i], (int)i, p);
+        if (p != NULL) {
+            fill_worker(&w->workers[i], (int)i, p, &blk);
         }
     }
     w->mode = resolve_mode(w, opts->mode);
@@ -440,6 +492,51 @@ void mesh_workers_cleanup(struct mesh_workers *w)
     mesh_free(w->problems);
     mesh_free(w->workers);
     memset(w, 0, sizeof(*w));
+}
+
+struct mesh_worker *mesh_workers_block_alloc(size_t n, size_t string_bytes,
+                                             struct mesh_workers_block *b)
+{
+    if (string_bytes > SIZE_MAX / 2 || n > SIZE_MAX / 2 / sizeof(struct mesh_worker)) {
+        abort(); /* no caller can hold that many workers */
+    }
+    size_t head = n * sizeof(struct mesh_worker);
+    char *blk = mesh_malloc(head + string_bytes + 1);
+    struct mesh_worker *w = (struct mesh_worker *)(void *)blk;
+    for (size_t i = 0; i < n; i++) {
+        w[i] = (struct mesh_worker){.index = 0, .pod = "", .host = "", .ip = ""};
+    }
+    b->next = blk + head;
+    b->end = blk + head + string_bytes;
+    return w;
+}
+
+const char *mesh_workers_block_put(struct mesh_workers_block *b, const char *s, size_t len)
+{
+    if (len == 0) {
+        return "";
+    }
+    char *d = block_reserve(b, len + 1);
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+struct mesh_worker *mesh_workers_copy(const struct mesh_worker *src, size_t n)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        bytes += strlen(src[i].pod) + strlen(src[i].host) + strlen(src[i].ip) + 3;
+    }
+    struct mesh_workers_block b;
+    struct mesh_worker *w = mesh_workers_block_alloc(n, bytes, &b);
+    for (size_t i = 0; i < n; i++) {
+        w[i] = src[i];
+        w[i].pod = mesh_workers_block_put(&b, src[i].pod, strlen(src[i].pod));
+        w[i].host = mesh_workers_block_put(&b, src[i].host, strlen(src[i].host));
+        w[i].ip = mesh_workers_block_put(&b, src[i].ip, strlen(src[i].ip));
+    }
+    return w;
 }
 
 int mesh_workers_index_of(const struct mesh_workers *w, const char *name)

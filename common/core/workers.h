@@ -45,7 +45,9 @@ struct mesh_workers_opts {
 /* The result. workers[i].index == i for every slot; a slot with no pod has
  * workers[i].pod[0] == '\0'. */
 struct mesh_workers {
-    struct mesh_worker *workers; /* owned, nworkers entries (== expected) */
+    struct mesh_worker *workers; /* owned: ONE block holding the nworkers entries
+                                    (== expected) and the strings they point to;
+                                    valid after the records are gone */
     size_t nworkers;
     enum mesh_addr_mode mode; /* resolved: MESH_ADDR_DNS or MESH_ADDR_IP */
     bool complete;
@@ -77,6 +79,31 @@ int mesh_workers_index_of(const struct mesh_workers *w, const char *name);
 /* True when a and b would publish the same worker list (same mode, count,
  * completeness, and per slot the same pod, host, ip, ready, terminating). */
 bool mesh_workers_same(const struct mesh_workers *a, const struct mesh_workers *b);
+
+/* ---- one-block worker arrays (model.h: struct mesh_worker) ---- */
+
+/* Cursor over the string area of a block being filled. */
+struct mesh_workers_block {
+    char *next; /* first free string byte */
+    char *end;  /* one past the last string byte */
+};
+
+/* Allocate n zeroed workers (index 0, every string "", flags false)
+ * followed by string_bytes bytes for their strings, all in one allocation
+ * (owned by caller: a single mesh_free releases array and strings). *b is
+ * set to the string area. n may be 0 (a valid block is still returned). */
+struct mesh_worker *mesh_workers_block_alloc(size_t n, size_t string_bytes,
+                                             struct mesh_workers_block *b);
+
+/* Copy len bytes of s (borrowed, no NUL needed) plus a NUL into the block
+ * and return the copy, borrowed from the block. len == 0 returns "" and
+ * uses no bytes. The caller sized the block: asking for more than is left
+ * is a programming error and aborts. */
+const char *mesh_workers_block_put(struct mesh_workers_block *b, const char *s, size_t len);
+
+/* A one-block copy of n workers (src borrowed; its strings may live
+ * anywhere). Owned by caller, mesh_free. n == 0 returns a valid empty block. */
+struct mesh_worker *mesh_workers_copy(const struct mesh_worker *src, size_t n);
 
 /* Natural order of pod names: digit runs compare as numbers, so "w-9" sorts
  * before "w-10". Returns <0, 0, >0 like strcmp. */

@@ -99,6 +99,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     slice.host_bounds[2] = 4;
 
     struct mesh_worker *w = mesh_calloc(MAX_WORKERS, sizeof(*w));
+    /* The workers borrow their strings from these buffers (model.h). */
+    struct {
+        char host[MESH_HOST_MAX], ip[MESH_IP_MAX], pod[MESH_POD_MAX];
+    } *bufs = mesh_calloc(MAX_WORKERS, sizeof(*bufs));
     const char *hosts[MAX_WORKERS];
     char job[MESH_JOB_NAME_MAX + 8] = "";
     size_t n = 0;
@@ -112,13 +116,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t k = split_fields(p, ll, f, fl);
         w[n].index = (int)n;
         w[n].ready = (ll & 1) != 0;
-        copy_field(w[n].host, sizeof(w[n].host), f[0], fl[0]);
+        copy_field(bufs[n].host, sizeof(bufs[n].host), f[0], fl[0]);
         if (k > 1) {
-            copy_field(w[n].ip, sizeof(w[n].ip), f[1], fl[1]);
+            copy_field(bufs[n].ip, sizeof(bufs[n].ip), f[1], fl[1]);
         }
         if (k > 2) {
-            copy_field(w[n].pod, sizeof(w[n].pod), f[2], fl[2]);
+            copy_field(bufs[n].pod, sizeof(bufs[n].pod), f[2], fl[2]);
         }
+        w[n].host = bufs[n].host;
+        w[n].ip = bufs[n].ip;
+        w[n].pod = bufs[n].pod;
         if (k > 3 && job[0] == '\0') {
             copy_field(job, sizeof(job), f[3], fl[3]);
         }
@@ -177,5 +184,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mesh_free(cs);
     }
     mesh_free(w);
+    mesh_free(bufs);
     return 0;
 }

@@ -36,22 +36,18 @@ static struct mesh_slice slice_v4_32(void)
     return s;
 }
 
-/* n workers with host hosts[i] (NULL = none) and ip ips[i] (NULL = none). */
+/* n workers with host hosts[i] (NULL = none) and ip ips[i] (NULL = none).
+ * The strings are borrowed from the callers' (static) tables; a test that
+ * changes a field points it at another string. */
 static struct mesh_worker *workers_of(const char *const *hosts, const char *const *ips,
                                       const char *const *pods, size_t n)
 {
     struct mesh_worker *w = mesh_calloc(n, sizeof(*w));
     for (size_t i = 0; i < n; i++) {
         w[i].index = (int)i;
-        if (hosts != NULL && hosts[i] != NULL) {
-            snprintf(w[i].host, sizeof(w[i].host), "%s", hosts[i]);
-        }
-        if (ips != NULL && ips[i] != NULL) {
-            snprintf(w[i].ip, sizeof(w[i].ip), "%s", ips[i]);
-        }
-        if (pods != NULL && pods[i] != NULL) {
-            snprintf(w[i].pod, sizeof(w[i].pod), "%s", pods[i]);
-        }
+        w[i].host = hosts != NULL && hosts[i] != NULL ? hosts[i] : "";
+        w[i].ip = ips != NULL && ips[i] != NULL ? ips[i] : "";
+        w[i].pod = pods != NULL && pods[i] != NULL ? pods[i] : "";
         w[i].ready = i % 2 == 0;
     }
     return w;
@@ -195,10 +191,7 @@ static void test_topology_json_incomplete(void **state)
 {
     (void)state;
     /* Worker 0 unknown, worker 1 has only an IP: no slice, no own index. */
-    struct mesh_worker w[1];
-    memset(w, 0, sizeof(w));
-    w[0].index = 1;
-    snprintf(w[0].ip, sizeof(w[0].ip), "fd00::b");
+    struct mesh_worker w[1] = {{.index = 1, .pod = "", .host = "", .ip = "fd00::b"}};
     struct mesh_render_input in = input_of(w, 1, -1, NULL);
     in.complete = false;
     in.expected = 2;
@@ -327,12 +320,12 @@ static void test_bad_inputs_table(void **state)
     expect_fail(mesh_render_dtensor_env, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
     expect_fail(mesh_render_tf_config, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
     /* A dns-mode job whose worker lost its host name is incomplete. */
-    w[2].host[0] = '\0';
+    w[2].host = "";
     struct mesh_render_input in = input_of(w, 4, 0, NULL);
     in.mode = MESH_ADDR_DNS;
     expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "worker 2 has no host name");
     /* Dense indices in order. */
-    w[2].host[0] = 'x';
+    w[2].host = "x";
     w[3].index = 7;
     in.mode = MESH_ADDR_AUTO;
     expect_fail(mesh_render_jax_env, &in, MESH_E_INVAL, "position 3 has index 7");
@@ -379,11 +372,10 @@ static void test_hostile_table(void **state)
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         print_message("row: %s=%s\n", rows[r].field, rows[r].value);
         struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
-        char *dst = strcmp(rows[r].field, "host") == 0 ? w[1].host
-                    : strcmp(rows[r].field, "ip") == 0 ? w[1].ip
-                                                       : w[1].pod;
-        size_t cap = dst == w[1].ip ? sizeof(w[1].ip) : sizeof(w[1].host);
-        snprintf(dst, cap, "%s", rows[r].value);
+        const char **dst = strcmp(rows[r].field, "host") == 0 ? &w[1].host
+                           : strcmp(rows[r].field, "ip") == 0 ? &w[1].ip
+                                                              : &w[1].pod;
+        *dst = rows[r].value;
         struct mesh_render_input in = input_of(w, 4, 0, NULL);
         in.mode = MESH_ADDR_IP; /* even a field the mode does not use is checked */
         expect_fail(mesh_render_dtensor_env, &in, MESH_E_INVAL, rows[r].needle);
@@ -404,8 +396,10 @@ static void test_hostile_long_value(void **state)
     /* A 250-byte hostile value: the message shows a bounded, escaped prefix
      * and marks the cut with "...". */
     struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
-    memset(w[3].host, '$', 250);
-    w[3].host[250] = '\0';
+    char hostile[251];
+    memset(hostile, '$', 250);
+    hostile[250] = '\0';
+    w[3].host = hostile;
     struct mesh_err err;
     assert_int_equal(mesh_render_check_worker(&w[3], &err), -MESH_E_INVAL);
     assert_non_null(strstr(err.msg, "worker 3: host \"$$$$"));
@@ -548,7 +542,7 @@ static void test_diff(void **state)
     ib.generation = 99;
     assert_int_equal(mesh_render_diff(&ia, &ib, NULL), 0);
     /* A peer's pod IP changes: only topology.json in dns mode. */
-    snprintf(b[2].ip, sizeof(b[2].ip), "10.9.9.9");
+    b[2].ip = "10.9.9.9";
     assert_int_equal(mesh_render_diff(&ia, &ib, NULL), 1 << MESH_FILE_TOPOLOGY_JSON);
     /* ... but in ip mode every file that lists worker 2 (jax.env names
      * only worker 0, the coordinator). */
@@ -569,7 +563,7 @@ static void test_diff(void **state)
     assert_int_equal(mesh_render_diff(&ia, &ib, NULL), all_text);
     /* A hostile value is an error, not a difference. */
     ib.complete = true;
-    snprintf(b[0].host, sizeof(b[0].host), "$(id)");
+    b[0].host = "$(id)";
     struct mesh_err err;
     assert_int_equal(mesh_render_diff(&ia, &ib, &err), -MESH_E_INVAL);
     assert_non_null(strstr(err.msg, "worker 0"));

@@ -375,12 +375,63 @@ static void test_limits_and_lookup(void **state)
     mesh_workers_cleanup(&w);
 }
 
+/* The worker list owns its strings (one block): it stays valid after the
+ * records are gone, and mesh_workers_copy makes an independent block. */
+static void test_strings_own_block(void **state)
+{
+    (void)state;
+    static const struct podspec specs[] = {
+        {"w-0", 0, -1, -1, "10.0.0.1", true, true, false, false},
+        {"w-1", 1, -1, -1, "fd00::2", true, false, false, false},
+        {"w-2", 2, -1, -1, NULL, false, false, true, false},
+    };
+    static const struct {
+        const char *pod, *host, *ip;
+        bool ready, term;
+    } want[] = {
+        {"w-0", "w-0.svc", "10.0.0.1", true, false},
+        {"w-1", "w-1.svc", "fd00::2", false, false},
+        {"w-2", "", "", false, true},
+        {"", "", "", false, false},
+    };
+    size_t n = sizeof(specs) / sizeof(specs[0]);
+    struct mesh_k8s_pod *recs = mesh_calloc(n, sizeof(*recs));
+    const struct mesh_k8s_pod *ptrs[3];
+    for (size_t i = 0; i < n; i++) {
+        make_pod(&specs[i], &recs[i]);
+        ptrs[i] = &recs[i];
+    }
+    struct mesh_workers_opts o = {MESH_ADDR_AUTO, 4, 0};
+    struct mesh_workers w;
+    struct mesh_err err;
+    assert_int_equal(mesh_workers_build(ptrs, n, &o, &w, &err), 0);
+    memset(recs, 'x', n * sizeof(*recs)); /* the records go away */
+    mesh_free(recs);
+    assert_int_equal(w.nworkers, 4);
+    struct mesh_worker *copy = mesh_workers_copy(w.workers, w.nworkers);
+    mesh_workers_cleanup(&w);
+    for (size_t i = 0; i < 4; i++) {
+        print_message("slot %zu: pod=%s host=%s ip=%s\n", i, copy[i].pod, copy[i].host, copy[i].ip);
+        assert_int_equal(copy[i].index, (int)i);
+        assert_string_equal(copy[i].pod, want[i].pod);
+        assert_string_equal(copy[i].host, want[i].host);
+        assert_string_equal(copy[i].ip, want[i].ip);
+        assert_int_equal(copy[i].ready, want[i].ready);
+        assert_int_equal(copy[i].terminating, want[i].term);
+    }
+    mesh_free(copy);
+    struct mesh_worker *none = mesh_workers_copy(NULL, 0);
+    assert_non_null(none);
+    mesh_free(none);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_name_cmp),
         cmocka_unit_test(test_limits_and_lookup),
+        cmocka_unit_test(test_strings_own_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

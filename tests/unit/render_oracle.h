@@ -1,0 +1,471 @@
+/*
+ * render_oracle.h - the reference renderer for the differential test
+ * (tests/unit/test_render_json.c) and fuzz target
+ * (tests/fuzz/fuzz_render_json.c): the renderer tpumesh shipped before the
+ * direct writers, kept verbatim in behaviour. It checks every worker in
+ * every renderer, builds topology.json and tf_config.json as cJSON trees
+ * printed with cJSON_Print / cJSON_PrintUnformatted, and assembles the env
+ * files in a mesh_buf with mesh_render_shell_quote. Same signatures and
+ * ownership as the mesh_render_* functions of core/render.h (o_render_all
+ * as mesh_render_all). Static functions: include it from one .c file, which
+ * must use o_render_all and the five renderers.
+ */
+#ifndef MESH_TEST_RENDER_ORACLE_H
+#define MESH_TEST_RENDER_ORACLE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/buf.h"
+#include "core/cleanup.h"
+#include "core/mem.h"
+#include "core/render.h"
+
+#define ORACLE_MAX_BYTES ((size_t)16 << 20)
+#define ORACLE_ADDR_MAX (MESH_HOST_MAX + 16)
+
+static void oracle_escape(const char *s, size_t max_in, char *out, size_t out_size)
+{
+    size_t o = 0;
+    size_t i = 0;
+    for (; i < max_in && s[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (o + 5 >= out_size) {
+            break;
+        }
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\'' || c == '\\') {
+            o += (size_t)snprintf(out + o, out_size - o, "\\x%02x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = '\0';
+    bool more = i < max_in ? s[i] != '\0' : strnlen(s, max_in + 1) > max_in;
+    if (more && o + 4 < out_size) {
+        memcpy(out + o, "...", 4);
+    }
+}
+
+static int o_expected(const struct mesh_render_input *in)
+{
+    return in->expected > 0 ? in->expected : (int)in->nworkers;
+}
+
+static const char *o_job_name(const struct mesh_render_input *in)
+{
+    if (in->job_name != NULL && in->job_name[0] != '\0') {
+        return in->job_name;
+    }
+    return o_expected(in) == 1 ? "localhost" : "worker";
+}
+
+static int o_check_common(const struct mesh_render_input *in, struct mesh_err *err)
+{
+    if (in->nworkers > MESH_RENDER_MAX_WORKERS) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "%zu workers exceed the limit of %d",
+                            in->nworkers, MESH_RENDER_MAX_WORKERS);
+    }
+    if (in->nworkers > 0 && in->workers == NULL) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "worker list missing");
+    }
+    if (in->expected < 0 || in->expected > MESH_RENDER_MAX_WORKERS) {
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "expected worker count %d is outside 1..%d (0 = the list size)",
+                            in->expected, MESH_RENDER_MAX_WORKERS);
+    }
+    if (in->port < 1 || in->port > 65535) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "port %d is outside 1..65535", in->port);
+    }
+    if (in->generation > MESH_RENDER_GENERATION_MAX) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "generation %llu is too large",
+                            (unsigned long long)in->generation);
+    }
+    if (in->mode != MESH_ADDR_AUTO && in->mode != MESH_ADDR_DNS && in->mode != MESH_ADDR_IP) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "unknown address mode %d", (int)in->mode);
+    }
+    if (in->job_name != NULL && in->job_name[0] != '\0' && !mesh_render_is_job_name(in->job_name)) {
+        char shown[96];
+        oracle_escape(in->job_name, MESH_JOB_NAME_MAX, shown, sizeof(shown));
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "job name \"%s\" is not a TensorFlow job name "
+                            "(a letter, then letters, digits or '_', at most %d)",
+                            shown, MESH_JOB_NAME_MAX - 1);
+    }
+    if (in->self_index < -1 || in->self_index >= MESH_RENDER_MAX_WORKERS) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "own worker index %d is out of range",
+                            in->self_index);
+    }
+    for (size_t i = 0; i < in->nworkers; i++) {
+        int rc = mesh_render_check_worker(&in->workers[i], err);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static const char *o_bare(const struct mesh_worker *w, enum mesh_addr_mode mode)
+{
+    const char *a = mode == MESH_ADDR_DNS ? w->host : w->ip;
+    return a[0] != '\0' ? a : NULL;
+}
+
+static int o_check_complete(const struct mesh_render_input *in, enum mesh_addr_mode mode,
+                            struct mesh_err *err)
+{
+    int n = o_expected(in);
+    if (!in->complete) {
+        return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
+                            "the worker list is incomplete: env files keep their last version");
+    }
+    if (n == 0 || (size_t)n != in->nworkers) {
+        return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "%zu of %d workers known", in->nworkers, n);
+    }
+    if (in->self_index < 0 || in->self_index >= n) {
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "own worker index %d is outside 0..%d: check TPU_WORKER_ID or the "
+                            "pod's completion index",
+                            in->self_index, n - 1);
+    }
+    for (int i = 0; i < n; i++) {
+        const struct mesh_worker *w = &in->workers[i];
+        if (w->index != i) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "worker at position %d has index %d: the list must be dense "
+                                "and in index order",
+                                i, w->index);
+        }
+        if (o_bare(w, mode) == NULL) {
+            return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "worker %d has no %s yet", i,
+                                mode == MESH_ADDR_DNS ? "host name" : "pod IP");
+        }
+    }
+    return 0;
+}
+
+static int o_prepare(const struct mesh_render_input *in, enum mesh_addr_mode *out_mode,
+                     struct mesh_err *err)
+{
+    int rc = o_check_common(in, err);
+    if (rc < 0) {
+        return rc;
+    }
+    enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, in->nworkers);
+    rc = o_check_complete(in, mode, err);
+    if (rc < 0) {
+        return rc;
+    }
+    *out_mode = mode;
+    return 0;
+}
+
+static int o_env_line(struct mesh_buf *b, const char *key, const char *value, struct mesh_err *err)
+{
+    int rc = mesh_buf_printf(b, err, "%s=", key);
+    if (rc == 0) {
+        rc = mesh_render_shell_quote(b, value, err);
+    }
+    if (rc == 0) {
+        rc = mesh_buf_puts(b, "\n", err);
+    }
+    return rc;
+}
+
+static int o_env_line_int(struct mesh_buf *b, const char *key, long long v, struct mesh_err *err)
+{
+    char num[32];
+    snprintf(num, sizeof(num), "%lld", v);
+    return o_env_line(b, key, num, err);
+}
+
+static int o_join(const struct mesh_render_input *in, enum mesh_addr_mode mode, int port,
+                  struct mesh_buf *b, struct mesh_err *err)
+{
+    for (size_t i = 0; i < in->nworkers; i++) {
+        char addr[ORACLE_ADDR_MAX];
+        int rc;
+        if (port > 0) {
+            rc = mesh_render_worker_address(&in->workers[i], mode, port, addr, sizeof(addr), err);
+        } else {
+            rc = snprintf(addr, sizeof(addr), "%s", o_bare(&in->workers[i], mode)) < 0
+                     ? -MESH_E_INVAL
+                     : 0;
+        }
+        if (rc == 0 && i > 0) {
+            rc = mesh_buf_puts(b, ",", err);
+        }
+        if (rc == 0) {
+            rc = mesh_buf_puts(b, addr, err);
+        }
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int o_finish(struct mesh_buf *b, int rc, char **out_data, size_t *out_len)
+{
+    if (rc < 0) {
+        mesh_buf_cleanup(b);
+        return rc;
+    }
+    *out_data = mesh_buf_steal(b, out_len);
+    return 0;
+}
+
+static int o_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                         struct mesh_err *err)
+{
+    enum mesh_addr_mode mode;
+    int rc = o_prepare(in, &mode, err);
+    if (rc < 0) {
+        return rc;
+    }
+    struct mesh_buf jobs;
+    struct mesh_buf b;
+    mesh_buf_init(&jobs, ORACLE_MAX_BYTES);
+    mesh_buf_init(&b, ORACLE_MAX_BYTES);
+    rc = o_join(in, mode, in->port, &jobs, err);
+    if (rc == 0) {
+        rc = o_env_line(&b, "DTENSOR_JOBS", mesh_buf_str(&jobs), err);
+    }
+    if (rc == 0) {
+        rc = o_env_line_int(&b, "DTENSOR_CLIENT_ID", in->self_index, err);
+    }
+    if (rc == 0) {
+        rc = o_env_line(&b, "DTENSOR_JOB_NAME", o_job_name(in), err);
+    }
+    if (rc == 0) {
+        rc = o_env_line_int(&b, "DTENSOR_NUM_CLIENTS", (long long)in->nworkers, err);
+    }
+    mesh_buf_cleanup(&jobs);
+    return o_finish(&b, rc, out_data, out_len);
+}
+
+static int o_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                     struct mesh_err *err)
+{
+    enum mesh_addr_mode mode;
+    int rc = o_prepare(in, &mode, err);
+    if (rc < 0) {
+        return rc;
+    }
+    struct mesh_buf hosts;
+    struct mesh_buf b;
+    mesh_buf_init(&hosts, ORACLE_MAX_BYTES);
+    mesh_buf_init(&b, ORACLE_MAX_BYTES);
+    rc = o_env_line_int(&b, "TPU_WORKER_ID", in->self_index, err);
+    if (rc == 0) {
+        rc = o_join(in, mode, -1, &hosts, err);
+    }
+    if (rc == 0) {
+        rc = o_env_line(&b, "TPU_WORKER_HOSTNAMES", mesh_buf_str(&hosts), err);
+    }
+    if (rc == 0 && in->slice != NULL) {
+        char hb[48];
+        char cb[48];
+        const int *h = in->slice->host_bounds;
+        const int *c = in->slice->chips_per_host_bounds;
+        snprintf(hb, sizeof(hb), "%d,%d,%d", h[0], h[1], h[2]);
+        snprintf(cb, sizeof(cb), "%d,%d,%d", c[0], c[1], c[2]);
+        if (!mesh_render_is_hostname(in->slice->accelerator_type) ||
+            !mesh_render_is_hostname(in->slice->topology)) {
+            rc = mesh_err_set(err, MESH_E_INVAL, 0,
+                              "slice accelerator type or topology is "
+                              "not a plain token");
+        }
+        if (rc == 0) {
+            rc = o_env_line(&b, "TPU_ACCELERATOR_TYPE", in->slice->accelerator_type, err);
+        }
+        if (rc == 0) {
+            rc = o_env_line(&b, "TPU_TOPOLOGY", in->slice->topology, err);
+        }
+        if (rc == 0) {
+            rc = o_env_line(&b, "TPU_HOST_BOUNDS", hb, err);
+        }
+        if (rc == 0) {
+            rc = o_env_line(&b, "TPU_CHIPS_PER_HOST_BOUNDS", cb, err);
+        }
+    }
+    mesh_buf_cleanup(&hosts);
+    return o_finish(&b, rc, out_data, out_len);
+}
+
+static int o_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                     struct mesh_err *err)
+{
+    enum mesh_addr_mode mode;
+    int rc = o_prepare(in, &mode, err);
+    if (rc < 0) {
+        return rc;
+    }
+    char coord[ORACLE_ADDR_MAX];
+    struct mesh_buf b;
+    mesh_buf_init(&b, ORACLE_MAX_BYTES);
+    rc = mesh_render_worker_address(&in->workers[0], mode, MESH_RENDER_JAX_PORT, coord,
+                                    sizeof(coord), err);
+    if (rc == 0) {
+        rc = o_env_line(&b, "JAX_COORDINATOR_ADDRESS", coord, err);
+    }
+    if (rc == 0) {
+        rc = o_env_line_int(&b, "JAX_NUM_PROCESSES", (long long)in->nworkers, err);
+    }
+    if (rc == 0) {
+        rc = o_env_line_int(&b, "JAX_PROCESS_ID", in->self_index, err);
+    }
+    return o_finish(&b, rc, out_data, out_len);
+}
+
+static int o_print(cJSON *root, bool formatted, char **out_data, size_t *out_len,
+                   struct mesh_err *err)
+{
+    char *text = formatted ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
+    if (text == NULL) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "cannot serialize JSON");
+    }
+    size_t n = strlen(text);
+    char *out = mesh_malloc(n + 2);
+    memcpy(out, text, n);
+    out[n] = '\n';
+    out[n + 1] = '\0';
+    cJSON_free(text);
+    *out_data = out;
+    *out_len = n + 1;
+    return 0;
+}
+
+static int o_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                       struct mesh_err *err)
+{
+    enum mesh_addr_mode mode;
+    int rc = o_prepare(in, &mode, err);
+    if (rc < 0) {
+        return rc;
+    }
+    mesh_autocjson cJSON *root = cJSON_CreateObject();
+    cJSON *cluster = cJSON_AddObjectToObject(root, "cluster");
+    cJSON *list = cJSON_AddArrayToObject(cluster, "worker");
+    for (size_t i = 0; i < in->nworkers; i++) {
+        char addr[ORACLE_ADDR_MAX];
+        rc = mesh_render_worker_address(&in->workers[i], mode, in->port, addr, sizeof(addr), err);
+        if (rc < 0) {
+            return rc;
+        }
+        cJSON_AddItemToArray(list, cJSON_CreateString(addr));
+    }
+    cJSON *task = cJSON_AddObjectToObject(root, "task");
+    cJSON_AddStringToObject(task, "type", "worker");
+    cJSON_AddNumberToObject(task, "index", in->self_index);
+    return o_print(root, false, out_data, out_len, err);
+}
+
+static void o_str_or_null(cJSON *o, const char *key, const char *v)
+{
+    if (v != NULL && v[0] != '\0') {
+        cJSON_AddStringToObject(o, key, v);
+    } else {
+        cJSON_AddNullToObject(o, key);
+    }
+}
+
+static cJSON *o_slice_json(const struct mesh_slice *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "acceleratorType", s->accelerator_type);
+    cJSON_AddStringToObject(o, "topology", s->topology);
+    cJSON_AddNumberToObject(o, "chips", s->chips);
+    cJSON_AddNumberToObject(o, "hosts", s->hosts);
+    cJSON_AddNumberToObject(o, "chipsPerHost", s->chips_per_host);
+    cJSON_AddNumberToObject(o, "coresPerChip", s->cores_per_chip);
+    cJSON_AddNumberToObject(o, "devicesPerHost", s->devices_per_host);
+    cJSON_AddItemToObject(o, "meshShape", cJSON_CreateIntArray(s->mesh_shape, 4));
+    return o;
+}
+
+static int o_topology_json(const struct mesh_render_input *in, char **out_data, size_t *out_len,
+                           struct mesh_err *err)
+{
+    int rc = o_check_common(in, err);
+    if (rc < 0) {
+        return rc;
+    }
+    if (in->slice != NULL &&
+        (memchr(in->slice->accelerator_type, '\0', MESH_ACCEL_TYPE_MAX) == NULL ||
+         memchr(in->slice->topology, '\0', MESH_TOPOLOGY_MAX) == NULL)) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "slice strings are not terminated");
+    }
+    enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, in->nworkers);
+    mesh_autocjson cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "generation", (double)in->generation);
+    cJSON_AddBoolToObject(root, "complete", in->complete);
+    if (in->slice != NULL) {
+        cJSON_AddItemToObject(root, "slice", o_slice_json(in->slice));
+    } else {
+        cJSON_AddNullToObject(root, "slice");
+    }
+    cJSON_AddStringToObject(root, "jobName", o_job_name(in));
+    if (in->self_index >= 0) {
+        cJSON_AddNumberToObject(root, "clientId", in->self_index);
+    } else {
+        cJSON_AddNullToObject(root, "clientId");
+    }
+    cJSON_AddNumberToObject(root, "numClients", o_expected(in));
+    char coord[ORACLE_ADDR_MAX];
+    coord[0] = '\0';
+    if (in->nworkers > 0 && in->workers[0].index == 0) {
+        (void)mesh_render_worker_address(&in->workers[0], mode, in->port, coord, sizeof(coord),
+                                         NULL);
+    }
+    o_str_or_null(root, "coordinator", coord);
+    cJSON *list = cJSON_AddArrayToObject(root, "workers");
+    for (size_t i = 0; i < in->nworkers; i++) {
+        const struct mesh_worker *w = &in->workers[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", w->index);
+        o_str_or_null(o, "pod", w->pod);
+        o_str_or_null(o, "host", w->host);
+        o_str_or_null(o, "ip", w->ip);
+        char addr[ORACLE_ADDR_MAX];
+        addr[0] = '\0';
+        (void)mesh_render_worker_address(w, mode, in->port, addr, sizeof(addr), NULL);
+        o_str_or_null(o, "address", addr);
+        cJSON_AddBoolToObject(o, "ready", w->ready);
+        cJSON_AddItemToArray(list, o);
+    }
+    return o_print(root, true, out_data, out_len, err);
+}
+
+static int o_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
+                        struct mesh_err *err)
+{
+    struct mesh_render_out tmp;
+    mesh_render_out_init(&tmp);
+    int rc = o_topology_json(in, &tmp.data[MESH_FILE_TOPOLOGY_JSON],
+                             &tmp.len[MESH_FILE_TOPOLOGY_JSON], err);
+    if (rc == 0 && in->complete) {
+        rc = o_dtensor_env(in, &tmp.data[MESH_FILE_DTENSOR_ENV], &tmp.len[MESH_FILE_DTENSOR_ENV],
+                           err);
+        if (rc == 0) {
+            rc =
+                o_tf_config(in, &tmp.data[MESH_FILE_TF_CONFIG], &tmp.len[MESH_FILE_TF_CONFIG], err);
+        }
+        if (rc == 0) {
+            rc = o_tpu_env(in, &tmp.data[MESH_FILE_TPU_ENV], &tmp.len[MESH_FILE_TPU_ENV], err);
+        }
+        if (rc == 0) {
+            rc = o_jax_env(in, &tmp.data[MESH_FILE_JAX_ENV], &tmp.len[MESH_FILE_JAX_ENV], err);
+        }
+    }
+    if (rc < 0) {
+        mesh_render_out_cleanup(&tmp);
+        return rc;
+    }
+    *out = tmp;
+    return 0;
+}
+
+#endif

@@ -166,7 +166,10 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms);
  * being renamed (main thread; takes mu). */
 void mesh_sidecar_note_latency(struct mesh_sidecar *ctx, int64_t usec);
 
-/* Store extraction callbacks for the informer (ctx = struct mesh_sidecar). */
+/* Store extraction callbacks for the informer (ctx = struct mesh_sidecar).
+ * A stored record is a packed struct mesh_k8s_pod_rec (k8s_pod.h, one
+ * allocation, mesh_free); extract returns NULL for a pod another owner
+ * controls (--selector derived from a StatefulSet). */
 void *mesh_sidecar_extract(void *ctx, const cJSON *obj);
 void mesh_sidecar_record_free(void *ctx, void *rec);
 bool mesh_sidecar_record_equal(void *ctx, const void *a, const void *b);

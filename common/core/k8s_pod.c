@@ -6,11 +6,13 @@
 #include "k8s_pod.h"
 
 #include <arpa/inet.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cleanup.h"
 #include "json.h"
+#include "mem.h"
 #include "tpuenv.h"
 
 /* Mark the record invalid with the reason "<what> '<val>' <tail>"; the first
@@ -327,4 +329,67 @@ bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod 
     /* Records are memset before filling and strings written with snprintf,
      * so padding and the bytes after each terminator are zero: memcmp is exact. */
     return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+struct mesh_k8s_pod_rec *mesh_k8s_pod_pack(const struct mesh_k8s_pod *p)
+{
+    /* Each source string is NUL-terminated within its array, so every
+     * length is below its bound and the offsets fit in 16 bits. */
+    const char *str[5] = {p->name, p->hostname, p->subdomain, p->ip, p->reason};
+    size_t len[5], total = 0;
+    for (int i = 0; i < 5; i++) {
+        len[i] = strlen(str[i]);
+        total += len[i] + 1;
+    }
+    size_t size = offsetof(struct mesh_k8s_pod_rec, s) + total;
+    /* calloc: the header's padding is zero, so equal records are equal bytes. */
+    struct mesh_k8s_pod_rec *r = mesh_calloc(1, size);
+    r->size = (uint32_t)size;
+    r->completion_index = p->completion_index;
+    r->pod_index = p->pod_index;
+    r->job_index = p->job_index;
+    r->job_global_index = p->job_global_index;
+    r->flags =
+        (uint8_t)((p->ready ? MESH_K8S_REC_READY : 0) |
+                  (p->terminating ? MESH_K8S_REC_TERMINATING : 0) |
+                  (p->finished ? MESH_K8S_REC_FINISHED : 0) |
+                  (p->invalid ? MESH_K8S_REC_INVALID : 0) | (p->ip_v6 ? MESH_K8S_REC_IP_V6 : 0));
+    uint16_t *offs[5] = {NULL, &r->off_hostname, &r->off_subdomain, &r->off_ip, &r->off_reason};
+    size_t at = 0;
+    for (int i = 0; i < 5; i++) {
+        if (offs[i] != NULL) {
+            *offs[i] = (uint16_t)at;
+        }
+        memcpy(r->s + at, str[i], len[i] + 1);
+        at += len[i] + 1;
+    }
+    return r;
+}
+
+void mesh_k8s_pod_unpack(const struct mesh_k8s_pod_rec *r, struct mesh_k8s_pod *out)
+{
+    memset(out, 0, sizeof(*out));
+    copy_str(out->name, sizeof(out->name), mesh_k8s_pod_rec_name(r));
+    copy_str(out->hostname, sizeof(out->hostname), mesh_k8s_pod_rec_hostname(r));
+    copy_str(out->subdomain, sizeof(out->subdomain), mesh_k8s_pod_rec_subdomain(r));
+    copy_str(out->ip, sizeof(out->ip), mesh_k8s_pod_rec_ip(r));
+    copy_str(out->reason, sizeof(out->reason), mesh_k8s_pod_rec_reason(r));
+    out->completion_index = r->completion_index;
+    out->pod_index = r->pod_index;
+    out->job_index = r->job_index;
+    out->job_global_index = r->job_global_index;
+    out->expected_workers = -1;
+    out->port = -1;
+    out->address_mode = -1;
+    out->ready = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_READY);
+    out->terminating = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_TERMINATING);
+    out->finished = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_FINISHED);
+    out->invalid = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_INVALID);
+    out->ip_v6 = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_IP_V6);
+}
+
+bool mesh_k8s_pod_rec_equal(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
+{
+    /* pack() callocs and writes every byte up to size: memcmp is exact. */
+    return a->size == b->size && memcmp(a, b, a->size) == 0;
 }

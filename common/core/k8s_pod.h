@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -99,6 +100,91 @@ int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, st
 /* True when a and b (borrowed) are field-for-field identical: an update whose
  * record is equal to the stored one cannot change any output. */
 bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod *b);
+
+/* ---- compact records (what a store keeps per pod) ----
+ *
+ * struct mesh_k8s_pod is 968 B of fixed arrays: fine as extraction scratch
+ * on the stack, too big to keep 16,384 of. A store keeps the packed form:
+ * ONE allocation holding the numbers and flags worker ordering reads
+ * (workers.h) and only its strings, back to back:
+ *
+ *     name NUL hostname NUL subdomain NUL ip NUL reason NUL
+ *
+ * (each bounded as in struct mesh_k8s_pod; a typical pod is ~110 B with
+ * the allocator's header). Fields left out (ns, uid, job/jobset/replicated
+ * job names, owner, expected_workers, port, address_mode) feed only the
+ * sidecar's own-pod identity, which uses the full struct; they never reach
+ * a peer's worker entry. Validation is unchanged: a pod whose left-out
+ * field is bad is still packed with invalid set and its reason. A packed
+ * record is immutable; compare two with mesh_k8s_pod_rec_equal. */
+struct mesh_k8s_pod_rec {
+    uint32_t size; /* bytes of the whole record, header and strings */
+    int32_t completion_index, pod_index, job_index, job_global_index; /* -1 = absent */
+    uint16_t off_hostname, off_subdomain, off_ip, off_reason;         /* offsets into s */
+    uint8_t flags;                                                    /* MESH_K8S_REC_* */
+    char s[];                                                         /* name first */
+};
+
+#define MESH_K8S_REC_READY 0x01u       /* condition Ready == "True" */
+#define MESH_K8S_REC_TERMINATING 0x02u /* deletionTimestamp set */
+#define MESH_K8S_REC_FINISHED 0x04u    /* phase Succeeded or Failed */
+#define MESH_K8S_REC_INVALID 0x08u     /* must not be published; see reason */
+#define MESH_K8S_REC_IP_V6 0x10u       /* ip is IPv6 */
+
+/* Pack p (borrowed) into a new record: owned by caller, free with
+ * mesh_free (one block). Never fails (allocation aborts, STYLE.md R6). */
+struct mesh_k8s_pod_rec *mesh_k8s_pod_pack(const struct mesh_k8s_pod *p);
+
+/* Fill *out (zeroed first) from r (borrowed): the kept fields exactly, the
+ * left-out ones as "absent" ("" / -1). pack(unpack(pack(p))) == pack(p). */
+void mesh_k8s_pod_unpack(const struct mesh_k8s_pod_rec *r, struct mesh_k8s_pod *out);
+
+/* True when a and b (borrowed) hold the same bytes: an update whose record
+ * equals the stored one cannot change any output. */
+bool mesh_k8s_pod_rec_equal(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b);
+
+/* Accessors; strings borrowed from r, never NULL, "" = absent. */
+static inline const char *mesh_k8s_pod_rec_name(const struct mesh_k8s_pod_rec *r)
+{
+    return r->s;
+}
+static inline const char *mesh_k8s_pod_rec_hostname(const struct mesh_k8s_pod_rec *r)
+{
+    return r->s + r->off_hostname;
+}
+static inline const char *mesh_k8s_pod_rec_subdomain(const struct mesh_k8s_pod_rec *r)
+{
+    return r->s + r->off_subdomain;
+}
+static inline const char *mesh_k8s_pod_rec_ip(const struct mesh_k8s_pod_rec *r)
+{
+    return r->s + r->off_ip;
+}
+static inline const char *mesh_k8s_pod_rec_reason(const struct mesh_k8s_pod_rec *r)
+{
+    return r->s + r->off_reason;
+}
+/* String lengths without strlen (the offsets say them). */
+static inline size_t mesh_k8s_pod_rec_name_len(const struct mesh_k8s_pod_rec *r)
+{
+    return (size_t)r->off_hostname - 1;
+}
+static inline size_t mesh_k8s_pod_rec_hostname_len(const struct mesh_k8s_pod_rec *r)
+{
+    return (size_t)(r->off_subdomain - r->off_hostname) - 1;
+}
+static inline size_t mesh_k8s_pod_rec_subdomain_len(const struct mesh_k8s_pod_rec *r)
+{
+    return (size_t)(r->off_ip - r->off_subdomain) - 1;
+}
+static inline size_t mesh_k8s_pod_rec_ip_len(const struct mesh_k8s_pod_rec *r)
+{
+    return (size_t)(r->off_reason - r->off_ip) - 1;
+}
+static inline bool mesh_k8s_pod_rec_has(const struct mesh_k8s_pod_rec *r, unsigned flag)
+{
+    return (r->flags & flag) != 0;
+}
 
 /* Is s (len bytes) an RFC 1123 DNS label (1-63 of [a-z0-9-], alnum at both
  * ends)? Is it an RFC 1123 subdomain (labels joined by '.', <= 253)? */

@@ -53,17 +53,34 @@ int mesh_workers_name_cmp(const char *a, const char *b)
     return (unsigned char)*a - (unsigned char)*b;
 }
 
-static int pod_ptr_cmp(const void *x, const void *y)
+static const char *name_of(const struct mesh_k8s_pod_rec *p)
 {
-    const struct mesh_k8s_pod *a = *(const struct mesh_k8s_pod *const *)x;
-    const struct mesh_k8s_pod *b = *(const struct mesh_k8s_pod *const *)y;
-    int c = mesh_workers_name_cmp(a->name, b->name);
-    return c != 0 ? c : strcmp(a->name, b->name);
+    return mesh_k8s_pod_rec_name(p);
 }
 
-static bool is_leaving(const struct mesh_k8s_pod *p)
+/* Natural name order, then bytes: a total order on distinct names. */
+static int pod_cmp(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
 {
-    return p->terminating || p->finished;
+    int c = mesh_workers_name_cmp(name_of(a), name_of(b));
+    return c != 0 ? c : strcmp(name_of(a), name_of(b));
+}
+
+static int pod_ptr_cmp(const void *x, const void *y)
+{
+    return pod_cmp(*(const struct mesh_k8s_pod_rec *const *)x,
+                   *(const struct mesh_k8s_pod_rec *const *)y);
+}
+
+static void sort_by_name(const struct mesh_k8s_pod_rec **v, size_t n)
+{
+    if (n > 1) {
+        qsort(v, n, sizeof(*v), pod_ptr_cmp);
+    }
+}
+
+static bool is_leaving(const struct mesh_k8s_pod_rec *p)
+{
+    return mesh_k8s_pod_rec_has(p, MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED);
 }
 
 static void add_problem(struct mesh_workers *w, const char *fmt, ...)
@@ -79,20 +96,40 @@ static void add_problem(struct mesh_workers *w, const char *fmt, ...)
     w->problems[w->nproblems++] = s;
 }
 
+/* A growable list of records (the few pods a problem line names). */
+struct podlist {
+    const struct mesh_k8s_pod_rec **v;
+    size_t n, cap;
+};
+
+static void podlist_add(struct podlist *l, const struct mesh_k8s_pod_rec *p)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 8;
+        l->v = mesh_reallocarray(l->v, l->cap, sizeof(*l->v));
+    }
+    l->v[l->n++] = p;
+}
+
 /* Per-slot state while assigning indices. */
 struct slot {
-    const struct mesh_k8s_pod *live;    /* first live claimant (name order) */
-    const struct mesh_k8s_pod *leaving; /* first terminating/finished claimant */
-    int nlive;                          /* live claimants */
+    const struct mesh_k8s_pod_rec *live;    /* first live claimant (name order) */
+    const struct mesh_k8s_pod_rec *leaving; /* first terminating/finished claimant (name order) */
+    int nlive;                              /* live claimants */
 };
 
 /* The worker index a pod claims from its labels, or -1 (none). */
-static int local_index(const struct mesh_k8s_pod *p)
+static int local_index(const struct mesh_k8s_pod_rec *p)
 {
     return p->completion_index >= 0 ? p->completion_index : p->pod_index;
 }
 
-static int slice_of(const struct mesh_k8s_pod *p)
+static bool is_sliced(const struct mesh_k8s_pod_rec *p)
+{
+    return p->job_global_index >= 0 || p->job_index >= 0;
+}
+
+static int slice_of(const struct mesh_k8s_pod_rec *p)
 {
     if (p->job_global_index >= 0) {
         return p->job_global_index;
@@ -100,29 +137,24 @@ static int slice_of(const struct mesh_k8s_pod *p)
     return p->job_index >= 0 ? p->job_index : 0;
 }
 
-/* Indices from labels. valid[] is name-sorted; returns the number of slots
- * needed when opts->expected is 0 (max(live pods, max index + 1)). */
-static long indexed_span(const struct mesh_k8s_pod **valid, size_t n, int per_slice,
+/* Indices from labels (valid[] in any order): out_idx[i] = the slot pod i
+ * claims, or -1 when it is left out (reported, in name order). Returns the
+ * number of slots needed when opts->expected is 0 (max(live pods, max
+ * index + 1)). */
+static long indexed_span(const struct mesh_k8s_pod_rec **valid, size_t n, int per_slice,
                          struct mesh_workers *w, long *out_idx)
 {
     long span = 0, live = 0;
+    struct podlist out = {0};
     for (size_t i = 0; i < n; i++) {
-        const struct mesh_k8s_pod *p = valid[i];
+        const struct mesh_k8s_pod_rec *p = valid[i];
         int li = local_index(p);
         out_idx[i] = -1;
-        if (li < 0) {
-            add_problem(w, "pod %s left out: no %s or %s label while other pods have one", p->name,
-                        MESH_K8S_KEY_COMPLETION_INDEX, MESH_K8S_KEY_POD_INDEX);
+        if (li < 0 || (is_sliced(p) && li >= per_slice)) {
+            podlist_add(&out, p);
             continue;
         }
-        int s = slice_of(p);
-        bool sliced = p->job_global_index >= 0 || p->job_index >= 0;
-        if (sliced && li >= per_slice) {
-            add_problem(w, "pod %s left out: worker index %d is not below %d hosts per slice",
-                        p->name, li, per_slice);
-            continue;
-        }
-        out_idx[i] = (long)s * per_slice + li;
+        out_idx[i] = (long)slice_of(p) * per_slice + li;
         if (!is_leaving(p)) {
             live++;
             if (out_idx[i] + 1 > span) {
@@ -130,6 +162,18 @@ static long indexed_span(const struct mesh_k8s_pod **valid, size_t n, int per_sl
             }
         }
     }
+    sort_by_name(out.v, out.n);
+    for (size_t i = 0; i < out.n; i++) {
+        const struct mesh_k8s_pod_rec *p = out.v[i];
+        if (local_index(p) < 0) {
+            add_problem(w, "pod %s left out: no %s or %s label while other pods have one",
+                        name_of(p), MESH_K8S_KEY_COMPLETION_INDEX, MESH_K8S_KEY_POD_INDEX);
+        } else {
+            add_problem(w, "pod %s left out: worker index %d is not below %d hosts per slice",
+                        name_of(p), local_index(p), per_slice);
+        }
+    }
+    mesh_free(out.v);
     return span > live ? span : live;
 }
 
@@ -182,7 +226,7 @@ static char *block_reserve(struct mesh_workers_block *b, size_t n)
 /* The claimant a slot publishes: a terminating pod yields its index to a
  * live one; two live pods on one index publish neither (incomplete, not
  * wrong). NULL = empty slot. */
-static const struct mesh_k8s_pod *chosen(const struct slot *s)
+static const struct mesh_k8s_pod_rec *chosen(const struct slot *s)
 {
     if (s->nlive > 1) {
         return NULL;
@@ -190,38 +234,38 @@ static const struct mesh_k8s_pod *chosen(const struct slot *s)
     return s->live != NULL ? s->live : s->leaving;
 }
 
-static bool has_host(const struct mesh_k8s_pod *p)
+static bool has_host(const struct mesh_k8s_pod_rec *p)
 {
-    return p->hostname[0] != '\0' && p->subdomain[0] != '\0';
+    return mesh_k8s_pod_rec_hostname_len(p) > 0 && mesh_k8s_pod_rec_subdomain_len(p) > 0;
 }
 
 /* String bytes fill_worker puts in the block for p. */
-static size_t worker_bytes(const struct mesh_k8s_pod *p)
+static size_t worker_bytes(const struct mesh_k8s_pod_rec *p)
 {
-    size_t n = strlen(p->name) + 1 + strlen(p->ip) + 1;
+    size_t n = mesh_k8s_pod_rec_name_len(p) + 1 + mesh_k8s_pod_rec_ip_len(p) + 1;
     if (has_host(p)) {
-        n += strlen(p->hostname) + 1 + strlen(p->subdomain) + 1;
+        n += mesh_k8s_pod_rec_hostname_len(p) + 1 + mesh_k8s_pod_rec_subdomain_len(p) + 1;
     }
     return n;
 }
 
-static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8s_pod *p,
+static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8s_pod_rec *p,
                         struct mesh_workers_block *b)
 {
     dst->index = index;
-    dst->pod = mesh_workers_block_put(b, p->name, strlen(p->name));
+    dst->pod = mesh_workers_block_put(b, name_of(p), mesh_k8s_pod_rec_name_len(p));
     if (has_host(p)) {
         /* <hostname>.<subdomain>: two DNS labels, < MESH_HOST_MAX. */
-        size_t hl = strlen(p->hostname), sl = strlen(p->subdomain);
+        size_t hl = mesh_k8s_pod_rec_hostname_len(p), sl = mesh_k8s_pod_rec_subdomain_len(p);
         char *h = block_reserve(b, hl + 1 + sl + 1);
-        memcpy(h, p->hostname, hl);
+        memcpy(h, mesh_k8s_pod_rec_hostname(p), hl);
         h[hl] = '.';
-        memcpy(h + hl + 1, p->subdomain, sl);
+        memcpy(h + hl + 1, mesh_k8s_pod_rec_subdomain(p), sl);
         h[hl + 1 + sl] = '\0';
         dst->host = h;
     }
-    dst->ip = mesh_workers_block_put(b, p->ip, strlen(p->ip));
-    dst->ready = p->ready;
+    dst->ip = mesh_workers_block_put(b, mesh_k8s_pod_rec_ip(p), mesh_k8s_pod_rec_ip_len(p));
+    dst->ready = mesh_k8s_pod_rec_has(p, MESH_K8S_REC_READY);
     dst->terminating = is_leaving(p);
 }
 
@@ -290,42 +334,79 @@ static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked
     }
 }
 
-/* Report every index claimed by more than one live pod, naming them all. */
-static void report_duplicates(struct mesh_workers *w, const struct mesh_k8s_pod **valid,
-                              const long *idx, size_t n, const struct slot *slots)
+/* A live pod on a slot that more than one live pod claims. */
+struct claim {
+    long slot;
+    const struct mesh_k8s_pod_rec *p;
+};
+
+static int claim_cmp(const void *x, const void *y)
 {
-    for (size_t s = 0; s < w->nworkers; s++) {
-        if (slots[s].nlive < 2) {
-            continue;
-        }
-        struct mesh_buf b;
-        mesh_buf_init(&b, 1024);
-        for (size_t i = 0; i < n; i++) {
-            if (idx[i] == (long)s && !is_leaving(valid[i])) {
-                (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? ", " : "", valid[i]->name);
-            }
-        }
-        add_problem(w, "index %zu claimed by %d pods (%s): topology stays incomplete", s,
-                    slots[s].nlive, mesh_buf_str(&b));
-        mesh_buf_cleanup(&b);
+    const struct claim *a = x, *b = y;
+    if (a->slot != b->slot) {
+        return a->slot < b->slot ? -1 : 1;
     }
+    return pod_cmp(a->p, b->p);
 }
 
-/* Natural order: live pods first, then leaving ones to show what is known
- * about the remaining slots. Live pods beyond `want` are ignored. */
-static void place_natural(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
+static int claim_name_cmp(const void *x, const void *y)
+{
+    const struct claim *a = x, *b = y;
+    return pod_cmp(a->p, b->p);
+}
+
+/* Report every index claimed by more than one live pod, naming them all
+ * (slot order, names in name order). Only those claimants are sorted. */
+static void report_duplicates(struct mesh_workers *w, const struct mesh_k8s_pod_rec **valid,
+                              const long *idx, size_t n, const struct slot *slots)
+{
+    struct claim *c = NULL;
+    size_t nc = 0, cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= (long)w->nworkers || slots[idx[i]].nlive < 2 ||
+            is_leaving(valid[i])) {
+            continue;
+        }
+        if (nc == cap) {
+            cap = cap ? cap * 2 : 8;
+            c = mesh_reallocarray(c, cap, sizeof(*c));
+        }
+        c[nc++] = (struct claim){idx[i], valid[i]};
+    }
+    if (nc > 1) {
+        qsort(c, nc, sizeof(*c), claim_cmp);
+    }
+    for (size_t i = 0; i < nc;) {
+        struct mesh_buf b;
+        mesh_buf_init(&b, 1024);
+        size_t j = i;
+        for (; j < nc && c[j].slot == c[i].slot; j++) {
+            (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? ", " : "", name_of(c[j].p));
+        }
+        add_problem(w, "index %zu claimed by %d pods (%s): topology stays incomplete",
+                    (size_t)c[i].slot, slots[c[i].slot].nlive, mesh_buf_str(&b));
+        mesh_buf_cleanup(&b);
+        i = j;
+    }
+    mesh_free(c);
+}
+
+/* Natural order (valid[] sorted by name): live pods first, then leaving
+ * ones to show what is known about the remaining slots. Live pods beyond
+ * `want` are ignored. */
+static void place_natural(struct mesh_workers *w, const struct mesh_k8s_pod_rec **valid, size_t n,
                           long want, struct slot *slots)
 {
     long next = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < n; i++) {
-            const struct mesh_k8s_pod *p = valid[i];
+            const struct mesh_k8s_pod_rec *p = valid[i];
             if (is_leaving(p) != (pass == 1)) {
                 continue;
             }
             if (next >= want) {
                 if (pass == 0) {
-                    add_problem(w, "pod %s ignored: beyond the %ld expected workers", p->name,
+                    add_problem(w, "pod %s ignored: beyond the %ld expected workers", name_of(p),
                                 want);
                 }
                 continue;
@@ -341,36 +422,54 @@ static void place_natural(struct mesh_workers *w, const struct mesh_k8s_pod **va
     }
 }
 
-/* Indices from labels. A live pod beyond `want` blocks completeness
- * (*blocked, with why); returns after filling the claimants of each slot. */
-static void place_indexed(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
+/* Indices from labels, valid[] in any order: each slot keeps its first
+ * claimant by name (a compare, not a sort). A live pod beyond `want`
+ * blocks completeness (*blocked, with why naming the first by name). */
+static void place_indexed(struct mesh_workers *w, const struct mesh_k8s_pod_rec **valid, size_t n,
                           const long *idx, long want, struct slot *slots, bool *blocked, char *why,
                           size_t why_cap)
 {
+    struct claim *out = NULL;
+    size_t nout = 0, cap = 0;
     for (size_t i = 0; i < n; i++) {
-        const struct mesh_k8s_pod *p = valid[i];
+        const struct mesh_k8s_pod_rec *p = valid[i];
         if (idx[i] < 0) {
             continue;
         }
         if (idx[i] >= want) {
             if (!is_leaving(p)) {
-                add_problem(w, "pod %s has index %ld, out of range for %ld workers", p->name,
-                            idx[i], want);
-                if (!*blocked) {
-                    snprintf(why, why_cap, "index out of range %ld (pod %s)", idx[i], p->name);
+                if (nout == cap) {
+                    cap = cap ? cap * 2 : 8;
+                    out = mesh_reallocarray(out, cap, sizeof(*out));
                 }
-                *blocked = true;
+                out[nout++] = (struct claim){idx[i], p};
             }
             continue;
         }
         struct slot *s = &slots[idx[i]];
         if (is_leaving(p)) {
-            s->leaving = s->leaving != NULL ? s->leaving : p;
+            if (s->leaving == NULL || pod_cmp(p, s->leaving) < 0) {
+                s->leaving = p;
+            }
         } else {
-            s->live = s->live != NULL ? s->live : p;
+            if (s->live == NULL || pod_cmp(p, s->live) < 0) {
+                s->live = p;
+            }
             s->nlive++;
         }
     }
+    if (nout > 1) {
+        qsort(out, nout, sizeof(*out), claim_name_cmp);
+    }
+    for (size_t i = 0; i < nout; i++) {
+        add_problem(w, "pod %s has index %ld, out of range for %ld workers", name_of(out[i].p),
+                    out[i].slot, want);
+    }
+    if (nout > 0) {
+        snprintf(why, why_cap, "index out of range %ld (pod %s)", out[0].slot, name_of(out[0].p));
+        *blocked = true;
+    }
+    mesh_free(out);
     report_duplicates(w, valid, idx, n, slots);
 }
 
@@ -393,7 +492,10 @@ static enum mesh_addr_mode resolve_mode(const struct mesh_workers *w, enum mesh_
     return all_dns ? MESH_ADDR_DNS : MESH_ADDR_IP;
 }
 
-static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size_t n,
+/* valid[]: the records that are not invalid, in store order. With indices
+ * nothing is sorted but the pods a problem line names (O(n)); natural
+ * order sorts by name (O(n log n)). */
+static int place(struct mesh_workers *w, const struct mesh_k8s_pod_rec **valid, size_t n,
                  const struct mesh_workers_opts *opts, struct mesh_err *err)
 {
     bool indexed = false;
@@ -425,18 +527,19 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size
     if (indexed) {
         place_indexed(w, valid, n, idx, want, slots, &blocked, why, sizeof(why));
     } else {
+        sort_by_name(valid, n);
         place_natural(w, valid, n, want, slots);
     }
     /* One block: the workers, then the strings they point to (model.h). */
     size_t bytes = 0;
     for (long i = 0; i < want; i++) {
-        const struct mesh_k8s_pod *p = chosen(&slots[i]);
+        const struct mesh_k8s_pod_rec *p = chosen(&slots[i]);
         bytes += p != NULL ? worker_bytes(p) : 0;
     }
     struct mesh_workers_block blk;
     w->workers = mesh_workers_block_alloc((size_t)want, bytes, &blk);
     for (long i = 0; i < want; i++) {
-        const struct mesh_k8s_pod *p = chosen(&slots[i]);
+        const struct mesh_k8s_pod_rec *p = chosen(&slots[i]);
         w->workers[i].index = (int)i;
         if (p != NULL) {
             fill_worker(&w->workers[i], (int)i, p, &blk);
@@ -449,31 +552,34 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod **valid, size
     return 0;
 }
 
-int mesh_workers_build(const struct mesh_k8s_pod *const *pods, size_t npods,
+int mesh_workers_build(const struct mesh_k8s_pod_rec *const *pods, size_t npods,
                        const struct mesh_workers_opts *opts, struct mesh_workers *out,
                        struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
     out->mode = opts->mode == MESH_ADDR_DNS ? MESH_ADDR_DNS : MESH_ADDR_IP;
-    const struct mesh_k8s_pod **valid = mesh_calloc(npods > 0 ? npods : 1, sizeof(*valid));
+    const struct mesh_k8s_pod_rec **valid = mesh_calloc(npods > 0 ? npods : 1, sizeof(*valid));
+    struct podlist bad = {0};
     size_t n = 0;
     for (size_t i = 0; i < npods; i++) {
-        if (pods[i] != NULL) {
+        if (pods[i] == NULL) {
+            continue;
+        }
+        if (mesh_k8s_pod_rec_has(pods[i], MESH_K8S_REC_INVALID)) {
+            podlist_add(&bad, pods[i]);
+        } else {
             valid[n++] = pods[i];
         }
     }
-    /* Name order first: the result (and the problem lines) must not depend
-     * on the order a store hands pods over. */
-    qsort(valid, n, sizeof(*valid), pod_ptr_cmp);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (valid[i]->invalid) {
-            add_problem(out, "pod %s left out: %s", valid[i]->name, valid[i]->reason);
-            continue;
-        }
-        valid[k++] = valid[i];
+    /* The result (and the problem lines) must not depend on the order a
+     * store hands pods over: every list of names is sorted. */
+    sort_by_name(bad.v, bad.n);
+    for (size_t i = 0; i < bad.n; i++) {
+        add_problem(out, "pod %s left out: %s", name_of(bad.v[i]),
+                    mesh_k8s_pod_rec_reason(bad.v[i]));
     }
-    int rc = place(out, valid, k, opts, err);
+    mesh_free(bad.v);
+    int rc = place(out, valid, n, opts, err);
     mesh_free(valid);
     if (rc < 0) {
         snprintf(out->reason, sizeof(out->reason), "%s", "too many workers expected");

@@ -61,12 +61,16 @@ struct mesh_workers {
     size_t nproblems;
 };
 
-/* Build *out from npods records (pods[i] borrowed; NULL entries skipped; any
- * order: the result depends only on the set). out is initialised here and
- * must be released with mesh_workers_cleanup, also after a failure.
+/* Build *out from npods packed records (pods[i] borrowed, only during the
+ * call: the result owns copies of every string it shows; NULL entries
+ * skipped; any order: the result depends only on the set). out is
+ * initialised here and must be released with mesh_workers_cleanup, also
+ * after a failure. Cost: O(n) when pods carry indices (only the pods a
+ * problem line names are sorted), O(n log n) in natural-order mode; a few
+ * arrays of n entries and one string per problem line, no allocation per pod.
  * Returns 0 (complete or not), or -MESH_E_RANGE when the expected count
  * exceeds MESH_WORKERS_MAX. */
-int mesh_workers_build(const struct mesh_k8s_pod *const *pods, size_t npods,
+int mesh_workers_build(const struct mesh_k8s_pod_rec *const *pods, size_t npods,
                        const struct mesh_workers_opts *opts, struct mesh_workers *out,
                        struct mesh_err *err);
 

@@ -2,13 +2,16 @@
  * fuzz_k8s_pod.c - Pod JSON -> record extraction and the worker ordering
  * built on top of it never crash, leak or read out of bounds, whatever the
  * bytes. The input is split on newlines into up to 8 Pod documents; every
- * record (valid or not) is then ordered into workers in each address mode.
+ * record (valid or not) is packed (pack/unpack/pack must give the same bytes)
+ * and then ordered into workers in each address mode.
  */
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/k8s_pod.h"
+#include "core/mem.h"
 #include "core/workers.h"
 
 #define MAX_PODS 8
@@ -18,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct mesh_k8s_pod recs[MAX_PODS];
-    const struct mesh_k8s_pod *ptrs[MAX_PODS];
+    struct mesh_k8s_pod_rec *packed[MAX_PODS];
+    const struct mesh_k8s_pod_rec *ptrs[MAX_PODS];
     size_t n = 0;
     const char *p = (const char *)data, *end = p + size;
     while (p < end && n < MAX_PODS) {
@@ -26,7 +30,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t len = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
         struct mesh_err err;
         if (mesh_k8s_pod_parse(p, len, &recs[n], &err) == 0) {
-            ptrs[n] = &recs[n];
+            /* Packing keeps what ordering reads: unpack, pack again and
+             * get the same bytes; equal records stay equal. */
+            packed[n] = mesh_k8s_pod_pack(&recs[n]);
+            struct mesh_k8s_pod back;
+            mesh_k8s_pod_unpack(packed[n], &back);
+            struct mesh_k8s_pod_rec *again = mesh_k8s_pod_pack(&back);
+            if (!mesh_k8s_pod_rec_equal(packed[n], again) ||
+                (n > 0 && mesh_k8s_pod_equal(&recs[n], &recs[n - 1]) &&
+                 !mesh_k8s_pod_rec_equal(packed[n], packed[n - 1]))) {
+                abort();
+            }
+            mesh_free(again);
+            ptrs[n] = packed[n];
             n++;
         }
         p += len + 1;
@@ -41,6 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)mesh_workers_index_of(&w, n > 0 ? recs[0].name : "x");
             mesh_workers_cleanup(&w);
         }
+    }
+    for (size_t i = 0; i < n; i++) {
+        mesh_free(packed[i]);
     }
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "core/cleanup.h"
 #include "core/k8s_pod.h"
+#include "core/mem.h"
 
 /* Read a fixture relative to $ROOT (tests/run.sh exports it) or the cwd. */
 static char *read_fixture(const char *name, size_t *out_len)
@@ -146,6 +147,100 @@ static void test_equal_ignores_irrelevant(void **state)
     }
 }
 
+/* Packed records (what the sidecar's store keeps): every kept field
+ * survives pack -> accessors -> unpack -> pack byte for byte, a typical pod
+ * fits the 200-byte budget, and packed equality follows full equality on
+ * the kept fields. */
+static void test_pack_fixtures(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        size_t len = 0;
+        mesh_autofree char *buf = read_fixture(rows[i].fixture, &len);
+        struct mesh_k8s_pod p;
+        (void)mesh_k8s_pod_parse(buf, len, &p, NULL);
+        mesh_autofree struct mesh_k8s_pod_rec *r = mesh_k8s_pod_pack(&p);
+        print_message("fixture %s: packed %u bytes\n", rows[i].fixture, r->size);
+        assert_string_equal(mesh_k8s_pod_rec_name(r), p.name);
+        assert_string_equal(mesh_k8s_pod_rec_hostname(r), p.hostname);
+        assert_string_equal(mesh_k8s_pod_rec_subdomain(r), p.subdomain);
+        assert_string_equal(mesh_k8s_pod_rec_ip(r), p.ip);
+        assert_string_equal(mesh_k8s_pod_rec_reason(r), p.reason);
+        assert_int_equal(mesh_k8s_pod_rec_name_len(r), strlen(p.name));
+        assert_int_equal(mesh_k8s_pod_rec_hostname_len(r), strlen(p.hostname));
+        assert_int_equal(mesh_k8s_pod_rec_subdomain_len(r), strlen(p.subdomain));
+        assert_int_equal(mesh_k8s_pod_rec_ip_len(r), strlen(p.ip));
+        assert_int_equal(r->completion_index, p.completion_index);
+        assert_int_equal(r->pod_index, p.pod_index);
+        assert_int_equal(r->job_index, p.job_index);
+        assert_int_equal(r->job_global_index, p.job_global_index);
+        assert_int_equal(mesh_k8s_pod_rec_has(r, MESH_K8S_REC_READY), p.ready);
+        assert_int_equal(mesh_k8s_pod_rec_has(r, MESH_K8S_REC_TERMINATING), p.terminating);
+        assert_int_equal(mesh_k8s_pod_rec_has(r, MESH_K8S_REC_FINISHED), p.finished);
+        assert_int_equal(mesh_k8s_pod_rec_has(r, MESH_K8S_REC_INVALID), p.invalid);
+        assert_int_equal(mesh_k8s_pod_rec_has(r, MESH_K8S_REC_IP_V6), p.ip_v6);
+        struct mesh_k8s_pod back;
+        mesh_k8s_pod_unpack(r, &back);
+        assert_string_equal(back.name, p.name);
+        assert_string_equal(back.ip, p.ip);
+        assert_string_equal(back.ns, ""); /* not kept */
+        assert_int_equal(back.port, -1);
+        mesh_autofree struct mesh_k8s_pod_rec *again = mesh_k8s_pod_pack(&back);
+        assert_true(mesh_k8s_pod_rec_equal(r, again));
+        if (!p.invalid) {
+            /* The record itself plus malloc's 8-byte header, rounded to 16. */
+            size_t cost = ((size_t)r->size + 8 + 15) / 16 * 16;
+            assert_true(cost <= 200);
+        }
+    }
+}
+
+/* Packed equality on update pairs: a kept field differs -> not equal; only
+ * fields the packed form leaves out differ -> equal (they never reach a
+ * peer's worker entry, so no output can change). */
+static void test_pack_equal(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *a, *b;
+        bool equal;
+    } cases[] = {
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.2\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.10\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"phase\":\"Running\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"phase\":\"Failed\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\"}}",
+         "{\"metadata\":{\"name\":\"a\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\",\"labels\":{\"apps.kubernetes.io/pod-index\":\"1\"}}}",
+         "{\"metadata\":{\"name\":\"a\",\"labels\":{\"apps.kubernetes.io/pod-index\":\"2\"}}}",
+         false},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"hostname\":\"a\",\"subdomain\":\"s\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"spec\":{\"hostname\":\"as\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\",\"annotations\":{\"tpumesh.dev/port\":\"0\"}}}",
+         "{\"metadata\":{\"name\":\"a\",\"annotations\":{\"tpumesh.dev/port\":\"x\"}}}",
+         false}, /* both invalid, different reasons */
+        {"{\"metadata\":{\"name\":\"a\",\"labels\":{\"batch.kubernetes.io/job-name\":\"j1\"}}}",
+         "{\"metadata\":{\"name\":\"a\",\"labels\":{\"batch.kubernetes.io/job-name\":\"j2\"}}}",
+         true},
+        {"{\"metadata\":{\"name\":\"a\",\"uid\":\"1\"}}",
+         "{\"metadata\":{\"name\":\"a\",\"uid\":\"2\"}}", true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mesh_k8s_pod a, b;
+        assert_int_equal(mesh_k8s_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
+        assert_int_equal(mesh_k8s_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
+        mesh_autofree struct mesh_k8s_pod_rec *ra = mesh_k8s_pod_pack(&a);
+        mesh_autofree struct mesh_k8s_pod_rec *rb = mesh_k8s_pod_pack(&b);
+        print_message("case %zu: want equal=%d\n", i, cases[i].equal);
+        assert_int_equal(mesh_k8s_pod_rec_equal(ra, rb), cases[i].equal);
+        assert_true(mesh_k8s_pod_rec_equal(ra, ra));
+        /* Full equality implies packed equality. */
+        assert_true(!mesh_k8s_pod_equal(&a, &b) || mesh_k8s_pod_rec_equal(ra, rb));
+    }
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -237,9 +332,10 @@ static void test_dns_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures),  cmocka_unit_test(test_equal_ignores_irrelevant),
-        cmocka_unit_test(test_malformed), cmocka_unit_test(test_tpumesh_annotations),
-        cmocka_unit_test(test_dns_names),
+        cmocka_unit_test(test_fixtures),   cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed),  cmocka_unit_test(test_tpumesh_annotations),
+        cmocka_unit_test(test_dns_names),  cmocka_unit_test(test_pack_fixtures),
+        cmocka_unit_test(test_pack_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

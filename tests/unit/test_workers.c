@@ -260,8 +260,11 @@ static const struct row {
      NULL},
 };
 
-static void make_pod(const struct podspec *s, struct mesh_k8s_pod *p)
+/* A packed record (owned, mesh_free) for s. */
+static struct mesh_k8s_pod_rec *make_pod(const struct podspec *s)
 {
+    struct mesh_k8s_pod scratch;
+    struct mesh_k8s_pod *p = &scratch;
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "%s", s->name);
     p->completion_index = s->ci;
@@ -283,6 +286,7 @@ static void make_pod(const struct podspec *s, struct mesh_k8s_pod *p)
         p->invalid = true;
         snprintf(p->reason, sizeof(p->reason), "test says invalid");
     }
+    return mesh_k8s_pod_pack(p);
 }
 
 static void test_rows(void **state)
@@ -290,12 +294,12 @@ static void test_rows(void **state)
     (void)state;
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         const struct row *row = &rows[r];
-        struct mesh_k8s_pod recs[MAXP];
-        const struct mesh_k8s_pod *ptrs[MAXP];
+        struct mesh_k8s_pod_rec *recs[MAXP];
+        const struct mesh_k8s_pod_rec *ptrs[MAXP];
         size_t n = 0;
         for (; n < MAXP && row->pods[n].name != NULL; n++) {
-            make_pod(&row->pods[n], &recs[n]);
-            ptrs[n] = &recs[n];
+            recs[n] = make_pod(&row->pods[n]);
+            ptrs[n] = recs[n];
         }
         struct mesh_workers_opts o = {row->mode, row->expected, row->per_slice};
         struct mesh_workers w;
@@ -321,7 +325,7 @@ static void test_rows(void **state)
         }
         /* The result depends on the set, not the order: reverse and compare. */
         for (size_t i = 0; i < n / 2; i++) {
-            const struct mesh_k8s_pod *t = ptrs[i];
+            const struct mesh_k8s_pod_rec *t = ptrs[i];
             ptrs[i] = ptrs[n - 1 - i];
             ptrs[n - 1 - i] = t;
         }
@@ -330,8 +334,25 @@ static void test_rows(void **state)
         assert_true(mesh_workers_same(&w, &w2));
         assert_string_equal(w.reason, w2.reason);
         mesh_workers_cleanup(&w2);
+        /* ... and rotate by one. */
+        for (size_t i = 0; i + 1 < n; i++) {
+            const struct mesh_k8s_pod_rec *t = ptrs[i];
+            ptrs[i] = ptrs[i + 1];
+            ptrs[i + 1] = t;
+        }
+        assert_int_equal(mesh_workers_build(ptrs, n, &o, &w2, &err), 0);
+        assert_true(mesh_workers_same(&w, &w2));
+        assert_string_equal(w.reason, w2.reason);
+        assert_int_equal(w.nproblems, w2.nproblems);
+        for (size_t i = 0; i < w.nproblems; i++) {
+            assert_string_equal(w.problems[i], w2.problems[i]);
+        }
+        mesh_workers_cleanup(&w2);
         mesh_buf_cleanup(&order);
         mesh_workers_cleanup(&w);
+        for (size_t i = 0; i < n; i++) {
+            mesh_free(recs[i]);
+        }
     }
 }
 
@@ -362,10 +383,9 @@ static void test_limits_and_lookup(void **state)
     assert_non_null(strstr(err.msg, "--expected-workers"));
     mesh_workers_cleanup(&w);
 
-    struct mesh_k8s_pod p;
     struct podspec s = {"solo", 0, -1, -1, "10.0.0.1", false, false, false, false};
-    make_pod(&s, &p);
-    const struct mesh_k8s_pod *pp = &p;
+    struct mesh_k8s_pod_rec *p = make_pod(&s);
+    const struct mesh_k8s_pod_rec *pp = p;
     o.expected = 1;
     assert_int_equal(mesh_workers_build(&pp, 1, &o, &w, &err), 0);
     assert_int_equal(mesh_workers_index_of(&w, "solo"), 0);
@@ -373,6 +393,7 @@ static void test_limits_and_lookup(void **state)
     assert_true(w.complete); /* readiness is reported, never required */
     assert_int_equal(w.ready, 0);
     mesh_workers_cleanup(&w);
+    mesh_free(p);
 }
 
 /* The worker list owns its strings (one block): it stays valid after the
@@ -395,18 +416,20 @@ static void test_strings_own_block(void **state)
         {"", "", "", false, false},
     };
     size_t n = sizeof(specs) / sizeof(specs[0]);
-    struct mesh_k8s_pod *recs = mesh_calloc(n, sizeof(*recs));
-    const struct mesh_k8s_pod *ptrs[3];
+    struct mesh_k8s_pod_rec *recs[3];
+    const struct mesh_k8s_pod_rec *ptrs[3];
     for (size_t i = 0; i < n; i++) {
-        make_pod(&specs[i], &recs[i]);
-        ptrs[i] = &recs[i];
+        recs[i] = make_pod(&specs[i]);
+        ptrs[i] = recs[i];
     }
     struct mesh_workers_opts o = {MESH_ADDR_AUTO, 4, 0};
     struct mesh_workers w;
     struct mesh_err err;
     assert_int_equal(mesh_workers_build(ptrs, n, &o, &w, &err), 0);
-    memset(recs, 'x', n * sizeof(*recs)); /* the records go away */
-    mesh_free(recs);
+    for (size_t i = 0; i < n; i++) { /* the records go away */
+        memset(recs[i], 'x', recs[i]->size);
+        mesh_free(recs[i]);
+    }
     assert_int_equal(w.nworkers, 4);
     struct mesh_worker *copy = mesh_workers_copy(w.workers, w.nworkers);
     mesh_workers_cleanup(&w);

@@ -19,21 +19,30 @@
 ARG DEBIAN_SUITE=bookworm
 
 # ---- build stage: the same `make` every developer and CI runs -------------
+# `make` also builds the minimal static libcurl (scripts/build-curl.sh): it
+# downloads Debian's curl source from deb.debian.org (SHA-256 pinned), hence
+# curl, patch and xz-utils here.
 FROM debian:${DEBIAN_SUITE} AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates \
+        curl \
         gcc \
         libc6-dev \
+        libcap-dev \
         libcjson-dev \
         libcurl4-openssl-dev \
         libgrpc-dev \
         libprotobuf-c-dev \
+        libssl-dev \
         libwebsockets-dev \
         libyaml-dev \
         make \
+        patch \
         pkg-config \
         protobuf-c-compiler \
+        xz-utils \
+        zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -45,17 +54,17 @@ RUN make \
 # bookworm-slim is Debian's minbase root file system with documentation
 # removed; libc6 is already in it and is listed anyway so the list names
 # every package whose libraries the programs load (scripts/image-test.sh).
+# libcurl, libwebsockets, OpenSSL, zlib and gRPC are linked into the programs
+# (Makefile, BIN_LIBS); ca-certificates gives OpenSSL the CA bundle.
 FROM debian:${DEBIAN_SUITE}-slim AS runtime
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates \
         libc6 \
         libcjson1 \
-        libcurl4 \
         libgcc-s1 \
         libprotobuf-c1 \
         libstdc++6 \
-        libwebsockets17 \
         libyaml-0-2 \
         tini \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb

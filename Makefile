@@ -35,8 +35,23 @@ IO_LIBS   := -lcurl -lwebsockets -lgrpc -lgpr -lpthread
 # references). libstdc++ is named by soname: the runtime library is all gRPC's
 # C++ internals need, so the build needs no libstdc++-dev. Tests and tools keep
 # the faster dynamic link.
-GRPC_STATIC := -Wl,-Bstatic $(shell pkg-config --static --libs grpc) -Wl,-Bdynamic -l:libstdc++.so.6
-BIN_LIBS  := -lcurl -lwebsockets $(GRPC_STATIC) -lpthread
+#
+# libcurl, libwebsockets and OpenSSL are static in the two programs too. Debian's
+# libcurl4 loads 30-odd libraries (LDAP, RTMP -> GnuTLS, SSH, Kerberos, PSL, IDN,
+# nghttp2, ...) we never use: scripts/build-curl.sh builds a minimal libcurl.a from
+# Debian's source of the installed version (its patches applied), once per BUILD
+# into $(BUILD)/third_party (downloads cached in THIRD_PARTY_CACHE). The sidecar's
+# peak RSS fell by ~5 MB, tpumesh-init's start-up from 8.6 to 2.8 ms (bench/init).
+# The objects compile against the system's curl headers (libcurl4-openssl-dev, the
+# same 7.88.1 API); tests, fuzz replays and tools keep linking the shared system
+# libcurl (faster links, ASan builds need no third_party build), while the
+# integration tests run the real programs and so exercise the static one.
+THIRD_PARTY       := $(BUILD)/third_party
+THIRD_PARTY_CACHE ?= $(THIRD_PARTY)
+CURL_A      := $(THIRD_PARTY)/curl/lib/libcurl.a
+GRPC_STATIC := $(shell pkg-config --static --libs grpc)
+BIN_LIBS  := $(CURL_A) -Wl,-Bstatic -lwebsockets -lcap $(GRPC_STATIC) -lssl -lcrypto -lz \
+             -Wl,-Bdynamic -l:libstdc++.so.6 -lpthread
 
 PROTOS     := $(shell find proto -name '*.proto' 2>/dev/null | sort)
 GEN_C      := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
@@ -123,11 +138,17 @@ $(BUILD)/core-pure.ok: $(CORE_LIB)
 	    { echo "common/core must not depend on curl, lws or grpc (see errors above)"; exit 1; }
 	@touch $@
 
-$(BUILD)/bin/tpumesh-init: $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB)
+# The minimal static libcurl (see BIN_LIBS). The script keeps its own cache key (its
+# checksum and the compiler): when it has nothing to do, only the timestamp moves.
+$(CURL_A): scripts/build-curl.sh
+	CC="$(CC)" scripts/build-curl.sh $(THIRD_PARTY) $(THIRD_PARTY_CACHE)
+	@touch $@
+
+$(BUILD)/bin/tpumesh-init: $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB) $(CURL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) $(CORE_LIBS)
 
-$(BUILD)/bin/tpumesh-sidecar: $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB)
+$(BUILD)/bin/tpumesh-sidecar: $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB) $(CURL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) $(CORE_LIBS)
 

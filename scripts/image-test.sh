@@ -319,6 +319,22 @@ for prog in $PROGS; do
     done < <(echo "$ldd_out" | ldd_pairs)
 done
 all_pkgs=$(echo "$all_pkgs" | tr ' ' '\n' | sort -u | tr '\n' ' ')
+# The other direction: a listed library package nothing loads is dead weight in the image
+# (e.g. libcurl4 after the programs linked libcurl statically). Packages that ship no
+# library the programs load but files or programs they use are named here.
+unused=""
+for p in $RT_PKGS; do
+    case "$p" in
+    ca-certificates | tini) continue ;; # the CA bundle; the ENTRYPOINT
+    esac
+    in_list "$p" "$all_pkgs" || unused="$unused $p"
+done
+if [ -z "$unused" ]; then
+    ok "runtime stage lists no library package the programs do not load"
+else
+    fail "runtime stage lists no library package the programs do not load" \
+        "remove$unused from the runtime stage's apt-get install list (ldd of both programs names none of its files)"
+fi
 echo "# time: library mapping $(( $(now_ms) - T1 )) ms; packages loaded:$all_pkgs"
 
 if [ "$STATIC" = 1 ]; then

@@ -17,18 +17,19 @@ else
     fail "programs are built in $BIN" "run: make BUILD=${BUILD#"$ROOT"/} all"
 fi
 
-# A probe linked (without --as-needed) the way the Makefile links the programs (gRPC and
-# its dependencies static, everything else shared), standing in for the finished programs:
-# every shared library it loads must map to a runtime package.
+# A probe linked (without --as-needed) the way the Makefile links the programs (libcurl,
+# libwebsockets, OpenSSL, zlib, gRPC and its dependencies static, everything else shared),
+# standing in for the finished programs: every shared library it loads must map to a
+# runtime package, and every runtime library package must be loaded.
 mkdir -p "$TMP/probe/bin"
 printf 'int main(void){return 0;}\n' >"$TMP/probe.c"
 # shellcheck disable=SC2046
-if gcc "$TMP/probe.c" -o "$TMP/probe/bin/tpumesh-init" -Wl,--no-as-needed -lcurl -lwebsockets \
-    -Wl,-Bstatic $(pkg-config --static --libs grpc) -Wl,-Bdynamic -l:libstdc++.so.6 \
-    -lpthread -lprotobuf-c -lcjson -lyaml -lm 2>"$TMP/cc.err"; then
+if gcc "$TMP/probe.c" -o "$TMP/probe/bin/tpumesh-init" -Wl,--no-as-needed \
+    -Wl,-Bstatic -lwebsockets -lcap $(pkg-config --static --libs grpc) -lssl -lcrypto -lz \
+    -Wl,-Bdynamic -l:libstdc++.so.6 -lpthread -lprotobuf-c -lcjson -lyaml -lm 2>"$TMP/cc.err"; then
     cp "$TMP/probe/bin/tpumesh-init" "$TMP/probe/bin/tpumesh-sidecar"
     BUILD=$TMP/probe "$IT" --static >"$TMP/probe.out" 2>&1
-    check_eq "the runtime stage provides every library of curl, lws, gRPC, protobuf-c, cJSON, yaml" \
+    check_eq "the runtime stage provides exactly the shared libraries of the programs' link line" \
         "0" "$(grep -c '^not ok' "$TMP/probe.out")"
 else
     fail "probe program links" "$(cat "$TMP/cc.err")"
@@ -50,7 +51,9 @@ expect_fail() {
         fail "$name" "failed, but without '$text':" "$(grep -A2 '^not ok' "$TMP/bad.out" | head -n 6)"
     fi
 }
-expect_fail "rejects a runtime stage without libcurl4" '/^        libcurl4 \\$/d' "add 'libcurl4'"
+expect_fail "rejects a runtime stage without libcjson1" '/^        libcjson1 \\$/d' "add 'libcjson1'"
+expect_fail "rejects a library package the programs do not load (libcurl4: linked statically)" \
+    's/^        libcjson1 \\$/        libcjson1 libcurl4 \\/' "remove libcurl4"
 expect_fail "rejects a runtime stage without libstdc++6" '/^        libstdc++6 \\$/d' "add 'libstdc++6'"
 expect_fail "rejects build tools in the runtime stage" 's/^        tini \\$/        tini gcc make \\/' "installs no build tools"
 expect_fail "rejects a runtime stage running as root" 's/^USER 65532:65532$/USER 0:0/' "runs as USER 65532:65532"

@@ -993,6 +993,140 @@ int mesh_k8s_list_scanner_finish(struct mesh_k8s_list_scanner *s,
     return 0;
 }
 
+/* ---- metadata.managedFields ------------------------------------------------ */
+
+/* Index just past the string starting at json[i] == '"', or len. */
+static size_t skip_string(const char *json, size_t len, size_t i)
+{
+    for (i++; i < len; i++) {
+        if (json[i] == '\\') {
+            i++;
+        } else if (json[i] == '"') {
+            return i + 1;
+        }
+    }
+    return len;
+}
+
+static size_t skip_ws(const char *json, size_t len, size_t i)
+{
+    while (i < len && is_ws((unsigned char)json[i])) {
+        i++;
+    }
+    return i;
+}
+
+/* Index just past the value starting at json[i] (after whitespace). */
+static size_t skip_value(const char *json, size_t len, size_t i)
+{
+    if (i < len && json[i] == '"') {
+        return skip_string(json, len, i);
+    }
+    if (i < len && json[i] != '{' && json[i] != '[') {
+        /* A scalar: up to the delimiter after it. */
+        while (i < len && json[i] != ',' && json[i] != '}' && json[i] != ']' &&
+               !is_ws((unsigned char)json[i])) {
+            i++;
+        }
+        return i;
+    }
+    int depth = 0;
+    while (i < len) {
+        char c = json[i];
+        if (c == '"') {
+            i = skip_string(json, len, i);
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+            return i + 1;
+        }
+        i++;
+    }
+    return len;
+}
+
+bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const *path, size_t npath,
+                                size_t *out_start, size_t *out_end)
+{
+    size_t depth = 0, matched = 0, i = 0;
+    bool expect_open = false; /* the value of a matched path element must open an object */
+    while (i < len) {
+        char c = json[i];
+        if (c == '"') {
+            size_t k = skip_string(json, len, i);
+            size_t after = skip_ws(json, len, k);
+            expect_open = false;
+            if (after < len && json[after] == ':' && depth == matched + 1 && matched < npath) {
+                size_t n = strlen(path[matched]);
+                bool hit = k - i == n + 2 && memcmp(json + i + 1, path[matched], n) == 0;
+                if (hit && matched + 1 == npath) {
+                    size_t v = skip_ws(json, len, after + 1);
+                    *out_start = i;
+                    *out_end = skip_value(json, len, v);
+                    return *out_end > v;
+                }
+                expect_open = hit;
+                k = after + 1;
+            }
+            i = k;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+            if (expect_open && c == '{') {
+                matched++;
+            }
+            expect_open = false;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) {
+                return false;
+            }
+            if (matched > 0 && depth == matched + 1) {
+                matched--;
+            }
+            depth--;
+        } else if (!is_ws((unsigned char)c)) {
+            expect_open = false;
+        }
+        i++;
+    }
+    return false;
+}
+
+const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len, bool in_event,
+                                                struct mesh_buf *scratch, size_t *out_len)
+{
+    static const char *const event_path[] = {"object", "metadata", "managedFields"};
+    const char *const *path = in_event ? event_path : event_path + 1;
+    size_t start, end;
+    *out_len = len;
+    if (!mesh_k8s_watch_find_member(json, len, path, in_event ? 3 : 2, &start, &end)) {
+        return json;
+    }
+    /* Take one comma with the member: the one after it, else the one before. */
+    size_t after = skip_ws(json, len, end);
+    if (after < len && json[after] == ',') {
+        end = after + 1;
+    } else {
+        size_t b = start;
+        while (b > 0 && is_ws((unsigned char)json[b - 1])) {
+            b--;
+        }
+        if (b > 0 && json[b - 1] == ',') {
+            start = b - 1;
+        }
+    }
+    mesh_buf_reset(scratch);
+    if (mesh_buf_append(scratch, json, start, NULL) < 0 ||
+        mesh_buf_append(scratch, json + end, len - end, NULL) < 0) {
+        return json;
+    }
+    *out_len = scratch->len;
+    return scratch->data;
+}
+
 /* ---- resourceVersion ----------------------------------------------------- */
 
 static bool rv_number(const char *s, uint64_t *out)

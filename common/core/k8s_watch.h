@@ -233,6 +233,33 @@ int mesh_k8s_list_scanner_finish(struct mesh_k8s_list_scanner *s,
 /* Free a meta's continue token; safe on a zeroed meta. */
 void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m);
 
+/* ---- metadata.managedFields ------------------------------------------------ */
+
+/* Server-side-apply bookkeeping (metadata.managedFields) is often half of a
+ * Pod's JSON (spec §3.1) and nothing here reads it; client-go informers drop
+ * it too (TransformStripManagedFields). These find and cut it out of the
+ * text before the full parse, which then costs half as much. */
+
+/* Find the member at an object-key path: path[0] a member of the top-level
+ * object, path[1] a member of its object value, ... (e.g. {"object",
+ * "metadata", "managedFields"} in a watch event). On success stores the
+ * byte span [*out_start, *out_end) of `"name":value` and returns true. A
+ * light scan (strings, escapes, nesting): on text that is not valid JSON it
+ * may find nothing or a span that a full parse would reject, but never
+ * reads outside json[0..len). Escaped member names are not matched. */
+bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const *path, size_t npath,
+                                size_t *out_start, size_t *out_end);
+
+/* json (len bytes, borrowed) without metadata.managedFields: of a watch
+ * event line (path object.metadata.managedFields) when in_event, else of an
+ * object (metadata.managedFields). Returns json itself when there is none,
+ * else scratch's data holding the copy without the member and its comma
+ * (scratch is reset first; a copy larger than scratch's bound returns json
+ * unchanged). *out_len receives the length of what is returned. The result
+ * is valid JSON exactly when json is, apart from the dropped value. */
+const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len, bool in_event,
+                                                struct mesh_buf *scratch, size_t *out_len);
+
 /* "namespace/name" and resourceVersion of an object (borrowed). Either
  * out may be NULL. -MESH_E_PARSE when name or resourceVersion is missing
  * or too long. */

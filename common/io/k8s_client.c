@@ -752,6 +752,10 @@ struct xfer {
     size_t max_event;
     mesh_k8s_event_fn fn;
     void *ctx;
+    bool strip;              /* drop metadata.managedFields before decoding */
+    struct mesh_buf scratch; /* owned: an event without its managedFields */
+    uint64_t events;         /* events handed to fn */
+    void (*on_block)(void *ctx);
     int cb_rc; /* set when a callback stopped the transfer */
     struct mesh_err cb_err;
 };
@@ -775,12 +779,16 @@ static int on_line(void *ctx, const char *line, size_t len, struct mesh_err *err
 {
     struct xfer *x = ctx;
     struct mesh_k8s_watch_event ev;
+    if (x->strip) {
+        line = mesh_k8s_watch_strip_managed_fields(line, len, true, &x->scratch, &len);
+    }
     int rc = mesh_k8s_watch_decode_event(line, len, x->max_event, &ev, err);
     if (rc < 0) {
         return rc;
     }
     /* Every line completed by this block was complete when it was read. */
     ev.recv_us = x->now_us;
+    x->events++;
     rc = x->fn(x->ctx, &ev, err);
     mesh_k8s_watch_event_cleanup(&ev);
     return rc;
@@ -796,9 +804,13 @@ static size_t on_write(char *data, size_t size, size_t n, void *userp)
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
     bool ok = code >= 200 && code < 300;
     if ((x->watch && code == 200) || (x->scanner != NULL && ok)) {
+        uint64_t before = x->events;
         int rc = x->watch
                      ? mesh_k8s_watch_framer_feed(&x->framer, data, len, on_line, x, &x->cb_err)
                      : mesh_k8s_list_scanner_feed(x->scanner, data, len, &x->cb_err);
+        if (x->on_block != NULL && x->events != before) {
+            x->on_block(x->ctx);
+        }
         if (rc < 0) {
             x->cb_rc = rc;
             return 0; /* abort: CURLE_WRITE_ERROR */
@@ -1214,6 +1226,9 @@ int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query
     x.fn = fn;
     x.ctx = ctx;
     x.max_event = wo->max_event_bytes ? wo->max_event_bytes : MESH_K8S_EVENT_MAX_DEFAULT;
+    x.strip = !wo->keep_managed_fields;
+    x.on_block = wo->on_block;
+    mesh_buf_init(&x.scratch, x.max_event);
     mesh_k8s_watch_framer_init(&x.framer, x.max_event);
     int rc = request(c, &x, url, wo->stall_ms, err);
     if (rc >= 0 && c->last_status != 200) {
@@ -1232,6 +1247,7 @@ int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query
                           c->server, mesh_k8s_watch_framer_pending(&x.framer));
     }
     mesh_k8s_watch_framer_cleanup(&x.framer);
+    mesh_buf_cleanup(&x.scratch);
     mesh_buf_cleanup(&x.body);
     return rc;
 }

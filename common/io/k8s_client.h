@@ -172,6 +172,14 @@ struct mesh_k8s_watch_opts {
      * then a BOOKMARK with initial_events_end, then live events. A server without the
      * WatchList feature answers HTTP 422 (-MESH_E_API, last_status 422). */
     bool send_initial_events;
+    /* false (default): metadata.managedFields is cut out of each event's text before it
+     * is parsed (mesh_k8s_watch_strip_managed_fields): ev->object lacks it, and a Pod
+     * costs half as much to parse. true: events are parsed as sent. */
+    bool keep_managed_fields;
+    /* Optional: called after each block of bytes read from the connection that
+     * completed at least one event, once fn has seen all of them (e.g. to wake a reader
+     * once per batch instead of once per event). ctx is fn's. */
+    void (*on_block)(void *ctx);
 };
 
 /* WATCH from wo->rv, framing events on newlines whatever the chunking

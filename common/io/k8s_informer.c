@@ -174,8 +174,10 @@ struct mesh_k8s_informer {
     struct mesh_k8s_watch_backoff backoff;
     _Atomic int64_t event_us;               /* mesh_k8s_informer_event_time_us */
     enum mesh_k8s_watch_reason next_reason; /* why the next watch starts */
+    struct mesh_buf scratch;                /* an object's text without its managedFields */
     /* per-watch state */
     uint64_t watch_events;
+    bool notify_pending; /* changes applied since the last notify */
     bool rv_went_back;
     struct mesh_k8s_watch_status stream_error; /* in-stream ERROR other than 410 */
     /* streaming list (sendInitialEvents, spec §2.6) */
@@ -253,6 +255,8 @@ struct mesh_k8s_informer *mesh_k8s_informer_new(struct mesh_k8s_client *client,
     }
     o->stall_timeout_s = o->stall_timeout_s ? o->stall_timeout_s : 90;
     o->retry_after_cap_s = o->retry_after_cap_s ? o->retry_after_cap_s : 30;
+    mesh_buf_init(&inf->scratch,
+                  o->max_event_bytes ? o->max_event_bytes : MESH_K8S_EVENT_MAX_DEFAULT);
     mesh_k8s_watch_backoff_init(&inf->backoff, o->backoff_initial_ms, o->backoff_max_ms,
                                 o->backoff_reset_ms);
     pthread_mutexattr_t ma;
@@ -296,6 +300,7 @@ void mesh_k8s_informer_free(struct mesh_k8s_informer *inf)
     }
     table_free(inf, &inf->store);
     table_free(inf, &inf->fresh);
+    mesh_buf_cleanup(&inf->scratch);
     if (inf->notify_fd >= 0) {
         close(inf->notify_fd);
     }
@@ -523,6 +528,9 @@ static int list_item(void *ctx, const char *item, size_t len, struct mesh_err *e
 {
     struct list_ctx *lc = ctx;
     struct mesh_k8s_informer *inf = lc->inf;
+    if (!inf->o.keep_managed_fields) {
+        item = mesh_k8s_watch_strip_managed_fields(item, len, false, &inf->scratch, &len);
+    }
     mesh_autocjson cJSON *obj = mesh_json_parse(item, len, len, err);
     if (obj == NULL) {
         mesh_err_prefix(err, "list item");
@@ -719,10 +727,21 @@ static int on_event(void *ctx, const struct mesh_k8s_watch_event *ev, struct mes
     if (rc == 0) {
         inf->watch_events++;
         if (ev->type != MESH_K8S_EV_BOOKMARK) {
-            notify(inf);
+            inf->notify_pending = true; /* written once per block: on_block */
         }
     }
     return rc;
+}
+
+/* The events of one block read from the connection are applied: wake the
+ * readers once for all of them. */
+static void on_block(void *ctx)
+{
+    struct mesh_k8s_informer *inf = ctx;
+    if (inf->notify_pending) {
+        inf->notify_pending = false;
+        notify(inf);
+    }
 }
 
 /* Sleep up to ms, returning early on stop. */
@@ -879,6 +898,7 @@ static void watch_ended(struct mesh_k8s_informer *inf, int rc)
     }
     inf->next_reason = r;
     count_api_error(inf, label);
+    on_block(inf); /* changes of a block cut short by the error */
 }
 
 static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_err *err)
@@ -898,6 +918,8 @@ static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_e
         .max_event_bytes = o->max_event_bytes,
         .bookmarks = true,
         .send_initial_events = streaming,
+        .keep_managed_fields = o->keep_managed_fields,
+        .on_block = on_block,
     };
     if (streaming) {
         wo.rv = ""; /* consistent read (spec §2.6) */

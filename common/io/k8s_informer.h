@@ -42,7 +42,9 @@
  *   - read the store between mesh_k8s_informer_lock()/_unlock()
  *     (mesh_k8s_informer_lookup, _foreach, _count),
  *   - poll mesh_k8s_informer_notify_fd(): it becomes readable after every
- *     batch of changes and after every sync (read 8 bytes to clear it),
+ *     batch of changes (the events of one block read from the connection:
+ *     one write per batch, not per event) and after every sync (read 8
+ *     bytes to clear it),
  *     so an event loop (epoll, libwebsockets foreign fd) can react without
  *     callbacks: on readable, lock, walk the store, unlock.
  * Callbacks must not call stop+free or run; they may call lookup/foreach
@@ -94,6 +96,10 @@ struct mesh_k8s_informer_opts {
     /* Sync with a streaming list (sendInitialEvents, spec §2.6) instead of LIST; falls back
      * to LIST for good when the server rejects it (HTTP 4xx, e.g. 422 WatchList off). */
     bool streaming_list;
+    /* false (default): metadata.managedFields (server-side-apply bookkeeping, often half
+     * of a Pod's JSON) is cut from every object's text before it is parsed, so extract
+     * never sees it and each event costs half the parse. true: objects as sent. */
+    bool keep_managed_fields;
     mesh_k8s_extract_fn extract;         /* required */
     mesh_k8s_record_free_fn record_free; /* required */
     mesh_k8s_record_equal_fn equal;      /* optional */

@@ -7,7 +7,9 @@
  *     exactly what the scanner handed out;
  *   - when cJSON parses the bytes as an object, its compact re-print (valid
  *     JSON by construction) is accepted by the scanner, unless it lacks what
- *     a list needs or has a duplicate member the scanner rejects on purpose.
+ *     a list needs or has a duplicate member the scanner rejects on purpose;
+ *   - cutting metadata.managedFields out of an item's text gives the tree
+ *     cJSON gives once that member is deleted from the parsed item.
  * Any disagreement aborts.
  *
  * Input: byte 0 seeds the chunking (random chunk sizes 1..64 from it), the
@@ -32,6 +34,57 @@ struct result {
     struct mesh_k8s_list_meta meta;
 };
 
+/* Members named key in o, counted (cJSON keeps duplicates). */
+static int count_key(const cJSON *o, const char *key)
+{
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, o)
+    {
+        n += c->string != NULL && strcmp(c->string, key) == 0;
+    }
+    return n;
+}
+
+/* Same trees, compared as their compact prints (cJSON_Compare calls two
+ * infinities from "1e999" different). */
+static bool same_tree(const cJSON *a, const cJSON *b)
+{
+    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
+    bool same = x != NULL && y != NULL && strcmp(x, y) == 0;
+    cJSON_free(x);
+    cJSON_free(y);
+    return same;
+}
+
+/* Cutting metadata.managedFields out of the item's text must give what
+ * deleting it from the parsed tree gives (when names are not escaped and
+ * metadata is not duplicated, which the text scan does not interpret). */
+static void check_strip(const char *item, size_t len, const cJSON *parsed)
+{
+    if (memchr(item, '\\', len) != NULL || count_key(parsed, "metadata") > 1) {
+        return;
+    }
+    struct mesh_buf scratch;
+    mesh_buf_init(&scratch, len);
+    size_t n = 0;
+    const char *out = mesh_k8s_watch_strip_managed_fields(item, len, false, &scratch, &n);
+    cJSON *want = cJSON_Duplicate(parsed, true);
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(want, "metadata");
+    bool removed = cJSON_IsObject(md) && cJSON_IsObject(want) &&
+                   cJSON_GetObjectItemCaseSensitive(md, "managedFields") != NULL;
+    if (removed) {
+        cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
+    }
+    cJSON *got = cJSON_ParseWithLength(out, n);
+    if ((out != item) != removed || got == NULL || !same_tree(got, want)) {
+        abort(); /* the text cut and the tree edit disagree */
+    }
+    cJSON_Delete(got);
+    cJSON_Delete(want);
+    mesh_buf_cleanup(&scratch);
+}
+
 static int on_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
 {
     (void)err;
@@ -43,6 +96,7 @@ static int on_item(void *ctx, const char *item, size_t len, struct mesh_err *err
     if (j == NULL) {
         abort(); /* the scanner handed out bytes that are not one JSON value */
     }
+    check_strip(item, len, j);
     cJSON_AddItemToArray(r->items, j);
     return 0;
 }
@@ -89,17 +143,6 @@ static const char *str_or_empty(const cJSON *o, const char *key)
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/* Same trees, compared as their compact prints (cJSON_Compare calls two
- * infinities from "1e999" different). */
-static bool same_tree(const cJSON *a, const cJSON *b)
-{
-    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
-    bool same = x != NULL && y != NULL && strcmp(x, y) == 0;
-    cJSON_free(x);
-    cJSON_free(y);
-    return same;
-}
-
 /* The scanner's accepted page must match cJSON's view of the same bytes. */
 static void check_against_cjson(const char *p, size_t n, const struct result *r)
 {
@@ -129,18 +172,6 @@ static int depth(const cJSON *j)
         d = k > d ? k : d;
     }
     return (cJSON_IsArray(j) || cJSON_IsObject(j)) ? d + 1 : 0;
-}
-
-/* Members named key in o, counted (cJSON keeps duplicates). */
-static int count_key(const cJSON *o, const char *key)
-{
-    int n = 0;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, o)
-    {
-        n += c->string != NULL && strcmp(c->string, key) == 0;
-    }
-    return n;
 }
 
 /* A document cJSON can print is valid JSON: the scanner must accept it when

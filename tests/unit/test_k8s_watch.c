@@ -506,6 +506,60 @@ static void test_list_scanner_stop_and_depth(void **state)
     mesh_buf_cleanup(&deep);
 }
 
+/* metadata.managedFields is cut out with one comma; nothing else changes. */
+static void test_strip_managed_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        bool event;
+        const char *want; /* NULL = returned unchanged (the same pointer) */
+    } rows[] = {
+        {"{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"managedFields\":[{"
+         "\"f:x\":{\"}\":\"]\\\"\"}}],\"uid\":\"u\"},\"spec\":{}}}",
+         true,
+         "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"uid\":\"u\"},"
+         "\"spec\":{}}}"},
+        /* last member: the comma before it goes */
+        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\" , \"managedFields\" : [ ] "
+         "}}}",
+         true, "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"  }}}"},
+        /* only member */
+        {"{\"metadata\":{\"managedFields\":null}}", false, "{\"metadata\":{}}"},
+        {"{\"metadata\":{\"managedFields\":[1],\"name\":\"n\"},\"x\":1}", false,
+         "{\"metadata\":{\"name\":\"n\"},\"x\":1}"},
+        /* the same name elsewhere stays */
+        {"{\"managedFields\":1,\"metadata\":{\"name\":\"n\"}}", false, NULL},
+        {"{\"spec\":{\"metadata\":{\"managedFields\":1}},\"metadata\":{\"a\":\"managedFields\"}}",
+         false, NULL},
+        {"{\"type\":\"MODIFIED\",\"object\":{\"spec\":{\"metadata\":{\"managedFields\":1}}}}", true,
+         NULL},
+        {"{\"metadata\":{\"name\":\"n\"}}", false, NULL},
+        /* an object item's path is not an event's */
+        {"{\"metadata\":{\"managedFields\":1}}", true, NULL},
+        /* broken text: nothing found, nothing read out of bounds */
+        {"{\"metadata\":{\"managedFields\":", false, NULL},
+        {"{\"metadata\":{\"managedFields\":[1,", false, "{\"metadata\":{"},
+        {"\"", false, NULL},
+        {"}}]]{\"metadata\":{\"managedFields\":1}}", false, NULL},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        struct mesh_buf scratch;
+        mesh_buf_init(&scratch, 1 << 16);
+        size_t len = strlen(rows[i].in), n = 0;
+        const char *out =
+            mesh_k8s_watch_strip_managed_fields(rows[i].in, len, rows[i].event, &scratch, &n);
+        if (rows[i].want == NULL) {
+            assert_ptr_equal(out, rows[i].in);
+            assert_int_equal(n, len);
+        } else {
+            assert_int_equal(n, strlen(rows[i].want));
+            assert_memory_equal(out, rows[i].want, n);
+        }
+        mesh_buf_cleanup(&scratch);
+    }
+}
+
 static void test_rv_cmp(void **state)
 {
     (void)state;
@@ -599,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_decode_status),
         cmocka_unit_test(test_list_scanner),
         cmocka_unit_test(test_list_scanner_stop_and_depth),
+        cmocka_unit_test(test_strip_managed_fields),
         cmocka_unit_test(test_rv_cmp),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_retry_after),

@@ -857,6 +857,36 @@ static int ls_in_string(struct mesh_k8s_list_scanner *s, const char *data, size_
     return s->str_is_key ? ls_key_done(s, s->off + j, err) : ls_value_done(s, data, j + 1, err);
 }
 
+/* One byte of an escape sequence (after the backslash). */
+static int ls_escape(struct mesh_k8s_list_scanner *s, unsigned char c, size_t at,
+                     struct mesh_err *err)
+{
+    switch (s->state) {
+    case LS_STR_ESC:
+        if (c == '\0' || strchr("\"\\/bfnrtu", c) == NULL) {
+            return ls_fail(s, at, c, err);
+        }
+        s->state = c == 'u' ? LS_STR_HEX : LS_STR;
+        s->hex_left = 4;
+        s->hex_val = 0;
+        return 0;
+    case LS_STR_HEX:
+        if (!((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'))) {
+            return ls_fail(s, at, c, err);
+        }
+        s->hex_val = s->hex_val * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+        return --s->hex_left == 0 ? ls_escape_done(s, at, err) : 0;
+    default: /* LS_STR_LOW1, LS_STR_LOW2: "\\u" of a surrogate's low half */
+        if (c != (s->state == LS_STR_LOW1 ? '\\' : 'u')) {
+            return ls_fail(s, at, c, err);
+        }
+        s->state = s->state == LS_STR_LOW1 ? LS_STR_LOW2 : LS_STR_HEX;
+        s->hex_left = 4;
+        s->hex_val = 0;
+        return 0;
+    }
+}
+
 int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data, size_t len,
                                struct mesh_err *err)
 {
@@ -879,33 +909,13 @@ int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data
             rc = ls_in_string(s, data, len, &i, err);
             continue;
         case LS_STR_ESC:
-            if (strchr("\"\\/bfnrtu", c) == NULL || c == '\0') {
-                rc = ls_fail(s, s->off + i, c, err);
-                continue;
-            }
-            s->state = c == 'u' ? LS_STR_HEX : LS_STR;
-            s->hex_left = 4;
-            s->hex_val = 0;
-            break;
         case LS_STR_HEX:
-            if (!((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'))) {
-                rc = ls_fail(s, s->off + i, c, err);
-                continue;
-            }
-            s->hex_val = s->hex_val * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-            if (--s->hex_left == 0) {
-                rc = ls_escape_done(s, s->off + i, err);
-            }
-            break;
         case LS_STR_LOW1:
         case LS_STR_LOW2:
-            if (c != (s->state == LS_STR_LOW1 ? '\\' : 'u')) {
-                rc = ls_fail(s, s->off + i, c, err);
+            rc = ls_escape(s, c, s->off + i, err);
+            if (rc < 0) {
                 continue;
             }
-            s->state = s->state == LS_STR_LOW1 ? LS_STR_LOW2 : LS_STR_HEX;
-            s->hex_left = 4;
-            s->hex_val = 0;
             break;
         case LS_NUM_MINUS:
         case LS_NUM_ZERO:

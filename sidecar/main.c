@@ -128,11 +128,7 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
         bool retry = tick && (ctx->publish_pending ||
                               (ctx->opts.verify_dns && ctx->have_cur && !ctx->last_complete));
         if (mesh_k8s_informer_has_synced(ctx->inf) && (dirty || retry)) {
-            uint64_t gen = ctx->generation;
-            (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME));
-            if (ctx->generation != gen) {
-                mesh_sidecar_note_latency(ctx, now_us() - woke_us);
-            }
+            (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
         }
     }
 }
@@ -234,6 +230,7 @@ int main(int argc, char **argv)
     }
     mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
     pthread_mutex_init(&ctx.mu, NULL);
+    pthread_mutex_init(&ctx.chg_mu, NULL);
     /* Port and address mode are logged once they are final (identity.c:
      * the own pod's annotations may set them). */
     mesh_info(MOD, "tpumesh-sidecar %s starting: out-dir %s", MESH_VERSION, ctx.opts.out_dir);
@@ -283,5 +280,6 @@ out:
     mesh_sidecar_topology_cleanup(&ctx);
     mesh_sidecar_opts_cleanup(&ctx.opts);
     pthread_mutex_destroy(&ctx.mu);
+    pthread_mutex_destroy(&ctx.chg_mu);
     return exit_code;
 }

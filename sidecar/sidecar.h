@@ -85,8 +85,8 @@ struct mesh_sidecar_status {
     int expected, present, ready_workers, addressed;
     int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
     int64_t loop_tick_ms;     /* CLOCK_MONOTONIC ms of the main loop's last tick */
-    /* Wake-up to files-renamed durations of the last MESH_SIDECAR_LAT_RING
-     * publishes, in microseconds (for /metrics quantiles). */
+    /* Event-arrival to files-renamed durations of the last
+     * MESH_SIDECAR_LAT_RING publishes, in microseconds (/metrics quantiles). */
     uint32_t lat_us[MESH_SIDECAR_LAT_RING];
     size_t nlat;
 };
@@ -128,6 +128,13 @@ struct mesh_sidecar {
     /* Counters bumped by informer callbacks (informer thread). */
     atomic_uint_fast64_t ev_added, ev_modified, ev_deleted, syncs, changes;
     uint64_t changes_seen; /* main thread: `changes` at the last recompute */
+    /* chg_mu makes "note the arrival time, bump `changes`" (callbacks) and
+     * "read `changes`, take the arrival time" (recompute) atomic pairs, so
+     * a recompute never takes a time whose change it will not see, nor
+     * leaves behind a time whose change it saw. */
+    pthread_mutex_t chg_mu;
+    int64_t pending_since_us; /* earliest arrival (mesh_k8s_informer_event_time_us) of
+                                 the changes not yet taken by a recompute; 0 = none */
 
     struct mesh_k8s_informer *inf;
 
@@ -158,12 +165,15 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err);
 
 /* Recompute from the informer's store and publish when an output changed
  * (generation + 1); update ctx->st. now_ms = wall clock ms (for the
- * last-publish metric). Publish failures are logged once and retried by the
- * next call. Returns 0, or a negative code after a failure already logged. */
-int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms);
+ * last-publish metric); woke_us = CLOCK_MONOTONIC us when the main loop woke
+ * up. A publish records its latency from the arrival of the earliest change
+ * it carries (mesh_k8s_informer_event_time_us), or from woke_us when no
+ * arrival is known (a retry). Publish failures are logged once and retried
+ * by the next call, keeping the arrival time. Returns 0, or a negative code
+ * after a failure already logged. Main thread. */
+int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t woke_us);
 
-/* Record how long one wake-up took from the poll returning to the files
- * being renamed (main thread; takes mu). */
+/* Record one publish latency in microseconds (main thread; takes mu). */
 void mesh_sidecar_note_latency(struct mesh_sidecar *ctx, int64_t usec);
 
 /* Store extraction callbacks for the informer (ctx = struct mesh_sidecar).

@@ -59,13 +59,26 @@ bool mesh_sidecar_record_equal(void *vctx, const void *a, const void *b)
     return mesh_k8s_pod_rec_equal(a, b);
 }
 
+/* One change that may alter the output: remember when its bytes arrived
+ * (the earliest such time until a recompute takes it), then count it. */
+static void note_change(struct mesh_sidecar *ctx)
+{
+    int64_t t = mesh_k8s_informer_event_time_us(ctx->inf);
+    pthread_mutex_lock(&ctx->chg_mu);
+    if (t > 0 && (ctx->pending_since_us == 0 || t < ctx->pending_since_us)) {
+        ctx->pending_since_us = t;
+    }
+    atomic_fetch_add(&ctx->changes, 1);
+    pthread_mutex_unlock(&ctx->chg_mu);
+}
+
 void mesh_sidecar_on_add(void *vctx, const char *key, const void *rec)
 {
     struct mesh_sidecar *ctx = vctx;
     (void)key;
     (void)rec;
     atomic_fetch_add(&ctx->ev_added, 1);
-    atomic_fetch_add(&ctx->changes, 1);
+    note_change(ctx);
 }
 
 void mesh_sidecar_on_update(void *vctx, const char *key, const void *old_rec, const void *new_rec)
@@ -74,7 +87,7 @@ void mesh_sidecar_on_update(void *vctx, const char *key, const void *old_rec, co
     (void)key;
     atomic_fetch_add(&ctx->ev_modified, 1);
     if (!mesh_k8s_pod_rec_equal(old_rec, new_rec)) {
-        atomic_fetch_add(&ctx->changes, 1);
+        note_change(ctx);
     }
 }
 
@@ -84,7 +97,7 @@ void mesh_sidecar_on_delete(void *vctx, const char *key, const void *old_rec)
     (void)key;
     (void)old_rec;
     atomic_fetch_add(&ctx->ev_deleted, 1);
-    atomic_fetch_add(&ctx->changes, 1);
+    note_change(ctx);
 }
 
 void mesh_sidecar_on_synced(void *vctx, size_t count)
@@ -92,7 +105,7 @@ void mesh_sidecar_on_synced(void *vctx, size_t count)
     struct mesh_sidecar *ctx = vctx;
     (void)count;
     atomic_fetch_add(&ctx->syncs, 1);
-    atomic_fetch_add(&ctx->changes, 1);
+    note_change(ctx);
 }
 
 /* ---- helpers ---- */
@@ -494,9 +507,50 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
     return 0;
 }
 
-int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms)
+static int64_t mono_us(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Give an arrival time back (the publish it was taken for failed). */
+static void keep_pending(struct mesh_sidecar *ctx, int64_t since)
+{
+    if (since <= 0) {
+        return;
+    }
+    pthread_mutex_lock(&ctx->chg_mu);
+    if (ctx->pending_since_us == 0 || since < ctx->pending_since_us) {
+        ctx->pending_since_us = since;
+    }
+    pthread_mutex_unlock(&ctx->chg_mu);
+}
+
+static int recompute(struct mesh_sidecar *ctx, int64_t now_ms);
+
+int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t woke_us)
+{
+    /* Every change counted so far is in the store, so this recompute sees
+     * it: take its arrival time with it (note_change's pair, reversed). */
+    pthread_mutex_lock(&ctx->chg_mu);
     ctx->changes_seen = atomic_load(&ctx->changes);
+    int64_t since = ctx->pending_since_us;
+    ctx->pending_since_us = 0;
+    pthread_mutex_unlock(&ctx->chg_mu);
+
+    uint64_t gen = ctx->generation;
+    int rc = recompute(ctx, now_ms);
+    if (ctx->generation != gen) {
+        mesh_sidecar_note_latency(ctx, mono_us() - (since > 0 ? since : woke_us));
+    } else if (rc < 0 || ctx->publish_pending) {
+        keep_pending(ctx, since);
+    }
+    return rc;
+}
+
+static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
+{
     struct collect col = {0};
     struct mesh_workers w;
     struct mesh_workers_opts o = {ctx->opts.address_mode, ctx->expected, ctx->per_slice};
@@ -566,6 +620,24 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : (x > y ? 1 : 0);
 }
 
+/* One sample `name{label="value"} n` (value: at most max bytes, up to a
+ * NUL), the value escaped as the text
+ * exposition format asks (backslash, double quote and newline). */
+static void put_labelled(struct mesh_buf *b, const char *name, const char *label, const char *value,
+                         size_t max, uint64_t n)
+{
+    (void)mesh_buf_printf(b, NULL, "%s{%s=\"", name, label);
+    for (const char *c = value; c < value + max && *c != '\0'; c++) {
+        const char *esc = *c == '\\' ? "\\\\" : *c == '"' ? "\\\"" : *c == '\n' ? "\\n" : NULL;
+        if (esc != NULL) {
+            (void)mesh_buf_puts(b, esc, NULL);
+        } else {
+            (void)mesh_buf_printf(b, NULL, "%c", *c);
+        }
+    }
+    (void)mesh_buf_printf(b, NULL, "\"} %llu\n", (unsigned long long)n);
+}
+
 char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
 {
     struct mesh_k8s_informer_stats s;
@@ -593,16 +665,25 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
            "WATCH requests started; every start after the first is a restart.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_starts_total %llu\n",
                           (unsigned long long)s.watches);
-    METRIC("tpumesh_watch_restarts_total", "counter", "Watch restarts by reason.");
-    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"relist\"} %llu\n",
-                          (unsigned long long)s.relists);
-    (void)mesh_buf_printf(&b, NULL, "tpumesh_watch_restarts_total{reason=\"failure\"} %llu\n",
-                          (unsigned long long)s.failures);
-    METRIC(
-        "tpumesh_api_errors_total", "counter",
-        "Failed API requests (connection, HTTP status or protocol error) that caused a backoff.");
-    (void)mesh_buf_printf(&b, NULL, "tpumesh_api_errors_total %llu\n",
-                          (unsigned long long)s.failures);
+    METRIC("tpumesh_watch_restarts_total", "counter",
+           "WATCH requests after the first, by how the previous one ended (timeout, cut, "
+           "stalled, expired, error_event, http_error, connect, malformed, oversized, "
+           "rv_backwards).");
+    for (int r = 0; r < MESH_K8S_WATCH_REASONS; r++) {
+        if (r == MESH_K8S_WATCH_INITIAL) {
+            continue;
+        }
+        put_labelled(&b, "tpumesh_watch_restarts_total", "reason",
+                     mesh_k8s_informer_reason_name((enum mesh_k8s_watch_reason)r), 64,
+                     s.watch_starts[r]);
+    }
+    METRIC("tpumesh_api_errors_total", "counter",
+           "Failed LIST pages and WATCHes by HTTP status or in-stream ERROR code (\"503\") or "
+           "class (connect, tls, timeout, protocol, oversized, malformed, auth, other).");
+    for (size_t i = 0; i < s.api_error_rows && i < MESH_K8S_API_ERROR_ROWS; i++) {
+        put_labelled(&b, "tpumesh_api_errors_total", "code", s.api_errors[i].label,
+                     sizeof(s.api_errors[i].label), s.api_errors[i].count);
+    }
     METRIC("tpumesh_watch_events_total", "counter",
            "Watch events received: BOOKMARK, and object events (ADDED/MODIFIED/DELETED, "
            "split by effect in tpumesh_store_changes_total).");
@@ -641,7 +722,8 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
     (void)mesh_buf_printf(&b, NULL, "tpumesh_last_publish_timestamp_seconds %.3f\n",
                           st.last_publish_time);
     METRIC("tpumesh_publish_latency_seconds", "summary",
-           "From the store-change wake-up to the files renamed, over the last 1024 publishes.");
+           "From the arrival of the earliest change a publish carries (its watch event's or "
+           "LIST's last byte read) to the files renamed, over the last 1024 publishes.");
     size_t n = st.nlat < MESH_SIDECAR_LAT_RING ? st.nlat : MESH_SIDECAR_LAT_RING;
     if (n > 0) {
         qsort(st.lat_us, n, sizeof(st.lat_us[0]), cmp_u32);

@@ -312,6 +312,24 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     check("sidecar alive after every failure", a.proc.poll() is None and a.http("/healthz")[0] == 200)
     check("still complete after every failure", wait(lambda: a.readyz()[0] == 200), a.readyz())
 
+    # 8b. /metrics names what happened: restarts by reason, API errors by code,
+    # publish latency from event arrival; every sample line is well-formed.
+    _, body = a.http("/metrics")
+    sample = re.compile(r'^[a-z_]+(\{[a-z_]+="(?:[^"\\\n]|\\[\\"n])*"\})? [0-9.e+-]+$')
+    bad = [l for l in body.splitlines() if not l.startswith("#") and not sample.match(l)]
+    check("/metrics: every sample line is well-formed", not bad, bad[:3])
+    for reason in ("cut", "expired", "stalled", "malformed", "oversized"):
+        v = a.metric('tpumesh_watch_restarts_total{reason="%s"}' % reason)
+        check("/metrics: watch restarts by reason %s counted" % reason, v is not None and v >= 1, v)
+    v = a.metric('tpumesh_api_errors_total{code="429"}')
+    check("/metrics: API errors by code (429 counted)", v is not None and v >= 1, v)
+    n = a.metric("tpumesh_publish_latency_seconds_count")
+    p50 = a.metric('tpumesh_publish_latency_seconds{quantile="0.5"}')
+    check("/metrics: publish latency from event arrival recorded",
+          n is not None and n >= 10 and p50 is not None and 0 < p50 < 5, (n, p50))
+    check("/metrics: latency HELP says from event arrival",
+          "arrival of the earliest change" in body)
+
     # 9. SIGTERM: exit 0 within a second, files stay.
     gen = a.topology()["generation"]
     rc, secs = a.stop()

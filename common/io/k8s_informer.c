@@ -179,7 +179,7 @@ struct mesh_k8s_informer {
     uint64_t watch_events;
     bool notify_pending; /* changes applied since the last notify */
     bool rv_went_back;
-    struct mesh_k8s_watch_status stream_error; /* in-stream ERROR other than 410 */
+    struct mesh_k8s_watch_status stream_error; /* the in-stream ERROR that ended the watch */
     /* streaming list (sendInitialEvents, spec §2.6) */
     bool initial;       /* collecting the initial events into `fresh` */
     bool streaming_off; /* the server rejected sendInitialEvents: use LIST */

@@ -73,6 +73,22 @@ def scenario(name, fn):
         fail(name, "exception: %r" % (e,))
 
 
+def breakdown(d, key):
+    """The STATS line's starts= or errors= breakdown as {label: count}."""
+    v = (d.stats or {}).get(key, "-")
+    return {} if v == "-" else {k: int(n) for k, n in (kv.rsplit(":", 1) for kv in v.split(","))}
+
+
+def stats_check(name, d, starts=(), errors=()):
+    """After d.stop(): every named watch-start reason and API error label was counted, and the
+    starts add up to the watches."""
+    st, er = breakdown(d, "starts"), breakdown(d, "errors")
+    good = (all(st.get(r, 0) >= 1 for r in starts) and all(er.get(e, 0) >= 1 for e in errors) and
+            sum(st.values()) == int((d.stats or {}).get("watches", -1)))
+    check(name + ": counted as watch start %s, API error %s" % ("/".join(starts) or "-", "/".join(errors) or "-"),
+          good, str(d.stats))
+
+
 def conv_check(name, d, timeout=15.0):
     good, want = converged(d, S, timeout=timeout)
     check(name + ": store equals the simulator's truth", good, diff(model_view(d), want) +
@@ -162,6 +178,7 @@ def t_expired_watch(name, mode):
     check(name + ": 410 leads to a relist", d.wait(lambda x: lists(x) >= 2), d.stderr_tail())
     conv_check(name, d)
     d.stop()
+    stats_check(name, d, starts=("initial", "expired"), errors=("410",))
     S.delete(name="exp-0")
     S.delete(name="exp-1")
 
@@ -179,6 +196,10 @@ def t_cut(name, mode):
     d.stop()
     check(name + ": re-watch from the last RV without a relist", d.stats["lists"] == "1" and int(d.stats["watches"]) >= 2,
           str(d.stats) + "\n" + d.stderr_tail())
+    if mode == "clean":
+        stats_check(name, d, starts=("timeout",))
+    else:
+        stats_check(name, d, starts=("cut",), errors=("protocol",))
     S.delete(name="cut-1")
 
 
@@ -192,6 +213,7 @@ def t_malformed(name):
     conv_check(name, d)
     d.stop()
     check(name + ": driver exited cleanly", d.proc.returncode == 0)
+    stats_check(name, d, starts=("malformed",), errors=("malformed",))
     S.delete(name="mal-0")
 
 
@@ -216,6 +238,7 @@ def t_oversize(name):
           "24 MiB event)" % grown, grown < 12 * 1024)
     conv_check(name, d)
     d.stop()
+    stats_check(name, d, starts=("oversized",), errors=("oversized",))
     S.delete(name="big-0")
 
 
@@ -231,6 +254,7 @@ def t_stall(name):
           d.wait_log("presumed dead", 8), d.stderr_tail())
     conv_check(name, d)
     d.stop()
+    stats_check(name, d, starts=("stalled",), errors=("timeout",))
     S.delete(name="stall-0")
 
 
@@ -247,6 +271,7 @@ def t_429(name):
           d.wait_log("retrying after 2 s (Retry-After)"), d.stderr_tail())
     conv_check(name, d)
     d.stop()
+    stats_check(name, d, starts=("http_error",), errors=("429",))
     S.delete(name="thr-0")
 
 
@@ -370,6 +395,8 @@ def t_list_failures(name):
           d.wait_log("HTTP 503") and d.wait_log("retrying") and d.count_log("list failed") == 2,
           d.stderr_tail())
     d.stop()
+    check(name + ": the failed LISTs count as API error 503 (twice)", breakdown(d, "errors") == {"503": 2},
+          str(d.stats))
     S.fail(code=429, count=1, match="list", kind="apf", retry_after=2)
     t0 = time.time()
     d = driver()
@@ -416,6 +443,9 @@ def t_convergence(name):
     conv_check(name + " (%d random changes with faults)" % n_ops, d, timeout=30)
     d.stop()
     ok(name + ": stats " + " ".join("%s=%s" % kv for kv in sorted((d.stats or {}).items())))
+    stats_check(name, d, starts=("initial",))
+    check(name + ": every callback saw a plausible event time", (d.stats or {}).get("badtime") == "0",
+          str(d.stats))
 
 
 scenario("basic list+watch", t_basic)

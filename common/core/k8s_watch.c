@@ -1005,15 +1005,24 @@ int mesh_k8s_list_scanner_finish(struct mesh_k8s_list_scanner *s,
 
 /* ---- metadata.managedFields ------------------------------------------------ */
 
-/* Index just past the string starting at json[i] == '"', or len. */
+/* Index just past the string starting at json[i] == '"', or len. Jumps
+ * from quote to quote (memchr); a quote preceded by an odd number of
+ * backslashes is escaped. */
 static size_t skip_string(const char *json, size_t len, size_t i)
 {
-    for (i++; i < len; i++) {
-        if (json[i] == '\\') {
-            i++;
-        } else if (json[i] == '"') {
-            return i + 1;
+    for (i++; i < len;) {
+        const char *q = memchr(json + i, '"', len - i);
+        if (q == NULL) {
+            return len;
         }
+        size_t k = (size_t)(q - json), b = k;
+        while (b > i && json[b - 1] == '\\') {
+            b--;
+        }
+        if ((k - b) % 2 == 0) {
+            return k + 1;
+        }
+        i = k + 1;
     }
     return len;
 }

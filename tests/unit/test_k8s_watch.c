@@ -528,6 +528,10 @@ static void test_strip_managed_fields(void **state)
         {"{\"metadata\":{\"managedFields\":null}}", false, "{\"metadata\":{}}"},
         {"{\"metadata\":{\"managedFields\":[1],\"name\":\"n\"},\"x\":1}", false,
          "{\"metadata\":{\"name\":\"n\"},\"x\":1}"},
+        /* backslash runs: an escaped backslash ends before the quote, an escaped quote not */
+        {"{\"metadata\":{\"a\":\"x\\\\\",\"managedFields\":1}}", false,
+         "{\"metadata\":{\"a\":\"x\\\\\"}}"},
+        {"{\"metadata\":{\"a\":\"q\\\",\\\"managedFields\\\":1\"}}", false, NULL},
         /* the same name elsewhere stays */
         {"{\"managedFields\":1,\"metadata\":{\"name\":\"n\"}}", false, NULL},
         {"{\"spec\":{\"metadata\":{\"managedFields\":1}},\"metadata\":{\"a\":\"managedFields\"}}",

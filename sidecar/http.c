@@ -16,15 +16,21 @@
  * waits for a recompute. Room for the WebSocket /watch stream of a later
  * issue: it becomes a second entry in `protocols`.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <libwebsockets.h>
 
+#include "core/cleanup.h"
 #include "core/json.h"
 #include "core/mem.h"
+#include "io/publish.h"
 #include "io/log.h"
 #include "sidecar.h"
 
@@ -52,6 +58,37 @@ static int64_t mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* out_dir/topology.json as a string (owned), or NULL when it cannot be
+ * read whole (missing, unreadable, over MESH_PUBLISH_MAX_FILE). */
+static char *read_topology(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s/topology.json", dir) >= (int)sizeof(path)) {
+        return NULL;
+    }
+    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
+        (size_t)st.st_size > MESH_PUBLISH_MAX_FILE) {
+        return NULL;
+    }
+    size_t want = (size_t)st.st_size, got = 0;
+    char *buf = mesh_malloc(want + 1);
+    while (got < want) {
+        ssize_t n = read(fd, buf + got, want - got);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            mesh_free(buf);
+            return NULL;
+        }
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    return buf;
 }
 
 /* Build the response for a path: *out_body owned, returns the status. */
@@ -90,15 +127,18 @@ static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_bod
         *out_body = mesh_asprintf("%s\n", ctx->st.reason);
         code = ctx->st.ready ? 200 : 503;
     } else if (strcmp(path, "/topology") == 0) {
-        const char *topo = ctx->last.data[MESH_FILE_TOPOLOGY_JSON];
-        if (topo != NULL) {
-            *out_body = mesh_strndup(topo, ctx->last.len[MESH_FILE_TOPOLOGY_JSON]);
+        bool have = ctx->st.have_topology;
+        pthread_mutex_unlock(&ctx->mu);
+        /* The file itself: renames replace it whole, so one open sees one
+         * version, and the process keeps no copy of its bytes. */
+        *out_body = have ? read_topology(ctx->opts.out_dir) : NULL;
+        if (*out_body != NULL) {
             *out_type = "application/json";
-            code = 200;
-        } else {
-            *out_body = mesh_strdup("no topology published yet\n");
-            code = 503;
+            return 200;
         }
+        *out_body =
+            mesh_strdup(have ? "cannot read topology.json\n" : "no topology published yet\n");
+        return 503;
     } else {
         *out_body = mesh_strdup("not found: try /healthz /readyz /metrics /topology\n");
         code = 404;
@@ -264,6 +304,10 @@ struct mesh_sidecar_http *mesh_sidecar_http_start(struct mesh_sidecar *ctx, cons
         info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     }
     info.timeout_secs = 10;
+    /* Probes and scrapes need a handful of connections. Without a limit
+     * lws sizes its fd tables by RLIMIT_NOFILE and zeroes them: 320 KiB at
+     * 20,000 fds, 16 MiB at the 1,048,576 many container runtimes set. */
+    info.fd_limit_per_thread = 64;
     h->lws = lws_create_context(&info);
     if (h->lws == NULL) {
         mesh_free(h);

@@ -75,8 +75,10 @@ void mesh_sidecar_opts_cleanup(struct mesh_sidecar_opts *o);
 
 /* What the HTTP thread serves; guarded by mesh_sidecar.mu. */
 struct mesh_sidecar_status {
-    bool synced;                               /* first LIST applied */
-    bool ready;                                /* a complete topology is published and current */
+    bool synced;        /* first LIST applied */
+    bool have_topology; /* out_dir/topology.json is what this process published
+                           (or found current): /topology may serve it */
+    bool ready;         /* a complete topology is published and current */
     char reason[MESH_WORKERS_REASON_MAX + 64]; /* one line: why not ready, or a summary */
     uint64_t generation;
     uint64_t publishes; /* publishes that replaced at least one file */
@@ -110,9 +112,9 @@ struct mesh_sidecar {
 
     /* Main-thread topology state (topology.c). */
     bool have_cur; /* a worker list was computed at least once */
-    /* Bytes last published (or found current on disk): written by the main
-     * thread under mu, read by the HTTP thread under mu (/topology). */
-    struct mesh_render_out last;
+    /* A set was published or found current on disk. The bytes are not
+     * kept (~0.9 MB at 4,096 workers): the hashes below decide "changed",
+     * the publisher compares with the files, /topology reads the file. */
     bool have_last;
     bool have_hash;     /* hash_* describe what is on disk */
     uint64_t hash_topo; /* every rendered input (topology.json) */
@@ -128,6 +130,9 @@ struct mesh_sidecar {
     /* Counters bumped by informer callbacks (informer thread). */
     atomic_uint_fast64_t ev_added, ev_modified, ev_deleted, syncs, changes;
     uint64_t changes_seen; /* main thread: `changes` at the last recompute */
+    /* Main thread: what the last recompute spent, in microseconds (the
+     * debug line of each publish). */
+    int64_t cost_workers_us, cost_render_us, cost_write_us;
     /* chg_mu makes "note the arrival time, bump `changes`" (callbacks) and
      * "read `changes`, take the arrival time" (recompute) atomic pairs, so
      * a recompute never takes a time whose change it will not see, nor

@@ -110,6 +110,13 @@ void mesh_sidecar_on_synced(void *vctx, size_t count)
 
 /* ---- helpers ---- */
 
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 struct collect {
     const struct mesh_k8s_pod_rec **v;
     size_t n, cap;
@@ -240,41 +247,25 @@ static bool verify_dns(struct mesh_sidecar *ctx, struct mesh_workers *w, char *r
     return ok;
 }
 
-/* Is every rendered file already what readers see? Compare with the bytes
- * last published, else with the file on disk. */
+/* Start-up: is every rendered file already what is on disk? */
 static bool unchanged(const struct mesh_sidecar *ctx, const struct mesh_render_out *out)
 {
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out->data[i] == NULL) {
-            continue;
-        }
-        if (ctx->have_last && ctx->last.data[i] != NULL) {
-            if (ctx->last.len[i] != out->len[i] ||
-                memcmp(ctx->last.data[i], out->data[i], out->len[i]) != 0) {
-                return false;
-            }
-        } else if (!mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i),
-                                            out->data[i], out->len[i])) {
+        if (out->data[i] != NULL &&
+            !mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out->data[i],
+                                     out->len[i])) {
             return false;
         }
     }
     return true;
 }
 
-/* Take the rendered files as the new "last" (files not rendered keep their
- * previous bytes: they stay on disk as they were). */
-static void remember(struct mesh_sidecar *ctx, struct mesh_render_out *out)
+/* The files on disk are this process's now: /topology may serve them. */
+static void remember(struct mesh_sidecar *ctx)
 {
-    pthread_mutex_lock(&ctx->mu); /* the HTTP thread serves last's topology.json */
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out->data[i] != NULL) {
-            mesh_free(ctx->last.data[i]);
-            ctx->last.data[i] = out->data[i];
-            ctx->last.len[i] = out->len[i];
-            out->data[i] = NULL;
-        }
-    }
     ctx->have_last = true;
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.have_topology = true;
     pthread_mutex_unlock(&ctx->mu);
 }
 
@@ -404,6 +395,7 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     struct mesh_err err;
     mesh_err_clear(&err);
     in->generation = ctx->generation + 1;
+    int64_t t0 = mono_us();
     int rc = env_same ? mesh_render_topology_json(in, &out->data[MESH_FILE_TOPOLOGY_JSON],
                                                   &out->len[MESH_FILE_TOPOLOGY_JSON], &err)
                       : mesh_render_all(in, out, &err);
@@ -411,7 +403,10 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
+    int64_t t1 = mono_us();
     rc = publish(ctx, out, written, &err);
+    ctx->cost_render_us = t1 - t0;
+    ctx->cost_write_us = mono_us() - t1;
     if (rc < 0) {
         if (!ctx->publish_pending) {
             mesh_error(MOD, "cannot publish: %s (retrying every second)", err.msg);
@@ -479,7 +474,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         return rc;
     }
     if (out.data[MESH_FILE_TOPOLOGY_JSON] != NULL) {
-        remember(ctx, &out);
+        remember(ctx);
         bool env_changed = !ctx->have_hash || h_env != ctx->hash_env;
         ctx->have_hash = true;
         ctx->hash_topo = h_topo;
@@ -505,13 +500,6 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
     }
     set_status(ctx, complete, line, w, published, now_ms);
     return 0;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Give an arrival time back (the publish it was taken for failed). */
@@ -542,7 +530,15 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t wok
     uint64_t gen = ctx->generation;
     int rc = recompute(ctx, now_ms);
     if (ctx->generation != gen) {
-        mesh_sidecar_note_latency(ctx, mono_us() - (since > 0 ? since : woke_us));
+        int64_t from = since > 0 ? since : woke_us, lat = mono_us() - from;
+        mesh_sidecar_note_latency(ctx, lat);
+        mesh_debug(MOD,
+                   "generation %llu: %lld us from %s (wake-up after %lld us; workers %lld us, "
+                   "render %lld us, write %lld us)",
+                   (unsigned long long)ctx->generation, (long long)lat,
+                   since > 0 ? "event arrival" : "wake-up", (long long)(woke_us - from),
+                   (long long)ctx->cost_workers_us, (long long)ctx->cost_render_us,
+                   (long long)ctx->cost_write_us);
     } else if (rc < 0 || ctx->publish_pending) {
         keep_pending(ctx, since);
     }
@@ -559,11 +555,13 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
 
     /* Records are borrowed from the store: build under its lock (the worker
      * list copies what it needs). */
+    int64_t t0 = mono_us();
     mesh_k8s_informer_lock(ctx->inf);
     (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
     int rc = mesh_workers_build(col.v, col.n, &o, &w, &err);
     mesh_k8s_informer_unlock(ctx->inf);
     mesh_free(col.v);
+    ctx->cost_workers_us = mono_us() - t0;
     if (rc < 0) {
         if (strcmp(err.msg, ctx->last_reason) != 0) {
             mesh_error(MOD, "%s", err.msg);
@@ -605,7 +603,6 @@ void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
     mesh_free(ctx->dns_ok);
     ctx->dns_ok = NULL;
     ctx->ndns_ok = 0;
-    mesh_render_out_cleanup(&ctx->last);
     for (size_t j = 0; j < ctx->nlogged; j++) {
         mesh_free(ctx->logged[j]);
     }

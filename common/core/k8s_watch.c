@@ -1103,7 +1103,7 @@ bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const 
                 return false;
             }
             if (matched > 0 && depth == matched + 1) {
-                matched--;
+                return false; /* left the first object on the path: not in it */
             }
             depth--;
         } else if (!is_ws((unsigned char)c)) {

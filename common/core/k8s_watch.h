@@ -243,10 +243,12 @@ void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m);
 /* Find the member at an object-key path: path[0] a member of the top-level
  * object, path[1] a member of its object value, ... (e.g. {"object",
  * "metadata", "managedFields"} in a watch event). On success stores the
- * byte span [*out_start, *out_end) of `"name":value` and returns true. A
- * light scan (strings, escapes, nesting): on text that is not valid JSON it
- * may find nothing or a span that a full parse would reject, but never
- * reads outside json[0..len). Escaped member names are not matched. */
+ * byte span [*out_start, *out_end) of `"name":value` and returns true.
+ * Only the first object on the path is searched (the one cJSON_GetObjectItem
+ * returns): the scan stops when it leaves it, usually early. A light scan
+ * (strings, escapes, nesting): on text that is not valid JSON it may find
+ * nothing or a span that a full parse would reject, but never reads
+ * outside json[0..len). Escaped member names are not matched. */
 bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const *path, size_t npath,
                                 size_t *out_start, size_t *out_end);
 

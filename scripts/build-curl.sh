@@ -26,7 +26,8 @@
 # Sources entry (or the .dsc) and update DEB_REV, DEB_SHA256 and DEB_SHA1.
 #
 # Needs: cc, make, tar, gzip, xz, patch, sha256sum and curl or wget (scripts/deps.sh).
-# Env: CC (default cc), CURL_MIRROR, MAKEFLAGS/JOBS (parallel make, default 2).
+# Env: CC (default cc), CURL_MIRROR, JOBS (parallel make, default 2). CFLAGS, CPPFLAGS,
+# LDFLAGS and LIBS of the caller are ignored.
 set -eu
 
 UPSTREAM=7.88.1
@@ -147,6 +148,9 @@ while IFS= read -r p; do
 done <"$SRC/debian/patches/series"
 echo "build-curl: curl $UPSTREAM-$DEB_REV, $n Debian patches applied; configuring"
 
+# The flags of the calling make (tpumesh's -I/-D, sanitizers, libFuzzer) are not curl's, and
+# the inner make is not part of the caller's jobserver.
+unset CPPFLAGS LDFLAGS LIBS MAKEFLAGS MFLAGS MAKELEVEL
 # shellcheck disable=SC2086
 if ! (cd "$WORK" && mkdir -p obj && cd obj &&
     CC="$CC" CFLAGS="$CURL_CFLAGS" "$SRC/configure" $CONFIGURE_ARGS >"$WORK/configure.log" 2>&1); then

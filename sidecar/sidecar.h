@@ -133,6 +133,8 @@ struct mesh_sidecar {
     /* Main thread: what the last recompute spent, in microseconds (the
      * debug line of each publish). */
     int64_t cost_workers_us, cost_render_us, cost_write_us;
+    int64_t renamed_us; /* CLOCK_MONOTONIC us when the last publish's renames were done */
+    int self_hint;      /* main thread: this pod's slot at the last recompute, -1 = none */
     /* chg_mu makes "note the arrival time, bump `changes`" (callbacks) and
      * "read `changes`, take the arrival time" (recompute) atomic pairs, so
      * a recompute never takes a time whose change it will not see, nor

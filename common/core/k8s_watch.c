@@ -601,7 +601,9 @@ static int ls_value_done(struct mesh_k8s_list_scanner *s, const char *data, size
 static int ls_push(struct mesh_k8s_list_scanner *s, bool array, size_t at, struct mesh_err *err)
 {
     if (s->depth >= MESH_K8S_LIST_DEPTH_MAX) {
-        return ls_fail_msg(s, MESH_E_PARSE, at, "JSON nested deeper than 512 levels", err);
+        char msg[64];
+        snprintf(msg, sizeof(msg), "JSON nested deeper than %d levels", MESH_K8S_LIST_DEPTH_MAX);
+        return ls_fail_msg(s, MESH_E_PARSE, at, msg, err);
     }
     unsigned char bit = (unsigned char)(1u << (s->depth % 8));
     if (array) {

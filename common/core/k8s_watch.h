@@ -176,17 +176,17 @@ struct mesh_k8s_list_scanner {
     mesh_k8s_list_item_fn fn;
     void *ctx;
     size_t max_item, max_total;
-    size_t off;    /* bytes fed so far (absolute offset of the next chunk) */
-    int state;     /* what the next byte may be */
-    int ret_state; /* numbers and literals: the state they ended in */
-    int depth;     /* containers open */
+    size_t off; /* bytes fed so far (absolute offset of the next chunk) */
+    int state;  /* what the next byte may be */
+    int depth;  /* containers open */
     unsigned char stack[MESH_K8S_LIST_DEPTH_MAX / 8]; /* bit set = array */
     const char *lit;                                  /* literal being matched ("true"...) */
     int lit_pos, hex_left;
     unsigned hex_val; /* value of the \u escape being read */
     bool low_pending; /* a high surrogate was read: its low half must follow */
     bool str_is_key;
-    int member; /* which member the current value belongs to */
+    int member; /* member of the value being read: top-level in the low byte,
+                   metadata.* in the next */
     bool in_meta, in_items;
     unsigned seen; /* members already seen (duplicates are errors) */
     /* item being collected */
@@ -236,7 +236,8 @@ void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m);
 /* ---- metadata.managedFields ------------------------------------------------ */
 
 /* Server-side-apply bookkeeping (metadata.managedFields) is often half of a
- * Pod's JSON (spec §3.1) and nothing here reads it; client-go informers drop
+ * Pod's JSON ("large; candidates for client-side stripping", spec §3.1) and
+ * nothing here reads it; client-go informers drop
  * it too (TransformStripManagedFields). These find and cut it out of the
  * text before the full parse, which then costs half as much. */
 

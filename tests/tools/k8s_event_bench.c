@@ -9,7 +9,10 @@
  * the notify fd. Prints one line:
  *
  *   EVENTS n=<events> pods=<pods> bytes=<avg event bytes> cpu_us=<per event>
- *          wall_us=<per event> list_ms=<LIST to synced>
+ *          wall_us=<per event> list_ms=<LIST to synced> lag_p50_us=.. lag_p99_us=..
+ *
+ * lag = from the event's last byte read (mesh_k8s_informer_event_time_us)
+ * to its on_update: framing, parse, extract and store.
  *
  * Usage: k8s_event_bench [--pods N] [--events N] [--pod FILE] [--keep-managed-fields]
  * FILE: one Pod as JSON (e.g. from the kube-apiserver simulator with
@@ -52,6 +55,7 @@ struct bench {
     /* informer side */
     struct mesh_k8s_informer *inf;
     int updates;
+    int64_t *lag_us; /* owned: per event, events entries */
     double cpu0, cpu1, wall0, wall1, list_start;
     uint64_t bytes;
 };
@@ -217,6 +221,10 @@ static void on_update(void *ctx, const char *key, const void *o, const void *n)
     (void)key;
     (void)o;
     (void)n;
+    if (b->updates < b->events) {
+        int64_t now = (int64_t)(clock_s(CLOCK_MONOTONIC) * 1e6);
+        b->lag_us[b->updates] = now - mesh_k8s_informer_event_time_us(b->inf);
+    }
     if (++b->updates == b->events) {
         b->cpu1 = clock_s(CLOCK_THREAD_CPUTIME_ID);
         b->wall1 = clock_s(CLOCK_MONOTONIC);
@@ -230,6 +238,12 @@ static void on_synced(void *ctx, size_t count)
     (void)count;
     b->cpu0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     b->wall0 = clock_s(CLOCK_MONOTONIC);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
 }
 
 static void *run(void *arg)
@@ -285,6 +299,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    b.lag_us = mesh_calloc((size_t)b.events, sizeof(*b.lag_us));
     char *text = pod_file ? read_file(pod_file) : mesh_strdup(builtin_pod);
     b.tmpl = text ? cJSON_Parse(text) : NULL;
     mesh_free(text);
@@ -338,10 +353,14 @@ int main(int argc, char **argv)
     pthread_join(th, NULL);
     atomic_store(&b.stop, true);
     pthread_join(srv, NULL);
-    printf("EVENTS n=%d pods=%d bytes=%llu cpu_us=%.2f wall_us=%.2f list_ms=%.1f\n", b.events,
-           b.pods, (unsigned long long)(b.bytes / (uint64_t)b.events),
+    qsort(b.lag_us, (size_t)b.events, sizeof(*b.lag_us), cmp_i64);
+    printf("EVENTS n=%d pods=%d bytes=%llu cpu_us=%.2f wall_us=%.2f list_ms=%.1f lag_p50_us=%lld "
+           "lag_p99_us=%lld\n",
+           b.events, b.pods, (unsigned long long)(b.bytes / (uint64_t)b.events),
            (b.cpu1 - b.cpu0) / b.events * 1e6, (b.wall1 - b.wall0) / b.events * 1e6,
-           (b.wall0 - b.list_start) * 1e3);
+           (b.wall0 - b.list_start) * 1e3, (long long)b.lag_us[b.events / 2],
+           (long long)b.lag_us[(size_t)b.events * 99 / 100]);
+    mesh_free(b.lag_us);
     mesh_k8s_informer_free(b.inf);
     mesh_k8s_client_free(c);
     close(b.listen_fd);

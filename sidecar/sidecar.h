@@ -11,9 +11,10 @@
  *   http.c      libwebsockets server: /healthz /readyz /metrics /topology
  *               (room for WebSocket /watch: a second protocol in its table)
  *
- * Threads: the informer runs on its own thread (k8s_informer.h) and only
- * bumps counters from its callbacks; the HTTP server runs lws_service on a
- * second thread and only reads `struct mesh_sidecar_status` under its mutex;
+ * Threads: the informer runs on its own thread (k8s_informer.h); its
+ * callbacks only bump counters and note when the change arrived (chg_mu);
+ * the HTTP server runs lws_service on a second thread and only reads
+ * `struct mesh_sidecar_status` under its mutex;
  * everything else (recompute, publish, logging of transitions) happens on
  * the main thread, woken by the informer's notify fd or by signalfd.
  */

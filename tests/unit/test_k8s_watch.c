@@ -482,6 +482,72 @@ static void test_list_scanner(void **state)
     }
 }
 
+/* A realistic page (Go key order, managedFields, a continue token), fed at
+ * every split point like the rows above. */
+static void test_list_scanner_realistic(void **state)
+{
+    (void)state;
+    static const char body[] =
+        "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"2001"
+        "\",\"continue\":\"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MjAwMSwic3RhcnQiOiJ0cmFpbmVyLT"
+        "FcdTAwMDAifQ\",\"remainingItemCount\":1},\"items\":[{\"metadata\":{\"name\":\"traine"
+        "r-0-x\",\"generateName\":\"trainer-0-\",\"namespace\":\"default\",\"uid\":\"59d21b64"
+        "-2c42-4469-a19d-9fd13e58636a\",\"resourceVersion\":\"1000\",\"labels\":{\"batch.kube"
+        "rnetes.io/controller-uid\":\"d5eb7f0a-5a80-45d0-9892-8e312f30a8d6\",\"batch.kubernet"
+        "es.io/job-completion-index\":\"0\",\"batch.kubernetes.io/job-name\":\"trainer\",\"co"
+        "ntroller-uid\":\"d5eb7f0a-5a80-45d0-9892-8e312f30a8d6\",\"job-name\":\"trainer\"},\""
+        "managedFields\":[{\"manager\":\"kubelet\",\"operation\":\"Update\",\"fieldsType\":\""
+        "FieldsV1\",\"fieldsV1\":{\"f:status\":{\"f:conditions\":{\"k:{\\\"type\\\":\\\"Ready"
+        "\\\"}\":{\".\":{},\"f:status\":{}}}}}}]},\"spec\":{\"hostname\":\"trainer-0\",\"subd"
+        "omain\":\"trainer\"},\"status\":{\"phase\":\"Running\",\"podIP\":\"10.0.0.0\",\"cond"
+        "itions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}},{\"metadata\":{\"name\":\"trai"
+        "ner-1-x\",\"generateName\":\"trainer-0-\",\"namespace\":\"default\",\"uid\":\"59d21b"
+        "64-2c42-4469-a19d-9fd13e58636a\",\"resourceVersion\":\"1001\",\"labels\":{\"batch.ku"
+        "bernetes.io/controller-uid\":\"d5eb7f0a-5a80-45d0-9892-8e312f30a8d6\",\"batch.kubern"
+        "etes.io/job-completion-index\":\"0\",\"batch.kubernetes.io/job-name\":\"trainer\",\""
+        "controller-uid\":\"d5eb7f0a-5a80-45d0-9892-8e312f30a8d6\",\"job-name\":\"trainer\"},"
+        "\"managedFields\":[{\"manager\":\"kubelet\",\"operation\":\"Update\",\"fieldsType\":"
+        "\"FieldsV1\",\"fieldsV1\":{\"f:status\":{\"f:conditions\":{\"k:{\\\"type\\\":\\\"Rea"
+        "dy\\\"}\":{\".\":{},\"f:status\":{}}}}}}]},\"spec\":{\"hostname\":\"trainer-1\",\"su"
+        "bdomain\":\"trainer\"},\"status\":{\"phase\":\"Running\",\"podIP\":\"10.0.0.1\",\"co"
+        "nditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}}]}";
+    static const char items[] =
+        "{\"metadata\":{\"name\":\"trainer-0-x\",\"generateName\":\"trainer-0-\",\"namespace"
+        "\":\"default\",\"uid\":\"59d21b64-2c42-4469-a19d-9fd13e58636a\",\"resourceVersion\":"
+        "\"1000\",\"labels\":{\"batch.kubernetes.io/controller-uid\":\"d5eb7f0a-5a80-45d0-989"
+        "2-8e312f30a8d6\",\"batch.kubernetes.io/job-completion-index\":\"0\",\"batch.kubernet"
+        "es.io/job-name\":\"trainer\",\"controller-uid\":\"d5eb7f0a-5a80-45d0-9892-8e312f30a8"
+        "d6\",\"job-name\":\"trainer\"},\"managedFields\":[{\"manager\":\"kubelet\",\"operati"
+        "on\":\"Update\",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":{\"f:status\":{\"f:conditio"
+        "ns\":{\"k:{\\\"type\\\":\\\"Ready\\\"}\":{\".\":{},\"f:status\":{}}}}}}]},\"spec\":{"
+        "\"hostname\":\"trainer-0\",\"subdomain\":\"trainer\"},\"status\":{\"phase\":\"Runnin"
+        "g\",\"podIP\":\"10.0.0.0\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]"
+        "}}|{\"metadata\":{\"name\":\"trainer-1-x\",\"generateName\":\"trainer-0-\",\"namespa"
+        "ce\":\"default\",\"uid\":\"59d21b64-2c42-4469-a19d-9fd13e58636a\",\"resourceVersion"
+        "\":\"1001\",\"labels\":{\"batch.kubernetes.io/controller-uid\":\"d5eb7f0a-5a80-45d0-"
+        "9892-8e312f30a8d6\",\"batch.kubernetes.io/job-completion-index\":\"0\",\"batch.kuber"
+        "netes.io/job-name\":\"trainer\",\"controller-uid\":\"d5eb7f0a-5a80-45d0-9892-8e312f3"
+        "0a8d6\",\"job-name\":\"trainer\"},\"managedFields\":[{\"manager\":\"kubelet\",\"oper"
+        "ation\":\"Update\",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":{\"f:status\":{\"f:condi"
+        "tions\":{\"k:{\\\"type\\\":\\\"Ready\\\"}\":{\".\":{},\"f:status\":{}}}}}}]},\"spec"
+        "\":{\"hostname\":\"trainer-1\",\"subdomain\":\"trainer\"},\"status\":{\"phase\":\"Ru"
+        "nning\",\"podIP\":\"10.0.0.1\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True"
+        "\"}]}}";
+    struct scan_out o;
+    scan_every_chunking(body, 0, 0, &o);
+    assert_int_equal(o.rc, 0);
+    assert_string_equal(mesh_buf_str(&o.items), items);
+    assert_string_equal(o.meta.rv, "2001");
+    assert_string_equal(o.meta.kind, "PodList");
+    assert_int_equal(o.meta.remaining, 1);
+    assert_int_equal(o.meta.items, 2);
+    assert_non_null(o.meta.cont);
+    assert_string_equal(
+        o.meta.cont,
+        "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MjAwMSwic3RhcnQiOiJ0cmFpbmVyLTFcdTAwMDAifQ");
+    scan_out_cleanup(&o);
+}
+
 /* A callback error stops the scan at once with its code; nesting is bounded. */
 static void test_list_scanner_stop_and_depth(void **state)
 {
@@ -656,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_decode_event_limit),
         cmocka_unit_test(test_decode_status),
         cmocka_unit_test(test_list_scanner),
+        cmocka_unit_test(test_list_scanner_realistic),
         cmocka_unit_test(test_list_scanner_stop_and_depth),
         cmocka_unit_test(test_strip_managed_fields),
         cmocka_unit_test(test_rv_cmp),

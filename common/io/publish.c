@@ -131,13 +131,38 @@ static int read_small(const char *path, size_t max, char **out_data, size_t *out
 
 bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len)
 {
+    /* Streamed: a size that differs answers at once, equal sizes are compared
+     * chunk by chunk and stop at the first difference, and nothing the size
+     * of the file is allocated (topology.json is ~700 KB at 4,096 workers and
+     * its generation, near the top, differs on every publish). */
     mesh_autofree char *path = mesh_asprintf("%s/%s", dir, name);
-    mesh_autofree char *old = NULL;
-    size_t old_len = 0;
-    if (read_small(path, len, &old, &old_len) < 0) {
+    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
         return false;
     }
-    return old_len == len && (len == 0 || memcmp(old, data, len) == 0);
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != (uint64_t)len) {
+        return false;
+    }
+    const unsigned char *want = data;
+    unsigned char chunk[16384];
+    size_t off = 0;
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return false;
+        }
+        if (n == 0) {
+            return off == len;
+        }
+        if ((size_t)n > len - off || memcmp(chunk, want + off, (size_t)n) != 0) {
+            return false; /* longer than its size said, or different */
+        }
+        off += (size_t)n;
+    }
 }
 
 static bool name_ok(const char *name)

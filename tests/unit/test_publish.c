@@ -189,6 +189,61 @@ static void test_publish_and_unchanged(void **state)
     assert_int_equal(count_temps(f->dir), 0);
 }
 
+/* mesh_publish_is_current compares in chunks: equal sizes with a difference
+ * in the first, a middle or the last chunk, files larger than one chunk, an
+ * empty file, and things that are not regular files. */
+static void test_is_current_table(void **state)
+{
+    struct fixture *f = *state;
+    const size_t big = 3 * 16384 + 123;
+    char *data = mesh_malloc(big);
+    for (size_t i = 0; i < big; i++) {
+        data[i] = (char)('a' + (i * 7) % 26);
+    }
+    struct mesh_err err;
+    size_t written = 0;
+    const struct mesh_publish_file set[] = {
+        {"big.json", data, big},
+        {"empty.env", "", 0},
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set, 2, &written, &err), 0);
+    static const struct {
+        size_t flip; /* byte changed in the candidate, or SIZE_MAX for none */
+        size_t len;  /* candidate length */
+        bool want;
+    } rows[] = {
+        {SIZE_MAX, 3 * 16384 + 123, true},
+        {0, 3 * 16384 + 123, false},
+        {16383, 3 * 16384 + 123, false},
+        {16384, 3 * 16384 + 123, false},
+        {40000, 3 * 16384 + 123, false},
+        {3 * 16384 + 122, 3 * 16384 + 123, false},
+        {SIZE_MAX, 3 * 16384 + 122, false},
+        {SIZE_MAX, 16384, false},
+        {SIZE_MAX, 0, false},
+    };
+    char *cand = mesh_malloc(big);
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        memcpy(cand, data, big);
+        if (rows[r].flip != SIZE_MAX) {
+            cand[rows[r].flip] ^= 0x20;
+        }
+        assert_int_equal(mesh_publish_is_current(f->dir, "big.json", cand, rows[r].len),
+                         rows[r].want);
+    }
+    assert_true(mesh_publish_is_current(f->dir, "empty.env", "", 0));
+    assert_false(mesh_publish_is_current(f->dir, "empty.env", "x", 1));
+    /* A directory or a missing file is never current. */
+    char *sub = mesh_asprintf("%s/adir", f->dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_false(mesh_publish_is_current(f->dir, "adir", "", 0));
+    assert_int_equal(rmdir(sub), 0);
+    assert_false(mesh_publish_is_current(f->dir, "missing.json", "", 0));
+    mesh_free(sub);
+    mesh_free(cand);
+    mesh_free(data);
+}
+
 static void test_generation_table(void **state)
 {
     struct fixture *f = *state;
@@ -425,6 +480,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_publish_and_unchanged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_is_current_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_generation_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enospc_keeps_previous, setup, teardown),

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "core/logfmt.h"
 #include "init.h"
 #include "io/log.h"
@@ -64,7 +66,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (cli.action == MESH_INIT_ACTION_VERSION) {
-        printf("tpumesh-init %s\n", MESH_VERSION);
+        /* Second line: the libraries that talk to the network (the static
+         * libcurl of scripts/build-curl.sh names its TLS and zlib versions). */
+        printf("tpumesh-init %s\n%s\n", MESH_VERSION, curl_version());
         mesh_init_cleanup(&ctx);
         return 0;
     }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "core/json.h"
 #include "core/mem.h"
 #include "sidecar.h"
@@ -184,7 +186,9 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
             return 1;
         }
         if (strcmp(a, "--version") == 0) {
-            printf("tpumesh-sidecar %s\n", MESH_VERSION);
+            /* Second line: the libraries that talk to the network (the static
+             * libcurl of scripts/build-curl.sh names its TLS and zlib versions). */
+            printf("tpumesh-sidecar %s\n%s\n", MESH_VERSION, curl_version());
             return 1;
         }
         if (strncmp(a, "--", 2) != 0) {

@@ -10,7 +10,10 @@ For each pod count: time from start to a complete worker list, LIST-to-publish (
 their own logs), CPU seconds per 100,000 events (a "mixed" churn: annotations, readiness, IPs),
 peak RSS (VmHWM), and event-to-output latency over a series of single IP changes (a change is
 made through the simulator's control API at t0; the output is seen by inotify on the published
-file, or on kubectl's stdout). Also: apiserver bytes sent per pod change per watcher.
+file, or on kubectl's stdout), the same changes measured from the moment the simulator wrote the
+event to that peer's watch stream ("sent-to-output": leaves out the control call and the
+simulator's own work), and tpumesh's own event-arrival-to-renamed quantiles from its /metrics.
+Also: apiserver bytes sent per pod change per watcher.
 Usage: /usr/bin/python3 bench/sidecar/bench.py [--sizes 1024,4096,16384] [--events N] [--changes M]
 """
 import argparse
@@ -292,7 +295,7 @@ def run_size(n, events, changes, workdir):
         with open("/proc/%d/status" % pc.pid) as f:
             res["c_rss_detail"] = {l.split(":")[0]: l.split()[1] for l in f
                                    if l.split(":")[0] in ("RssAnon", "RssFile", "VmHWM")}
-        # The sidecar's own view: wake-up to files renamed (tpumesh_publish_latency_seconds).
+        # The sidecar's own view: event bytes read to files renamed (tpumesh_publish_latency_seconds).
         port = next((re.search(r"\(port (\d+)\)", l).group(1) for _, l in logs["c"]
                      if "serving /healthz" in l), None)
         res["c_internal_ms"] = {}
@@ -359,7 +362,7 @@ def report(r):
     ls = r.get("latency_from_send_ms", {})
     line("event sent-to-output p50 ms", {k: v["p50"] for k, v in ls.items()}, "%.2f")
     line("event sent-to-output p99 ms", {k: v["p99"] for k, v in ls.items()}, "%.2f")
-    print("tpumesh internal wake-up to files renamed (ms): " +
+    print("tpumesh internal event arrival to files renamed (ms): " +
           ", ".join("q%s=%.3f" % (q, v) for q, v in sorted(r.get("c_internal_ms", {}).items())))
     print("tpumesh RSS detail (KiB): %s" % r.get("c_rss_detail"))
     print("apiserver bytes per pod change per watcher: %.0f (mixed churn: %.0f per event)" %

@@ -27,7 +27,9 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates \
         curl \
+        debian-archive-keyring \
         gcc \
+        gpgv \
         libc6-dev \
         libcap-dev \
         libcjson-dev \

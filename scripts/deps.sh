@@ -9,6 +9,7 @@ set -eu
 
 PKGS="gcc make pkg-config clang libclang-rt-14-dev llvm openssl curl ca-certificates
 patch xz-utils libssl-dev zlib1g-dev libcap-dev
+gpgv debian-archive-keyring gnupg
 libcurl4-openssl-dev libcjson-dev libyaml-dev libgrpc-dev libprotobuf-c-dev
 protobuf-c-compiler protobuf-compiler libwebsockets-dev libcmocka-dev
 python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml

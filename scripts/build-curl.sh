@@ -155,6 +155,7 @@ get() {
 
 IDX=""
 trap 'rm -rf "$IDX"; rm -f "$CACHE"/*.part.$$' EXIT
+trap 'exit 130' INT TERM HUP
 
 # resolve_from_index: sets REV and DEBTAR to the current bookworm revision of curl, its
 # .debian.tar.xz downloaded into CACHE and verified through the signed index; exits otherwise.

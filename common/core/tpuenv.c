@@ -32,41 +32,96 @@ bool mesh_tpuenv_is_ip(const char *s, size_t len)
     return inet_pton(AF_INET, tmp, bin) == 1 || inet_pton(AF_INET6, tmp, bin) == 1;
 }
 
+/* Character classes for DNS names, one bit each: a character is allowed
+ * in a label when its bit for the mode is set. Every other byte (dot, NUL,
+ * space, >= 0x80) has no bit. */
+enum {
+    DNS_LOWER = 1, /* [a-z0-9-]: Kubernetes object names */
+    DNS_ANY = 2,   /* [A-Za-z0-9-] */
+    DNS_DIGIT = 4, /* [0-9] */
+};
+
+static const unsigned char dns_class[256] = {
+    ['-'] = DNS_LOWER | DNS_ANY,
+#define D(c) [c] = DNS_LOWER | DNS_ANY | DNS_DIGIT
+    D('0'),
+    D('1'),
+    D('2'),
+    D('3'),
+    D('4'),
+    D('5'),
+    D('6'),
+    D('7'),
+    D('8'),
+    D('9'),
+#undef D
+#define L(c) [c] = DNS_LOWER | DNS_ANY, [c - 'a' + 'A'] = DNS_ANY
+    L('a'),
+    L('b'),
+    L('c'),
+    L('d'),
+    L('e'),
+    L('f'),
+    L('g'),
+    L('h'),
+    L('i'),
+    L('j'),
+    L('k'),
+    L('l'),
+    L('m'),
+    L('n'),
+    L('o'),
+    L('p'),
+    L('q'),
+    L('r'),
+    L('s'),
+    L('t'),
+    L('u'),
+    L('v'),
+    L('w'),
+    L('x'),
+    L('y'),
+    L('z'),
+#undef L
+};
+
 /* RFC 1123 names (tpuenv.h). A name made only of digits and dots (e.g.
- * "10.0.0") is not a host name: it is a broken IP. */
+ * "10.0.0") is not a host name: it is a broken IP. Label by label (memchr
+ * finds the dots); within a label the classes of its bytes are ANDed with
+ * no branch per byte, so the mode's bit survives only when every byte is
+ * allowed and DNS_DIGIT only when every byte is a digit. */
 bool mesh_tpuenv_is_dns_name(const char *s, size_t len, bool lower_only, bool reject_numeric)
 {
     if (s == NULL || len == 0 || len > 253) {
         return false;
     }
-    size_t label = 0;
-    bool all_digits = true;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (c == '.') {
-            if (label == 0 || s[i - 1] == '-') {
-                return false;
-            }
-            label = 0;
-            continue;
-        }
-        if ((!is_alnum(c) && c != '-') || (lower_only && c >= 'A' && c <= 'Z')) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    const unsigned allow = lower_only ? DNS_LOWER : DNS_ANY;
+    unsigned digits = DNS_DIGIT;
+    for (;;) {
+        const unsigned char *dot = memchr(p, '.', (size_t)(end - p));
+        const unsigned char *stop = dot != NULL ? dot : end;
+        size_t n = (size_t)(stop - p);
+        if (n == 0 || n > 63 || p[0] == '-' || stop[-1] == '-') {
             return false;
         }
-        if (c == '-' && label == 0) {
+        unsigned acc = 0xff;
+        for (size_t i = 0; i < n; i++) {
+            acc &= dns_class[p[i]];
+        }
+        if ((acc & allow) == 0) {
             return false;
         }
-        if (!(c >= '0' && c <= '9')) {
-            all_digits = false;
+        digits &= acc;
+        if (dot == NULL) {
+            break;
         }
-        if (++label > 63) {
-            return false;
+        p = dot + 1;
+        if (p == end) {
+            return false; /* trailing dot */
         }
     }
-    if (label == 0 || s[len - 1] == '-') {
-        return false;
-    }
-    return !(reject_numeric && all_digits);
+    return !(reject_numeric && digits != 0);
 }
 
 bool mesh_tpuenv_is_valid_host(const char *s, size_t len)

@@ -33,16 +33,18 @@ bool mesh_tpuenv_is_ip(const char *s, size_t len)
 }
 
 /* Character classes for DNS names, one bit each: a character is allowed
- * in a label when its bit for the mode is set. Every other byte (dot, NUL,
- * space, >= 0x80) has no bit. */
+ * in a label when its bit for the mode is set. Every other byte (NUL,
+ * space, >= 0x80) has no bit; '.' has only DNS_DOT. */
 enum {
     DNS_LOWER = 1, /* [a-z0-9-]: Kubernetes object names */
     DNS_ANY = 2,   /* [A-Za-z0-9-] */
     DNS_DIGIT = 4, /* [0-9] */
+    DNS_DOT = 8,   /* '.', a label separator, allowed in no label */
 };
 
 static const unsigned char dns_class[256] = {
     ['-'] = DNS_LOWER | DNS_ANY,
+    ['.'] = DNS_DOT,
 #define D(c) [c] = DNS_LOWER | DNS_ANY | DNS_DIGIT
     D('0'),
     D('1'),
@@ -85,42 +87,44 @@ static const unsigned char dns_class[256] = {
 #undef L
 };
 
+/* One label p[0..n) of a DNS name: 1..63 allowed bytes, no '-' at either
+ * end. acc: the AND of the label's byte classes. */
+static bool dns_label_ok(const unsigned char *p, size_t n, unsigned acc, unsigned allow)
+{
+    return n > 0 && n <= 63 && p[0] != '-' && p[n - 1] != '-' && (acc & allow) != 0;
+}
+
 /* RFC 1123 names (tpuenv.h). A name made only of digits and dots (e.g.
- * "10.0.0") is not a host name: it is a broken IP. Label by label (memchr
- * finds the dots); within a label the classes of its bytes are ANDed with
- * no branch per byte, so the mode's bit survives only when every byte is
- * allowed and DNS_DIGIT only when every byte is a digit. */
+ * "10.0.0") is not a host name: it is a broken IP. One pass: the classes of
+ * a label's bytes are ANDed, so the mode's bit survives only when every
+ * byte is allowed and DNS_DIGIT only when every byte is a digit; a dot
+ * (DNS_DOT, no other bit) closes the label. */
 bool mesh_tpuenv_is_dns_name(const char *s, size_t len, bool lower_only, bool reject_numeric)
 {
     if (s == NULL || len == 0 || len > 253) {
         return false;
     }
-    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    const unsigned char *p = (const unsigned char *)s;
     const unsigned allow = lower_only ? DNS_LOWER : DNS_ANY;
-    unsigned digits = DNS_DIGIT;
-    for (;;) {
-        const unsigned char *dot = memchr(p, '.', (size_t)(end - p));
-        const unsigned char *stop = dot != NULL ? dot : end;
-        size_t n = (size_t)(stop - p);
-        if (n == 0 || n > 63 || p[0] == '-' || stop[-1] == '-') {
-            return false;
-        }
-        unsigned acc = 0xff;
-        for (size_t i = 0; i < n; i++) {
-            acc &= dns_class[p[i]];
-        }
-        if ((acc & allow) == 0) {
-            return false;
-        }
-        digits &= acc;
-        if (dot == NULL) {
-            break;
-        }
-        p = dot + 1;
-        if (p == end) {
-            return false; /* trailing dot */
+    unsigned digits = DNS_DIGIT, acc = 0xff;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned c = dns_class[p[i]];
+        if (c == DNS_DOT) {
+            if (!dns_label_ok(p + start, i - start, acc, allow)) {
+                return false;
+            }
+            digits &= acc;
+            acc = 0xff;
+            start = i + 1;
+        } else {
+            acc &= c;
         }
     }
+    if (!dns_label_ok(p + start, len - start, acc, allow)) {
+        return false; /* also a trailing dot: an empty last label */
+    }
+    digits &= acc;
     return !(reject_numeric && digits != 0);
 }
 

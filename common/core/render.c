@@ -347,19 +347,22 @@ static int check_worker_facts(const struct mesh_worker *w, struct wfacts *f, str
     if (ok && pl > 0) {
         ok = mesh_tpuenv_is_dns_name(w->pod, pl, true, false);
     }
+    f->pod_len = (uint16_t)pl;
+    f->host_len = (uint16_t)hl;
+    f->ip_len = (uint8_t)il;
+    f->host_v6 = false;
+    f->ip_v6 = false;
     if (!ok) {
         int rc = mesh_render_check_worker(w, err);
         if (rc < 0) {
             return rc;
         }
+        /* Valid: a host name has no ':', an IPv4 literal neither, an IPv6
+         * literal always. (On the fast path above host and ip passed a
+         * name or dotted-quad check: no ':' in either.) */
+        f->host_v6 = hl > 0 && memchr(w->host, ':', hl) != NULL;
+        f->ip_v6 = il > 0 && memchr(w->ip, ':', il) != NULL;
     }
-    /* Valid: a host name has no ':', an IPv4 literal neither, an IPv6
-     * literal always. */
-    f->pod_len = (uint16_t)pl;
-    f->host_len = (uint16_t)hl;
-    f->ip_len = (uint8_t)il;
-    f->host_v6 = hl > 0 && memchr(w->host, ':', hl) != NULL;
-    f->ip_v6 = il > 0 && memchr(w->ip, ':', il) != NULL;
     return 0;
 }
 

@@ -16,18 +16,13 @@
  * waits for a recompute. Room for the WebSocket /watch stream of a later
  * issue: it becomes a second entry in `protocols`.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <libwebsockets.h>
 
-#include "core/cleanup.h"
 #include "core/json.h"
 #include "core/mem.h"
 #include "io/publish.h"
@@ -58,37 +53,6 @@ static int64_t mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* out_dir/topology.json as a string (owned), or NULL when it cannot be
- * read whole (missing, unreadable, over MESH_PUBLISH_MAX_FILE). */
-static char *read_topology(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof(path), "%s/topology.json", dir) >= (int)sizeof(path)) {
-        return NULL;
-    }
-    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < 0 ||
-        (size_t)st.st_size > MESH_PUBLISH_MAX_FILE) {
-        return NULL;
-    }
-    size_t want = (size_t)st.st_size, got = 0;
-    char *buf = mesh_malloc(want + 1);
-    while (got < want) {
-        ssize_t n = read(fd, buf + got, want - got);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            mesh_free(buf);
-            return NULL;
-        }
-        got += (size_t)n;
-    }
-    buf[got] = '\0';
-    return buf;
 }
 
 /* Build the response for a path: *out_body owned, returns the status. */
@@ -131,7 +95,12 @@ static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_bod
         pthread_mutex_unlock(&ctx->mu);
         /* The file itself: renames replace it whole, so one open sees one
          * version, and the process keeps no copy of its bytes. */
-        *out_body = have ? read_topology(ctx->opts.out_dir) : NULL;
+        size_t len = 0;
+        *out_body = NULL;
+        if (have &&
+            mesh_publish_read_file(ctx->opts.out_dir, "topology.json", out_body, &len) < 0) {
+            *out_body = NULL;
+        }
         if (*out_body != NULL) {
             *out_type = "application/json";
             return 200;

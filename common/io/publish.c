@@ -77,11 +77,12 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-/* Read at most max bytes of path into an owned buffer (NUL-terminated).
- * Returns 0, -errno, or -EFBIG when the file is larger than max. */
+/* O_NONBLOCK: the shared volume is writable by other containers, and
+ * opening a FIFO planted under one of our names would otherwise block until
+ * a writer appears (regular files ignore the flag). */
 static int read_small(const char *path, size_t max, char **out_data, size_t *out_len)
 {
-    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         return -errno;
     }
@@ -129,6 +130,12 @@ static int read_small(const char *path, size_t max, char **out_data, size_t *out
     return 0;
 }
 
+int mesh_publish_read_file(const char *dir, const char *name, char **out_data, size_t *out_len)
+{
+    mesh_autofree char *path = mesh_asprintf("%s/%s", dir, name);
+    return read_small(path, MESH_PUBLISH_MAX_FILE, out_data, out_len);
+}
+
 bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len)
 {
     /* Streamed: a size that differs answers at once, equal sizes are compared
@@ -136,7 +143,7 @@ bool mesh_publish_is_current(const char *dir, const char *name, const void *data
      * of the file is allocated (topology.json is ~700 KB at 4,096 workers and
      * its generation, near the top, differs on every publish). */
     mesh_autofree char *path = mesh_asprintf("%s/%s", dir, name);
-    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         return false;
     }

@@ -48,6 +48,13 @@ struct mesh_publish_file {
 int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
                        size_t *out_written, struct mesh_err *err);
 
+/* Read dir/name whole into *out_data (owned by caller, mesh_free;
+ * NUL-terminated) and its length into *out_len. Never follows a symlink and
+ * never blocks on a FIFO. Returns 0, -ENOENT when there is no such file,
+ * -EINVAL when it is not a regular file, -EFBIG above MESH_PUBLISH_MAX_FILE,
+ * or another -errno. */
+int mesh_publish_read_file(const char *dir, const char *name, char **out_data, size_t *out_len);
+
 /* True when dir/name exists and holds exactly data/len. Never fails: an
  * unreadable file counts as different. */
 bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len);

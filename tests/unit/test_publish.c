@@ -239,6 +239,26 @@ static void test_is_current_table(void **state)
     assert_false(mesh_publish_is_current(f->dir, "adir", "", 0));
     assert_int_equal(rmdir(sub), 0);
     assert_false(mesh_publish_is_current(f->dir, "missing.json", "", 0));
+    /* A FIFO under a published name (the volume is shared with other
+     * containers) is neither current nor readable, and never blocks. */
+    char *fifo = mesh_asprintf("%s/fifo.json", f->dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_false(mesh_publish_is_current(f->dir, "fifo.json", "", 0));
+    char *got = NULL;
+    size_t got_len = 0;
+    assert_int_equal(mesh_publish_read_file(f->dir, "fifo.json", &got, &got_len), -EINVAL);
+    assert_int_equal(unlink(fifo), 0);
+    mesh_free(fifo);
+    assert_int_equal(mesh_publish_read_file(f->dir, "missing.json", &got, &got_len), -ENOENT);
+    assert_int_equal(mesh_publish_read_file(f->dir, "empty.env", &got, &got_len), 0);
+    assert_int_equal(got_len, 0);
+    assert_string_equal(got, "");
+    mesh_free(got);
+    got = NULL;
+    assert_int_equal(mesh_publish_read_file(f->dir, "big.json", &got, &got_len), 0);
+    assert_int_equal(got_len, big);
+    assert_memory_equal(got, data, big);
+    mesh_free(got);
     mesh_free(sub);
     mesh_free(cand);
     mesh_free(data);

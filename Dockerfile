@@ -20,8 +20,9 @@ ARG DEBIAN_SUITE=bookworm
 
 # ---- build stage: the same `make` every developer and CI runs -------------
 # `make` also builds the minimal static libcurl (scripts/build-curl.sh): it
-# downloads Debian's curl source from deb.debian.org (SHA-256 pinned), hence
-# curl, patch and xz-utils here.
+# downloads Debian's curl source from deb.debian.org (SHA-256 pinned; when that
+# revision has left the pool, the one named by the gpgv-verified bookworm
+# index), hence curl, patch, xz-utils, gpgv and debian-archive-keyring here.
 FROM debian:${DEBIAN_SUITE} AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \

@@ -652,46 +652,47 @@ static void env_line_int(struct wr *w, const char *key, long long v)
     WR_LIT(w, "'\n");
 }
 
-/* KEY='<addr>,<addr>,...'\n: every worker's "<addr>:<port>" (with_port) or
- * bare address, in index order. Addresses are validated host names and IP
- * literals: nothing in them needs quoting. */
-static void env_address_list(struct wr *w, const struct prep *p, const char *key, bool with_port)
-{
-    size_t n = p->in->nworkers;
-    wr_room(w, strlen(key) + 4 + p->addr_bytes + n * (1 + p->port_len));
-    wr_mem(w, key, strlen(key));
-    WR_LIT(w, "='");
-    for (size_t i = 0; i < n; i++) {
-        const char *bare;
-        bool v6;
-        size_t len = bare_of(p, i, &bare, &v6);
-        if (i > 0) {
-            wr_ch(w, ',');
-        }
-        if (with_port) {
-            wr_address(w, p, bare, len, v6);
-        } else {
-            wr_mem(w, bare, len);
-        }
-    }
-    WR_LIT(w, "'\n");
-}
+/* Every file that lists the workers is written as three parts: a prefix, one
+ * fragment per worker (its separator included) and a suffix, so that the
+ * incremental renderer (mesh_render_cache_update) can re-render one worker's
+ * fragment and splice it in, and a full render is those same parts in a row.
+ * A list of addresses (KEY='<addr>,<addr>,...') needs no quoting: addresses
+ * are validated host names and IP literals. */
 
 /* dtensor.env (spec §6, §10.9-10.10):
  *   DTENSOR_JOBS        host:port per client in index order, never empty
  *   DTENSOR_CLIENT_ID   0 <= id < len(DTENSOR_JOBS)
  *   DTENSOR_JOB_NAME    explicit, else DTensor's default
  *   DTENSOR_NUM_CLIENTS for old DTensor versions that still read it */
-static void write_dtensor_env(const struct prep *p, char **out_data, size_t *out_len)
+static size_t dtensor_hint(const struct prep *p)
+{
+    return 256 + p->addr_bytes + p->in->nworkers * (1 + p->port_len);
+}
+
+static void dtensor_prefix(struct wr *w, const struct prep *p)
+{
+    (void)p;
+    WR_LIT(w, "DTENSOR_JOBS='");
+}
+
+static void dtensor_frag(struct wr *w, const struct prep *p, size_t i)
+{
+    const char *bare;
+    bool v6;
+    size_t len = bare_of(p, i, &bare, &v6);
+    if (i > 0) {
+        wr_ch(w, ',');
+    }
+    wr_address(w, p, bare, len, v6);
+}
+
+static void dtensor_suffix(struct wr *w, const struct prep *p)
 {
     const struct mesh_render_input *in = p->in;
-    struct wr w;
-    wr_init(&w, 256 + p->addr_bytes + in->nworkers * (1 + p->port_len));
-    env_address_list(&w, p, "DTENSOR_JOBS", true);
-    env_line_int(&w, "DTENSOR_CLIENT_ID", in->self_index);
-    env_line(&w, "DTENSOR_JOB_NAME", job_name_of(in));
-    env_line_int(&w, "DTENSOR_NUM_CLIENTS", (long long)in->nworkers);
-    *out_data = wr_take(&w, out_len);
+    WR_LIT(w, "'\n");
+    env_line_int(w, "DTENSOR_CLIENT_ID", in->self_index);
+    env_line(w, "DTENSOR_JOB_NAME", job_name_of(in));
+    env_line_int(w, "DTENSOR_NUM_CLIENTS", (long long)in->nworkers);
 }
 
 static void env_line_bounds(struct wr *w, const char *key, const int v[3])
@@ -710,20 +711,38 @@ static void env_line_bounds(struct wr *w, const char *key, const int v[3])
 /* tpu.env: what GKE's TPU webhook injects and libtpu/JAX/torch_xla read
  * (spec §4.5, §4.6): the worker id indexes the host name list. The slice's
  * tokens have passed check_slice_tokens. */
-static void write_tpu_env(const struct prep *p, char **out_data, size_t *out_len)
+static size_t tpu_hint(const struct prep *p)
+{
+    return 512 + p->addr_bytes + p->in->nworkers;
+}
+
+static void tpu_prefix(struct wr *w, const struct prep *p)
+{
+    env_line_int(w, "TPU_WORKER_ID", p->in->self_index);
+    WR_LIT(w, "TPU_WORKER_HOSTNAMES='");
+}
+
+static void tpu_frag(struct wr *w, const struct prep *p, size_t i)
+{
+    const char *bare;
+    bool v6;
+    size_t len = bare_of(p, i, &bare, &v6);
+    if (i > 0) {
+        wr_ch(w, ',');
+    }
+    wr_mem(w, bare, len);
+}
+
+static void tpu_suffix(struct wr *w, const struct prep *p)
 {
     const struct mesh_render_input *in = p->in;
-    struct wr w;
-    wr_init(&w, 512 + p->addr_bytes + in->nworkers);
-    env_line_int(&w, "TPU_WORKER_ID", in->self_index);
-    env_address_list(&w, p, "TPU_WORKER_HOSTNAMES", false);
+    WR_LIT(w, "'\n");
     if (in->slice != NULL) {
-        env_line(&w, "TPU_ACCELERATOR_TYPE", in->slice->accelerator_type);
-        env_line(&w, "TPU_TOPOLOGY", in->slice->topology);
-        env_line_bounds(&w, "TPU_HOST_BOUNDS", in->slice->host_bounds);
-        env_line_bounds(&w, "TPU_CHIPS_PER_HOST_BOUNDS", in->slice->chips_per_host_bounds);
+        env_line(w, "TPU_ACCELERATOR_TYPE", in->slice->accelerator_type);
+        env_line(w, "TPU_TOPOLOGY", in->slice->topology);
+        env_line_bounds(w, "TPU_HOST_BOUNDS", in->slice->host_bounds);
+        env_line_bounds(w, "TPU_CHIPS_PER_HOST_BOUNDS", in->slice->chips_per_host_bounds);
     }
-    *out_data = wr_take(&w, out_len);
 }
 
 /* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE it takes worker 0
@@ -731,7 +750,13 @@ static void write_tpu_env(const struct prep *p, char **out_data, size_t *out_len
  * §10.13; gke-and-peers.md §3.2). JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
  * conventional names for jax.distributed.initialize(num_processes=,
  * process_id=) that launchers pass; we write the same values GKE implies. */
-static void write_jax_env(const struct prep *p, char **out_data, size_t *out_len)
+static size_t jax_hint(const struct prep *p)
+{
+    (void)p;
+    return 160 + ADDR_MAX;
+}
+
+static void jax_prefix(struct wr *w, const struct prep *p)
 {
     const struct mesh_render_input *in = p->in;
     struct prep jax = *p;
@@ -739,15 +764,15 @@ static void write_jax_env(const struct prep *p, char **out_data, size_t *out_len
     const char *bare;
     bool v6;
     size_t len = bare_of(p, 0, &bare, &v6);
-    struct wr w;
-    wr_init(&w, 160 + len);
-    WR_LIT(&w, "JAX_COORDINATOR_ADDRESS='");
-    wr_address(&w, &jax, bare, len, v6);
-    WR_LIT(&w, "'\n");
-    env_line_int(&w, "JAX_NUM_PROCESSES", (long long)in->nworkers);
-    env_line_int(&w, "JAX_PROCESS_ID", in->self_index);
-    *out_data = wr_take(&w, out_len);
+    WR_LIT(w, "JAX_COORDINATOR_ADDRESS='");
+    wr_address(w, &jax, bare, len, v6);
+    WR_LIT(w, "'\n");
+    env_line_int(w, "JAX_NUM_PROCESSES", (long long)in->nworkers);
+    env_line_int(w, "JAX_PROCESS_ID", in->self_index);
 }
+
+static void write_file(enum mesh_render_file_id id, const struct prep *p, uint32_t *off,
+                       char **out_data, size_t *out_len);
 
 int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                             struct mesh_err *err)
@@ -755,7 +780,7 @@ int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data,
     struct prep p;
     int rc = prepare_complete(in, &p, err);
     if (rc == 0) {
-        write_dtensor_env(&p, out_data, out_len);
+        write_file(MESH_FILE_DTENSOR_ENV, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
     }
     return rc;
@@ -773,7 +798,7 @@ int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, siz
         }
     }
     if (rc == 0) {
-        write_tpu_env(&p, out_data, out_len);
+        write_file(MESH_FILE_TPU_ENV, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
     }
     return rc;
@@ -785,7 +810,7 @@ int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, siz
     struct prep p;
     int rc = prepare_complete(in, &p, err);
     if (rc == 0) {
-        write_jax_env(&p, out_data, out_len);
+        write_file(MESH_FILE_JAX_ENV, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
     }
     return rc;
@@ -891,28 +916,35 @@ static void wr_json_generation(struct wr *w, uint64_t v)
 
 /* tf_config.json (spec §7.1, §10.14): the TF_CONFIG value,
  * {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}. */
-static void write_tf_config(const struct prep *p, char **out_data, size_t *out_len)
+static size_t tf_hint(const struct prep *p)
 {
-    const struct mesh_render_input *in = p->in;
-    size_t n = in->nworkers;
-    struct wr w;
-    wr_init(&w, 128 + p->addr_bytes + n * (3 + p->port_len));
-    WR_LIT(&w, "{\"cluster\":{\"worker\":[");
-    for (size_t i = 0; i < n; i++) {
-        const char *bare;
-        bool v6;
-        size_t len = bare_of(p, i, &bare, &v6);
-        if (i > 0) {
-            wr_ch(&w, ',');
-        }
-        wr_ch(&w, '"');
-        wr_address(&w, p, bare, len, v6);
-        wr_ch(&w, '"');
+    return 128 + p->addr_bytes + p->in->nworkers * (3 + p->port_len);
+}
+
+static void tf_prefix(struct wr *w, const struct prep *p)
+{
+    (void)p;
+    WR_LIT(w, "{\"cluster\":{\"worker\":[");
+}
+
+static void tf_frag(struct wr *w, const struct prep *p, size_t i)
+{
+    const char *bare;
+    bool v6;
+    size_t len = bare_of(p, i, &bare, &v6);
+    if (i > 0) {
+        wr_ch(w, ',');
     }
-    WR_LIT(&w, "]},\"task\":{\"type\":\"worker\",\"index\":");
-    wr_int(&w, in->self_index);
-    WR_LIT(&w, "}}\n");
-    *out_data = wr_take(&w, out_len);
+    wr_ch(w, '"');
+    wr_address(w, p, bare, len, v6);
+    wr_ch(w, '"');
+}
+
+static void tf_suffix(struct wr *w, const struct prep *p)
+{
+    WR_LIT(w, "]},\"task\":{\"type\":\"worker\",\"index\":");
+    wr_int(w, p->in->self_index);
+    WR_LIT(w, "}}\n");
 }
 
 int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
@@ -921,7 +953,7 @@ int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, s
     struct prep p;
     int rc = prepare_complete(in, &p, err);
     if (rc == 0) {
-        write_tf_config(&p, out_data, out_len);
+        write_file(MESH_FILE_TF_CONFIG, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
     }
     return rc;
@@ -993,56 +1025,66 @@ static void write_worker_json(struct wr *w, const struct prep *p, size_t i)
  * order: generation, complete, slice, jobName, clientId, numClients,
  * coordinator, workers[] {index, pod, host, ip, address, ready}. Unknown
  * values are null. */
-static void write_topology_json(const struct prep *p, char **out_data, size_t *out_len)
+static size_t topo_hint(const struct prep *p)
+{
+    return 1024 + p->text_bytes + p->addr_bytes +
+           p->in->nworkers * (WORKER_JSON_FIXED + p->port_len);
+}
+
+static void topo_prefix(struct wr *w, const struct prep *p)
 {
     const struct mesh_render_input *in = p->in;
     size_t n = in->nworkers;
-    struct wr w;
-    wr_init(&w, 1024 + p->text_bytes + p->addr_bytes + n * (WORKER_JSON_FIXED + p->port_len));
-    WR_LIT(&w, "{\n\t\"generation\":\t");
-    wr_json_generation(&w, in->generation);
+    WR_LIT(w, "{\n\t\"generation\":\t");
+    wr_json_generation(w, in->generation);
     if (in->complete) {
-        WR_LIT(&w, ",\n\t\"complete\":\ttrue,\n\t\"slice\":\t");
+        WR_LIT(w, ",\n\t\"complete\":\ttrue,\n\t\"slice\":\t");
     } else {
-        WR_LIT(&w, ",\n\t\"complete\":\tfalse,\n\t\"slice\":\t");
+        WR_LIT(w, ",\n\t\"complete\":\tfalse,\n\t\"slice\":\t");
     }
     if (in->slice != NULL) {
-        write_slice_json(&w, in->slice);
+        write_slice_json(w, in->slice);
     } else {
-        WR_LIT(&w, "null");
+        WR_LIT(w, "null");
     }
-    WR_LIT(&w, ",\n\t\"jobName\":\t");
-    wr_json_str(&w, job_name_of(in));
-    WR_LIT(&w, ",\n\t\"clientId\":\t");
+    WR_LIT(w, ",\n\t\"jobName\":\t");
+    wr_json_str(w, job_name_of(in));
+    WR_LIT(w, ",\n\t\"clientId\":\t");
     if (in->self_index >= 0) {
-        wr_int(&w, in->self_index);
+        wr_int(w, in->self_index);
     } else {
-        WR_LIT(&w, "null");
+        WR_LIT(w, "null");
     }
-    WR_LIT(&w, ",\n\t\"numClients\":\t");
-    wr_int(&w, expected_of(in));
+    WR_LIT(w, ",\n\t\"numClients\":\t");
+    wr_int(w, expected_of(in));
     /* The coordinator is DTENSOR_JOBS[0] (spec §6: the coordination service
      * and collective leader are task 0), when worker 0 is known. */
-    WR_LIT(&w, ",\n\t\"coordinator\":\t");
+    WR_LIT(w, ",\n\t\"coordinator\":\t");
     const char *bare = NULL;
     bool v6 = false;
     size_t len = n > 0 && in->workers[0].index == 0 ? bare_of(p, 0, &bare, &v6) : 0;
     if (len > 0) {
-        wr_ch(&w, '"');
-        wr_address(&w, p, bare, len, v6);
-        wr_ch(&w, '"');
+        wr_ch(w, '"');
+        wr_address(w, p, bare, len, v6);
+        wr_ch(w, '"');
     } else {
-        WR_LIT(&w, "null");
+        WR_LIT(w, "null");
     }
-    WR_LIT(&w, ",\n\t\"workers\":\t[");
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0) {
-            WR_LIT(&w, ", ");
-        }
-        write_worker_json(&w, p, i);
+    WR_LIT(w, ",\n\t\"workers\":\t[");
+}
+
+static void topo_frag(struct wr *w, const struct prep *p, size_t i)
+{
+    if (i > 0) {
+        WR_LIT(w, ", ");
     }
-    WR_LIT(&w, "]\n}\n");
-    *out_data = wr_take(&w, out_len);
+    write_worker_json(w, p, i);
+}
+
+static void topo_suffix(struct wr *w, const struct prep *p)
+{
+    (void)p;
+    WR_LIT(w, "]\n}\n");
 }
 
 /* topology.json's own check: the slice strings are read as C strings. */
@@ -1065,10 +1107,55 @@ int mesh_render_topology_json(const struct mesh_render_input *in, char **out_dat
     }
     rc = check_slice_terminated(in->slice, err);
     if (rc == 0) {
-        write_topology_json(&p, out_data, out_len);
+        write_file(MESH_FILE_TOPOLOGY_JSON, &p, NULL, out_data, out_len);
     }
     prep_cleanup(&p);
     return rc;
+}
+
+/* The parts of each text file (topology.pb is binary, not rendered here).
+ * jax.env names worker 0 only: it is all prefix. */
+struct parts {
+    size_t (*hint)(const struct prep *p);
+    void (*prefix)(struct wr *w, const struct prep *p);
+    void (*frag)(struct wr *w, const struct prep *p, size_t i); /* NULL: no list */
+    void (*suffix)(struct wr *w, const struct prep *p);         /* NULL: none */
+};
+
+static const struct parts file_parts[MESH_FILE__COUNT] = {
+    [MESH_FILE_DTENSOR_ENV] = {dtensor_hint, dtensor_prefix, dtensor_frag, dtensor_suffix},
+    [MESH_FILE_TF_CONFIG] = {tf_hint, tf_prefix, tf_frag, tf_suffix},
+    [MESH_FILE_TPU_ENV] = {tpu_hint, tpu_prefix, tpu_frag, tpu_suffix},
+    [MESH_FILE_JAX_ENV] = {jax_hint, jax_prefix, NULL, NULL},
+    [MESH_FILE_TOPOLOGY_JSON] = {topo_hint, topo_prefix, topo_frag, topo_suffix},
+};
+
+/* One whole file: prefix, every worker's fragment, suffix. off (may be NULL;
+ * nworkers + 1 entries when the file has a list) receives where each
+ * fragment starts and, last, where the suffix starts. */
+static void write_file(enum mesh_render_file_id id, const struct prep *p, uint32_t *off,
+                       char **out_data, size_t *out_len)
+{
+    const struct parts *fp = &file_parts[id];
+    size_t n = p->in->nworkers;
+    struct wr w;
+    wr_init(&w, fp->hint(p));
+    fp->prefix(&w, p);
+    if (fp->frag != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            if (off != NULL) {
+                off[i] = (uint32_t)w.len;
+            }
+            fp->frag(&w, p, i);
+        }
+        if (off != NULL) {
+            off[n] = (uint32_t)w.len;
+        }
+    }
+    if (fp->suffix != NULL) {
+        fp->suffix(&w, p);
+    }
+    *out_data = wr_take(&w, out_len);
 }
 
 size_t mesh_render_env_longest(const char *data, size_t len, const char **out_key,
@@ -1125,12 +1212,10 @@ int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *
     }
     struct mesh_render_out tmp;
     mesh_render_out_init(&tmp);
-    write_topology_json(&p, &tmp.data[MESH_FILE_TOPOLOGY_JSON], &tmp.len[MESH_FILE_TOPOLOGY_JSON]);
-    if (in->complete) {
-        write_dtensor_env(&p, &tmp.data[MESH_FILE_DTENSOR_ENV], &tmp.len[MESH_FILE_DTENSOR_ENV]);
-        write_tf_config(&p, &tmp.data[MESH_FILE_TF_CONFIG], &tmp.len[MESH_FILE_TF_CONFIG]);
-        write_tpu_env(&p, &tmp.data[MESH_FILE_TPU_ENV], &tmp.len[MESH_FILE_TPU_ENV]);
-        write_jax_env(&p, &tmp.data[MESH_FILE_JAX_ENV], &tmp.len[MESH_FILE_JAX_ENV]);
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (file_parts[i].prefix != NULL && (i == MESH_FILE_TOPOLOGY_JSON || in->complete)) {
+            write_file((enum mesh_render_file_id)i, &p, NULL, &tmp.data[i], &tmp.len[i]);
+        }
     }
     prep_cleanup(&p);
     *out = tmp;

@@ -1312,3 +1312,370 @@ int mesh_render_diff(const struct mesh_render_input *a, const struct mesh_render
     mesh_render_out_cleanup(&rb);
     return rc;
 }
+
+/* ---- incremental rendering ---------------------------------------------------
+ *
+ * The cache keeps every file it rendered in one buffer with the offset of
+ * each worker's fragment, and per worker a 64-bit digest of what the
+ * renderers read from it (index, pod, host, ip, ready) plus its facts. An
+ * update digests the new list, re-renders the fragments of the workers whose
+ * digest changed and splices them in (the tail moves when a length changes),
+ * then re-renders every prefix and suffix (a few hundred bytes: generation,
+ * completeness, own index, coordinator...). Anything that changes every
+ * fragment or the file set (worker count, effective mode, port, completeness)
+ * and any input a check rejects take the full render, which then also words
+ * the error exactly as mesh_render_all does. Full and incremental renders run
+ * the same part writers, and tests/unit/test_render_cache.c checks the bytes
+ * against mesh_render_all after every step of long random change sequences.
+ *
+ * A digest collision (two different workers with equal 64-bit digests) would
+ * leave that worker's old bytes in place; the sidecar's previous whole-input
+ * hash had the same property. */
+
+/* Above this share of changed workers a full render is cheaper than splicing
+ * (each splice may move the tail). */
+#define CACHE_SPLICE_MAX_DIV 8
+
+struct cfile {
+    char *data; /* owned, NUL-terminated; NULL = never rendered */
+    size_t len;
+    size_t cap;
+    uint32_t *off; /* owned, n + 1 entries (listing files): fragment starts, then the suffix */
+};
+
+struct mesh_render_cache {
+    struct cfile file[MESH_FILE__COUNT];
+    bool valid;    /* the fields below describe the last successful update */
+    bool complete; /* env files are current (rendered at the last update) */
+    size_t n;
+    enum mesh_addr_mode mode; /* effective */
+    int port;
+    struct wfacts *f; /* owned, n entries */
+    uint64_t *digest; /* owned, n entries */
+    struct wr scratch;
+    size_t *changed; /* owned, indices of the changed workers (n / CACHE_SPLICE_MAX_DIV + 1) */
+    uint64_t full, patched; /* updates by kind (mesh_render_cache_counts) */
+};
+
+struct mesh_render_cache *mesh_render_cache_new(void)
+{
+    struct mesh_render_cache *c = mesh_calloc(1, sizeof(*c));
+    wr_init(&c->scratch, 1024);
+    return c;
+}
+
+static void cache_drop_slots(struct mesh_render_cache *c)
+{
+    mesh_free(c->f);
+    mesh_free(c->digest);
+    mesh_free(c->changed);
+    c->f = NULL;
+    c->digest = NULL;
+    c->changed = NULL;
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        mesh_free(c->file[i].off);
+        c->file[i].off = NULL;
+    }
+    c->valid = false;
+}
+
+void mesh_render_cache_free(struct mesh_render_cache *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    cache_drop_slots(c);
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        mesh_free(c->file[i].data);
+    }
+    mesh_free(c->scratch.data);
+    mesh_free(c);
+}
+
+static inline uint64_t dg_word(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 29);
+}
+
+/* Eight bytes per step, the tail in a register, the length folded in last
+ * (so field boundaries count). Reads at most max bytes. */
+static inline uint64_t dg_str(uint64_t h, const char *s, size_t max)
+{
+    size_t n = strnlen(s, max);
+    const char *b = s;
+    size_t left = n;
+    while (left >= 8) {
+        uint64_t v;
+        memcpy(&v, b, 8);
+        h = dg_word(h, v);
+        b += 8;
+        left -= 8;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < left; i++) {
+        v |= (uint64_t)(unsigned char)b[i] << (8 * i);
+    }
+    return dg_word(h, v ^ ((uint64_t)n << 48));
+}
+
+static uint64_t worker_digest(const struct mesh_worker *w)
+{
+    uint64_t h = dg_word(0x243F6A8885A308D3ULL, ((uint64_t)(uint32_t)w->index << 1) | w->ready);
+    h = dg_str(h, w->pod, MESH_POD_MAX);
+    h = dg_str(h, w->host, MESH_HOST_MAX);
+    return dg_str(h, w->ip, MESH_IP_MAX);
+}
+
+/* Replace [a, b) of cf with s[0..m): returns whether the bytes changed.
+ * Fragment offsets from first_off on move with the tail. */
+static bool cf_splice(struct cfile *cf, size_t nparts, size_t first_off, size_t a, size_t b,
+                      const char *s, size_t m)
+{
+    size_t old = b - a;
+    if (m == old && memcmp(cf->data + a, s, m) == 0) {
+        return false;
+    }
+    if (m != old) {
+        size_t len = cf->len - old + m;
+        if (len + 1 > cf->cap) {
+            size_t cap = cf->cap + cf->cap / 4 + m + 1;
+            cf->data = mesh_realloc(cf->data, cap);
+            cf->cap = cap;
+        }
+        memmove(cf->data + a + m, cf->data + b, cf->len - b + 1); /* with the NUL */
+        cf->len = len;
+        if (cf->off != NULL) {
+            for (size_t j = first_off; j < nparts; j++) {
+                cf->off[j] = (uint32_t)((size_t)cf->off[j] - old + m);
+            }
+        }
+    }
+    memcpy(cf->data + a, s, m);
+    return true;
+}
+
+/* Re-render the prefix, the fragments of the changed workers (ascending)
+ * and the suffix of file id; returns whether any byte changed. */
+static bool cache_patch_file(struct mesh_render_cache *c, enum mesh_render_file_id id,
+                             const struct prep *p, size_t nchanged)
+{
+    const struct parts *fp = &file_parts[id];
+    struct cfile *cf = &c->file[id];
+    size_t n = c->n;
+    bool listing = fp->frag != NULL;
+    size_t nparts = listing ? n + 1 : 0;
+    bool changed = false;
+
+    c->scratch.len = 0;
+    fp->prefix(&c->scratch, p);
+    size_t pre_end = listing ? cf->off[0] : cf->len;
+    changed |= cf_splice(cf, nparts, 0, 0, pre_end, c->scratch.data, c->scratch.len);
+    if (listing) {
+        for (size_t k = 0; k < nchanged; k++) {
+            size_t i = c->changed[k];
+            c->scratch.len = 0;
+            fp->frag(&c->scratch, p, i);
+            changed |= cf_splice(cf, nparts, i + 1, cf->off[i], cf->off[i + 1], c->scratch.data,
+                                 c->scratch.len);
+        }
+    }
+    if (fp->suffix != NULL) {
+        c->scratch.len = 0;
+        fp->suffix(&c->scratch, p);
+        size_t suf = listing ? cf->off[n] : pre_end;
+        changed |= cf_splice(cf, nparts, nparts, suf, cf->len, c->scratch.data, c->scratch.len);
+    }
+    return changed;
+}
+
+/* The checks of mesh_render_all that do not read the workers. */
+static int check_header(const struct mesh_render_input *in, struct mesh_err *err)
+{
+    struct mesh_render_input head = *in;
+    head.nworkers = 0;
+    struct prep p;
+    int rc = check_common(&head, &p, err);
+    prep_cleanup(&p);
+    if (rc == 0) {
+        rc = check_slice_terminated(in->slice, err);
+    }
+    if (rc == 0 && in->complete) {
+        int n = expected_of(in);
+        if (n == 0 || (size_t)n != in->nworkers || in->self_index < 0 || in->self_index >= n) {
+            return -MESH_E_INCOMPLETE; /* the full render words it */
+        }
+        if (in->slice != NULL) {
+            rc = check_slice_tokens(in->slice, err);
+        }
+    }
+    return rc;
+}
+
+/* The incremental update; -1 when it cannot apply (the caller renders in
+ * full), else the mask of changed files. Touches nothing before it knows it
+ * applies. */
+static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render_input *in)
+{
+    if (!c->valid || in->nworkers != c->n || in->port != c->port || in->complete != c->complete ||
+        (in->nworkers > 0 && in->workers == NULL)) {
+        return -1;
+    }
+    if (check_header(in, NULL) < 0) {
+        return -1;
+    }
+    size_t n = in->nworkers;
+    enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, n);
+    if (mode != c->mode) {
+        return -1;
+    }
+    size_t limit = n / CACHE_SPLICE_MAX_DIV + 1;
+    size_t nchanged = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (worker_digest(&in->workers[i]) != c->digest[i]) {
+            if (nchanged == limit) {
+                return -1;
+            }
+            c->changed[nchanged++] = i;
+        }
+    }
+    /* Check the changed workers as the full render would (the others passed
+     * it with the same mode and completeness). */
+    for (size_t k = 0; k < nchanged; k++) {
+        size_t i = c->changed[k];
+        const struct mesh_worker *w = &in->workers[i];
+        struct wfacts f;
+        if (check_worker_facts(w, &f, NULL) < 0) {
+            return -1;
+        }
+        if (in->complete &&
+            (w->index != (int)i || (mode == MESH_ADDR_DNS ? f.host_len : f.ip_len) == 0)) {
+            return -1;
+        }
+    }
+    for (size_t k = 0; k < nchanged; k++) {
+        size_t i = c->changed[k];
+        (void)check_worker_facts(&in->workers[i], &c->f[i], NULL);
+        c->digest[i] = worker_digest(&in->workers[i]);
+    }
+    struct prep p = {.in = in, .f = c->f, .mode = mode};
+    p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
+    int mask = 0;
+    for (int id = 0; id < MESH_FILE__COUNT; id++) {
+        if (file_parts[id].prefix != NULL && (id == MESH_FILE_TOPOLOGY_JSON || in->complete) &&
+            cache_patch_file(c, (enum mesh_render_file_id)id, &p, nchanged)) {
+            mask |= 1 << id;
+        }
+    }
+    return mask;
+}
+
+/* Full render into the cache; files not rendered (env files while
+ * incomplete) keep their last bytes. */
+static int cache_full(struct mesh_render_cache *c, const struct mesh_render_input *in,
+                      struct mesh_err *err)
+{
+    /* mesh_render_all's checks, in its order (first failure wins). */
+    struct prep p;
+    int rc = check_common(in, &p, err);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = check_slice_terminated(in->slice, err);
+    if (rc == 0 && in->complete) {
+        rc = check_complete(&p, err);
+        if (rc == 0 && in->slice != NULL) {
+            rc = check_slice_tokens(in->slice, err);
+        }
+    }
+    if (rc < 0) {
+        prep_cleanup(&p);
+        return rc;
+    }
+    size_t n = in->nworkers;
+    cache_drop_slots(c);
+    int mask = 0;
+    for (int id = 0; id < MESH_FILE__COUNT; id++) {
+        const struct parts *fp = &file_parts[id];
+        if (fp->prefix == NULL || (id != MESH_FILE_TOPOLOGY_JSON && !in->complete)) {
+            continue;
+        }
+        struct cfile *cf = &c->file[id];
+        uint32_t *off = fp->frag != NULL ? mesh_malloc((n + 1) * sizeof(*off)) : NULL;
+        char *data;
+        size_t len;
+        write_file((enum mesh_render_file_id)id, &p, off, &data, &len);
+        /* One file at a time: the old bytes are freed before the next file
+         * is rendered, so a full render holds at most one extra file. */
+        if (cf->data == NULL || cf->len != len || memcmp(cf->data, data, len) != 0) {
+            mask |= 1 << id;
+        }
+        mesh_free(cf->data);
+        cf->data = data;
+        cf->len = len;
+        cf->cap = len + 1;
+        cf->off = off;
+    }
+    c->f = p.f; /* the facts of every worker, kept */
+    p.f = NULL;
+    c->digest = mesh_malloc((n > 0 ? n : 1) * sizeof(*c->digest));
+    for (size_t i = 0; i < n; i++) {
+        c->digest[i] = worker_digest(&in->workers[i]);
+    }
+    c->changed = mesh_malloc((n / CACHE_SPLICE_MAX_DIV + 1) * sizeof(*c->changed));
+    c->n = n;
+    c->mode = p.mode;
+    c->port = in->port;
+    c->complete = in->complete;
+    c->valid = true;
+    return mask;
+}
+
+int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_render_input *in,
+                             unsigned *out_changed, struct mesh_err *err)
+{
+    int mask = cache_try_patch(c, in);
+    if (mask >= 0) {
+        c->patched++;
+    } else {
+        c->full++;
+        mask = cache_full(c, in, err);
+        if (mask < 0) {
+            /* Forget everything: the next update renders in full and
+             * reports every file it renders as changed. */
+            cache_drop_slots(c);
+            for (int i = 0; i < MESH_FILE__COUNT; i++) {
+                mesh_free(c->file[i].data);
+                c->file[i].data = NULL;
+                c->file[i].len = 0;
+                c->file[i].cap = 0;
+            }
+            return mask;
+        }
+    }
+    if (out_changed != NULL) {
+        *out_changed = (unsigned)mask;
+    }
+    return 0;
+}
+
+void mesh_render_cache_view(const struct mesh_render_cache *c, struct mesh_render_out *out)
+{
+    mesh_render_out_init(out);
+    if (!c->valid) {
+        return;
+    }
+    for (int id = 0; id < MESH_FILE__COUNT; id++) {
+        if (c->file[id].data != NULL && (id == MESH_FILE_TOPOLOGY_JSON || c->complete)) {
+            out->data[id] = c->file[id].data;
+            out->len[id] = c->file[id].len;
+        }
+    }
+}
+
+void mesh_render_cache_counts(const struct mesh_render_cache *c, uint64_t *out_full,
+                              uint64_t *out_patched)
+{
+    *out_full = c->full;
+    *out_patched = c->patched;
+}

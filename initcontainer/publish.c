@@ -101,6 +101,7 @@ static int topology_pb(const struct mesh_init *ctx, struct mesh_publish_file *f,
     f->name = mesh_render_file_name(MESH_FILE_TOPOLOGY_PB);
     f->data = NULL;
     f->len = 0;
+    f->differs = false;
     *out_built = NULL;
     if (ctx->topology_pb != NULL) {
         f->data = ctx->topology_pb;
@@ -127,6 +128,7 @@ static void to_files(const struct mesh_render_out *r, struct mesh_publish_file f
         files[i].name = mesh_render_file_name((enum mesh_render_file_id)i);
         files[i].data = r->data[i];
         files[i].len = r->len[i];
+        files[i].differs = false;
     }
 }
 

@@ -316,7 +316,8 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const struct mesh_publish_file *f = &files[i];
-        if (f->data == NULL || mesh_publish_is_current(dir, f->name, f->data, f->len)) {
+        if (f->data == NULL ||
+            (!f->differs && mesh_publish_is_current(dir, f->name, f->data, f->len))) {
             continue;
         }
         rc = stage_one(dir, f, &p[staged], err);

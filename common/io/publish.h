@@ -28,11 +28,15 @@
 
 /* One file of a set. name is a plain file name (no '/', not starting with
  * '.'); data/len its full content. data NULL = leave this file as it is.
- * Everything borrowed. */
+ * differs: the caller knows data differs from the file on disk (it wrote
+ * that file itself and knows what changed since), so the file is written
+ * without comparing it first; false = compare, and leave an equal file
+ * untouched. Everything borrowed. */
 struct mesh_publish_file {
     const char *name;
     const void *data;
     size_t len;
+    bool differs;
 };
 
 /* Publish a set of files into dir, in array order (put the file readers

@@ -130,7 +130,7 @@ static int count_temps(const char *dir)
 
 #define FILE_OF(n, s)                                                                              \
     {                                                                                              \
-        (n), (s), sizeof(s) - 1                                                                    \
+        (n), (s), sizeof(s) - 1, false                                                             \
     }
 
 static void test_publish_and_unchanged(void **state)
@@ -138,7 +138,7 @@ static void test_publish_and_unchanged(void **state)
     struct fixture *f = *state;
     const struct mesh_publish_file set1[] = {
         FILE_OF("dtensor.env", "DTENSOR_JOBS='a:1'\n"),
-        {"tpu.env", NULL, 0}, /* not rendered: left alone */
+        {"tpu.env", NULL, 0, false}, /* not rendered: left alone */
         FILE_OF("topology.json", "{\"generation\":1}\n"),
     };
     size_t written = 99;
@@ -177,7 +177,7 @@ static void test_publish_and_unchanged(void **state)
     mesh_free(s);
     /* A shorter and an empty file are content changes too. */
     const struct mesh_publish_file set3[] = {
-        {"dtensor.env", "", 0},
+        {"dtensor.env", "", 0, false},
         FILE_OF("topology.json", "{}\n"),
     };
     assert_int_equal(mesh_publish_files(f->dir, set3, 2, &written, &err), 0);
@@ -186,6 +186,19 @@ static void test_publish_and_unchanged(void **state)
     assert_true(mesh_publish_is_current(f->dir, "topology.json", "{}\n", 3));
     assert_false(mesh_publish_is_current(f->dir, "topology.json", "{}", 2));
     assert_false(mesh_publish_is_current(f->dir, "nope.json", "{}", 2));
+    assert_int_equal(count_temps(f->dir), 0);
+
+    /* differs: the caller vouches that the bytes changed, so the file is
+     * written without a comparison (the sidecar knows what it changed). */
+    struct stat t3 = stat_of(f->dir, "topology.json");
+    const struct mesh_publish_file set4[] = {
+        {"dtensor.env", "", 0, false},
+        {"topology.json", "{}\n", 3, true},
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set4, 2, &written, &err), 0);
+    assert_int_equal(written, 1);
+    assert_true(stat_of(f->dir, "topology.json").st_ino != t3.st_ino);
+    assert_true(mesh_publish_is_current(f->dir, "topology.json", "{}\n", 3));
     assert_int_equal(count_temps(f->dir), 0);
 }
 
@@ -203,8 +216,8 @@ static void test_is_current_table(void **state)
     struct mesh_err err;
     size_t written = 0;
     const struct mesh_publish_file set[] = {
-        {"big.json", data, big},
-        {"empty.env", "", 0},
+        {"big.json", data, big, false},
+        {"empty.env", "", 0, false},
     };
     assert_int_equal(mesh_publish_files(f->dir, set, 2, &written, &err), 0);
     static const struct {
@@ -327,7 +340,7 @@ static void test_error_paths(void **state)
 
     static const char *const bad_names[] = {"", ".hidden", "a/b", "../x"};
     for (size_t i = 0; i < 4; i++) {
-        const struct mesh_publish_file bad[] = {{bad_names[i], "x", 1}};
+        const struct mesh_publish_file bad[] = {{bad_names[i], "x", 1, false}};
         assert_int_equal(mesh_publish_files(f->dir, bad, 1, NULL, &err), -MESH_E_INVAL);
     }
     assert_int_equal(mesh_publish_files("", one, 1, NULL, &err), -MESH_E_INVAL);
@@ -366,7 +379,7 @@ static void test_enospc_keeps_previous(void **state)
     char *big = mesh_malloc(big_len);
     memset(big, 'x', big_len);
     const struct mesh_publish_file v2[] = {
-        {"dtensor.env", big, big_len},
+        {"dtensor.env", big, big_len, false},
         FILE_OF("topology.json", "{\"generation\":2}\n"),
     };
     assert_int_equal(mesh_publish_files(f->dir, v2, 2, NULL, &err), -MESH_E_PUBLISH);
@@ -376,7 +389,7 @@ static void test_enospc_keeps_previous(void **state)
     /* Also when the first file fits and a later one does not. */
     const struct mesh_publish_file v3[] = {
         FILE_OF("dtensor.env", "DTENSOR_JOBS='v3'\n"),
-        {"topology.json", big, big_len},
+        {"topology.json", big, big_len, false},
     };
     assert_int_equal(mesh_publish_files(f->dir, v3, 2, NULL, &err), -MESH_E_PUBLISH);
     mesh_free(big);
@@ -452,8 +465,8 @@ static void test_readers_never_see_a_mix(void **state)
     char *b = mesh_malloc(len);
     memset(a, 'a', len);
     memset(b, 'b', len);
-    const struct mesh_publish_file va[] = {{"big.env", a, len}};
-    const struct mesh_publish_file vb[] = {{"big.env", b, len}};
+    const struct mesh_publish_file va[] = {{"big.env", a, len, false}};
+    const struct mesh_publish_file vb[] = {{"big.env", b, len, false}};
     assert_int_equal(mesh_publish_files(f->dir, va, 1, NULL, NULL), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);

@@ -1355,6 +1355,7 @@ struct mesh_render_cache {
     struct wr scratch;
     size_t *changed; /* owned, indices of the changed workers (n / CACHE_SPLICE_MAX_DIV + 1) */
     uint64_t full, patched; /* updates by kind (mesh_render_cache_counts) */
+    bool only_ready;        /* the last update changed workers' readiness alone */
 };
 
 struct mesh_render_cache *mesh_render_cache_new(void)
@@ -1419,12 +1420,16 @@ static inline uint64_t dg_str(uint64_t h, const char *s, size_t max)
     return dg_word(h, v ^ ((uint64_t)n << 48));
 }
 
+/* The digest of what the renderers read from a worker; its lowest bit is
+ * the readiness, so two digests that differ in that bit alone tell a
+ * readiness flip. */
 static uint64_t worker_digest(const struct mesh_worker *w)
 {
-    uint64_t h = dg_word(0x243F6A8885A308D3ULL, ((uint64_t)(uint32_t)w->index << 1) | w->ready);
+    uint64_t h = dg_word(0x243F6A8885A308D3ULL, (uint64_t)(uint32_t)w->index);
     h = dg_str(h, w->pod, MESH_POD_MAX);
     h = dg_str(h, w->host, MESH_HOST_MAX);
-    return dg_str(h, w->ip, MESH_IP_MAX);
+    h = dg_str(h, w->ip, MESH_IP_MAX);
+    return (h & ~(uint64_t)1) | (w->ready ? 1u : 0u);
 }
 
 /* Replace [a, b) of cf with s[0..m): returns whether the bytes changed.
@@ -1456,35 +1461,45 @@ static bool cf_splice(struct cfile *cf, size_t nparts, size_t first_off, size_t 
 }
 
 /* Re-render the prefix, the fragments of the changed workers (ascending)
- * and the suffix of file id; returns whether any byte changed. */
-static bool cache_patch_file(struct mesh_render_cache *c, enum mesh_render_file_id id,
-                             const struct prep *p, size_t nchanged)
+ * and the suffix of file id; returns PATCH_HEAD when the prefix or suffix
+ * changed, plus PATCH_FRAG when a fragment did (0: no byte changed). */
+#define PATCH_HEAD 1
+#define PATCH_FRAG 2
+
+static int cache_patch_file(struct mesh_render_cache *c, enum mesh_render_file_id id,
+                            const struct prep *p, size_t nchanged)
 {
     const struct parts *fp = &file_parts[id];
     struct cfile *cf = &c->file[id];
     size_t n = c->n;
     bool listing = fp->frag != NULL;
     size_t nparts = listing ? n + 1 : 0;
-    bool changed = false;
+    int changed = 0;
 
     c->scratch.len = 0;
     fp->prefix(&c->scratch, p);
     size_t pre_end = listing ? cf->off[0] : cf->len;
-    changed |= cf_splice(cf, nparts, 0, 0, pre_end, c->scratch.data, c->scratch.len);
+    if (cf_splice(cf, nparts, 0, 0, pre_end, c->scratch.data, c->scratch.len)) {
+        changed |= PATCH_HEAD;
+    }
     if (listing) {
         for (size_t k = 0; k < nchanged; k++) {
             size_t i = c->changed[k];
             c->scratch.len = 0;
             fp->frag(&c->scratch, p, i);
-            changed |= cf_splice(cf, nparts, i + 1, cf->off[i], cf->off[i + 1], c->scratch.data,
-                                 c->scratch.len);
+            if (cf_splice(cf, nparts, i + 1, cf->off[i], cf->off[i + 1], c->scratch.data,
+                          c->scratch.len)) {
+                changed |= PATCH_FRAG;
+            }
         }
     }
     if (fp->suffix != NULL) {
         c->scratch.len = 0;
         fp->suffix(&c->scratch, p);
         size_t suf = listing ? cf->off[n] : pre_end;
-        changed |= cf_splice(cf, nparts, nparts, suf, cf->len, c->scratch.data, c->scratch.len);
+        if (cf_splice(cf, nparts, nparts, suf, cf->len, c->scratch.data, c->scratch.len)) {
+            changed |= PATCH_HEAD;
+        }
     }
     return changed;
 }
@@ -1531,11 +1546,14 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
     }
     size_t limit = n / CACHE_SPLICE_MAX_DIV + 1;
     size_t nchanged = 0;
+    bool content = false; /* a change beyond readiness */
     for (size_t i = 0; i < n; i++) {
-        if (worker_digest(&in->workers[i]) != c->digest[i]) {
+        uint64_t d = worker_digest(&in->workers[i]);
+        if (d != c->digest[i]) {
             if (nchanged == limit) {
                 return -1;
             }
+            content = content || (d ^ c->digest[i]) != 1;
             c->changed[nchanged++] = i;
         }
     }
@@ -1562,11 +1580,18 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
     p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
     int mask = 0;
     for (int id = 0; id < MESH_FILE__COUNT; id++) {
-        if (file_parts[id].prefix != NULL && (id == MESH_FILE_TOPOLOGY_JSON || in->complete) &&
-            cache_patch_file(c, (enum mesh_render_file_id)id, &p, nchanged)) {
+        if (file_parts[id].prefix == NULL || (id != MESH_FILE_TOPOLOGY_JSON && !in->complete)) {
+            continue;
+        }
+        int how = cache_patch_file(c, (enum mesh_render_file_id)id, &p, nchanged);
+        if (how != 0) {
             mask |= 1 << id;
         }
+        if (how & PATCH_HEAD) {
+            content = true;
+        }
     }
+    c->only_ready = mask != 0 && !content && mask == 1 << MESH_FILE_TOPOLOGY_JSON;
     return mask;
 }
 
@@ -1628,6 +1653,7 @@ static int cache_full(struct mesh_render_cache *c, const struct mesh_render_inpu
     c->port = in->port;
     c->complete = in->complete;
     c->valid = true;
+    c->only_ready = false;
     return mask;
 }
 
@@ -1644,6 +1670,7 @@ int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_rend
             /* Forget everything: the next update renders in full and
              * reports every file it renders as changed. */
             cache_drop_slots(c);
+            c->only_ready = false;
             for (int i = 0; i < MESH_FILE__COUNT; i++) {
                 mesh_free(c->file[i].data);
                 c->file[i].data = NULL;
@@ -1678,4 +1705,26 @@ void mesh_render_cache_counts(const struct mesh_render_cache *c, uint64_t *out_f
 {
     *out_full = c->full;
     *out_patched = c->patched;
+}
+
+bool mesh_render_cache_is_readiness_only(const struct mesh_render_cache *c)
+{
+    return c->only_ready;
+}
+
+int mesh_render_cache_set_generation(struct mesh_render_cache *c,
+                                     const struct mesh_render_input *in, struct mesh_err *err)
+{
+    if (!c->valid) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "nothing rendered to move to a new generation");
+    }
+    if (in->generation > MESH_RENDER_GENERATION_MAX) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "generation %llu is too large",
+                            (unsigned long long)in->generation);
+    }
+    /* Only topology.json shows the generation, in its prefix. */
+    struct prep p = {.in = in, .f = c->f, .mode = c->mode};
+    p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
+    (void)cache_patch_file(c, MESH_FILE_TOPOLOGY_JSON, &p, 0);
+    return 0;
 }

@@ -217,11 +217,26 @@ void mesh_render_cache_free(struct mesh_render_cache *c);
 int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_render_input *in,
                              unsigned *out_changed, struct mesh_err *err);
 
+/* Re-render topology.json's header for in->generation alone (the other
+ * files do not show it): in must be the input of the last successful update
+ * with only the generation changed, which this does not check (the workers
+ * are not read again). Cheap: the sidecar moves a changed set to the next
+ * generation with it. Returns 0, -MESH_E_RANGE above
+ * MESH_RENDER_GENERATION_MAX (nothing changed), -MESH_E_INVAL when the cache
+ * is empty. */
+int mesh_render_cache_set_generation(struct mesh_render_cache *c,
+                                     const struct mesh_render_input *in, struct mesh_err *err);
+
 /* The set of the last successful update, as mesh_render_all would return
  * it: data[i] borrowed from the cache (valid until the next update or free)
  * or NULL when not rendered; nothing after an error. Do not pass *out to
  * mesh_render_out_cleanup. */
 void mesh_render_cache_view(const struct mesh_render_cache *c, struct mesh_render_out *out);
+
+/* True when the last update changed bytes, and only the "ready" values of
+ * workers in topology.json (a routine readiness flip); false after a full
+ * render. */
+bool mesh_render_cache_is_readiness_only(const struct mesh_render_cache *c);
 
 /* How many updates rendered in full (failed ones included) and how many
  * patched the cached bytes. */

@@ -219,6 +219,43 @@ static void last_forget(struct last *l)
     }
 }
 
+/* Move the cache to the next generation as the sidecar does before a
+ * publish, and check it against a full render at that generation. */
+static void next_generation(struct mesh_render_cache *c, struct model *m, struct last *last)
+{
+    struct mesh_worker *copy = mesh_workers_copy(m->w, m->n);
+    m->generation = m->generation >= 9007199254740991ULL ? 3 : m->generation + 1;
+    struct mesh_render_input in = {
+        .slice = m->have_slice ? &m->slice : NULL,
+        .workers = copy,
+        .nworkers = m->n,
+        .expected = m->expected,
+        .self_index = m->self,
+        .job_name = m->job,
+        .port = m->port,
+        .mode = m->mode,
+        .generation = m->generation,
+        .complete = m->complete,
+    };
+    struct mesh_render_out full, view;
+    mesh_render_out_init(&full);
+    assert_int_equal(mesh_render_all(&in, &full, NULL), 0);
+    assert_int_equal(mesh_render_cache_set_generation(c, &in, NULL), 0);
+    mesh_free(copy);
+    mesh_render_cache_view(c, &view);
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        assert_int_equal(full.len[i], view.len[i]);
+        if (full.data[i] != NULL) {
+            assert_memory_equal(full.data[i], view.data[i], full.len[i]);
+            mesh_free(last->data[i]);
+            last->data[i] = full.data[i];
+            last->len[i] = full.len[i];
+            full.data[i] = NULL;
+        }
+    }
+    mesh_render_out_cleanup(&full);
+}
+
 /* One step: the same input through both renderers. Returns whether the
  * render succeeded. */
 static bool step(struct mesh_render_cache *c, struct model *m, struct last *last)
@@ -280,6 +317,9 @@ static bool step(struct mesh_render_cache *c, struct model *m, struct last *last
     }
     assert_int_equal(want, mask);
     mesh_render_out_cleanup(&full);
+    if (pick(2) == 0) {
+        next_generation(c, m, last);
+    }
     return true;
 }
 
@@ -396,6 +436,7 @@ static void test_single_ip_changes(void **state)
                  (int)pick(256));
         in.generation++;
         assert_int_equal(mesh_render_cache_update(c, &in, &mask, NULL), 0);
+        assert_false(mesh_render_cache_is_readiness_only(c));
         struct mesh_render_out full, view;
         mesh_render_out_init(&full);
         assert_int_equal(mesh_render_all(&in, &full, NULL), 0);
@@ -411,6 +452,7 @@ static void test_single_ip_changes(void **state)
         w[i].ready = !w[i].ready;
         assert_int_equal(mesh_render_cache_update(c, &in, &mask, NULL), 0);
         assert_int_equal(mask, 1u << MESH_FILE_TOPOLOGY_JSON);
+        assert_true(mesh_render_cache_is_readiness_only(c));
         /* Nothing changed: nothing to rewrite. */
         assert_int_equal(mesh_render_cache_update(c, &in, &mask, NULL), 0);
         assert_int_equal(mask, 0);
@@ -423,12 +465,37 @@ static void test_single_ip_changes(void **state)
     mesh_free(w);
 }
 
+/* set_generation refuses an empty cache and a generation above 2^53 - 1,
+ * leaving the bytes as they were. */
+static void test_set_generation_errors(void **state)
+{
+    (void)state;
+    static const struct mesh_worker w[1] = {{0, "w-0", "", "10.0.0.1", true, false}};
+    struct mesh_render_input in = {
+        .workers = w, .nworkers = 1, .port = 10000, .mode = MESH_ADDR_IP, .complete = true};
+    struct mesh_render_cache *c = mesh_render_cache_new();
+    struct mesh_err err;
+    assert_int_equal(mesh_render_cache_set_generation(c, &in, &err), -MESH_E_INVAL);
+    in.generation = 9007199254740991ULL;
+    assert_int_equal(mesh_render_cache_update(c, &in, NULL, &err), 0);
+    struct mesh_render_out view;
+    mesh_render_cache_view(c, &view);
+    char *before = mesh_strdup(view.data[MESH_FILE_TOPOLOGY_JSON]);
+    in.generation++;
+    assert_int_equal(mesh_render_cache_set_generation(c, &in, &err), -MESH_E_RANGE);
+    mesh_render_cache_view(c, &view);
+    assert_string_equal(before, view.data[MESH_FILE_TOPOLOGY_JSON]);
+    mesh_free(before);
+    mesh_render_cache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_sequences),
         cmocka_unit_test(test_small_jobs),
         cmocka_unit_test(test_single_ip_changes),
+        cmocka_unit_test(test_set_generation_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,13 +113,15 @@ struct mesh_sidecar {
 
     /* Main-thread topology state (topology.c). */
     bool have_cur; /* a worker list was computed at least once */
-    /* A set was published or found current on disk. The bytes are not
-     * kept (~0.9 MB at 4,096 workers): the hashes below decide "changed",
-     * the publisher compares with the files, /topology reads the file. */
+    /* A set was published or found current on disk: /topology may serve
+     * the file. */
     bool have_last;
-    bool have_hash;     /* hash_* describe what is on disk */
-    uint64_t hash_topo; /* every rendered input (topology.json) */
-    uint64_t hash_env;  /* the inputs of the env files (readiness excluded) */
+    /* The last rendered files (~0.9 MB at 4,096 workers in ip mode), kept
+     * so that a change re-renders only the workers it touches and says
+     * which files changed (render.h). Owned. */
+    struct mesh_render_cache *cache;
+    unsigned known; /* files (1u << enum mesh_render_file_id) whose bytes in
+                       the cache are those on disk */
     bool last_complete;
     char last_reason[MESH_WORKERS_REASON_MAX + 64];
     char **logged; /* problem lines already logged once */
@@ -132,7 +134,10 @@ struct mesh_sidecar {
     atomic_uint_fast64_t ev_added, ev_modified, ev_deleted, syncs, changes;
     uint64_t changes_seen; /* main thread: `changes` at the last recompute */
     /* Main thread: what the last recompute spent, in microseconds (the
-     * debug line of each publish). */
+     * debug line of each publish): collecting the store and building the
+     * worker list; bringing the render cache to it (diff, re-render of the
+     * changed workers, splice; at start-up the comparison with the disk)
+     * plus the next generation's header; writing and renaming. */
     int64_t cost_workers_us, cost_render_us, cost_write_us;
     int64_t renamed_us; /* CLOCK_MONOTONIC us when the last publish's renames were done */
     int self_hint;      /* main thread: this pod's slot at the last recompute, -1 = none */

@@ -4,11 +4,12 @@
  * only when an output actually changes (DESIGN.md §4-§5), plus the
  * transition log lines and the status the HTTP thread serves.
  *
- * "Changed" is decided on bytes: the set is rendered at the current
- * generation and compared with what was last published (or, right after
- * start-up, with the files on disk). Only when something differs is it
- * rendered again at generation + 1 and published; the publisher itself
- * leaves files with unchanged bytes untouched (same inode and mtime).
+ * "Changed" is decided on bytes: the render cache (core/render.h) is brought
+ * to the new input at the current generation, re-rendering only the workers
+ * that changed, and tells which files' bytes differ from what was last
+ * published (right after start-up, the files are compared with the disk).
+ * Only when something differs is it moved to generation + 1 and published;
+ * files with unchanged bytes are left untouched (same inode and mtime).
  */
 #include <netdb.h>
 #include <arpa/inet.h>
@@ -250,19 +251,6 @@ static bool verify_dns(struct mesh_sidecar *ctx, struct mesh_workers *w, char *r
     return ok;
 }
 
-/* Start-up: is every rendered file already what is on disk? */
-static bool unchanged(const struct mesh_sidecar *ctx, const struct mesh_render_out *out)
-{
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out->data[i] != NULL &&
-            !mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out->data[i],
-                                     out->len[i])) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* The files on disk are this process's now: /topology may serve them. */
 static void remember(struct mesh_sidecar *ctx)
 {
@@ -281,16 +269,20 @@ void mesh_sidecar_note_latency(struct mesh_sidecar *ctx, int64_t usec)
     pthread_mutex_unlock(&ctx->mu);
 }
 
-static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, size_t *written,
-                   struct mesh_err *err)
+/* Publish the files of out in mask; a file whose previous bytes this
+ * process published (ctx->known) is known to differ and is written without
+ * a comparison, the others are compared with the disk first. */
+static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, unsigned mask,
+                   size_t *written, struct mesh_err *err)
 {
     struct mesh_publish_file files[MESH_FILE__COUNT];
     size_t n = 0;
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out->data[i] != NULL) {
+        if (out->data[i] != NULL && (mask & (1u << i)) != 0) {
             files[n].name = mesh_render_file_name(i);
             files[n].data = out->data[i];
             files[n].len = out->len[i];
+            files[n].differs = (ctx->known & (1u << i)) != 0;
             n++;
         }
     }
@@ -302,11 +294,11 @@ static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, 
  * only drops a link, and the old contents (~900 KB of tmpfs pages at 4,096
  * workers in ip mode) are freed by release_old after the renames are timed,
  * not inside rename(2) while readers wait. Missing files pin nothing. */
-static void hold_old(const char *dir, const struct mesh_render_out *out, int *fds)
+static void hold_old(const char *dir, const struct mesh_render_out *out, unsigned mask, int *fds)
 {
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
         fds[i] = -1;
-        if (out->data[i] != NULL) {
+        if (out->data[i] != NULL && (mask & (1u << i)) != 0) {
             mesh_autofree char *path = mesh_asprintf("%s/%s", dir, mesh_render_file_name(i));
             fds[i] = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         }
@@ -368,91 +360,6 @@ static void log_transition(struct mesh_sidecar *ctx, bool complete, const char *
     snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", reason);
 }
 
-/* A 64-bit hash over exactly what the renderers read that can change at
- * run time (slice, job name and port are fixed for the process): two
- * inputs with the same hashes render the same bytes, so a change that
- * alters nothing costs no rendering at all. env excludes readiness (and, in
- * dns mode, IPs), which only topology.json shows. Eight bytes per step
- * (each field's length folded into its last step, so field boundaries
- * count): ~40 us for 4,096 workers where a byte-wise FNV-1a took ~250. */
-#define MIX_K 0x9E3779B97F4A7C15ULL
-
-static uint64_t mix_word(uint64_t h, uint64_t v)
-{
-    h = (h ^ v) * MIX_K;
-    return h ^ (h >> 29);
-}
-
-static uint64_t mix(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t left = n;
-    while (left >= 8) {
-        uint64_t v;
-        memcpy(&v, b, 8);
-        h = mix_word(h, v);
-        b += 8;
-        left -= 8;
-    }
-    /* The tail in a register, in at most three loads: a byte-wise copy
-     * into a stack word made its 8-byte reload wait on store forwarding
-     * (half of all hashing time). */
-    uint64_t v = 0;
-    unsigned shift = 0;
-    if (left & 4) {
-        uint32_t x;
-        memcpy(&x, b, 4);
-        v = x;
-        b += 4;
-        shift = 32;
-    }
-    if (left & 2) {
-        uint16_t x;
-        memcpy(&x, b, 2);
-        v |= (uint64_t)x << shift;
-        b += 2;
-        shift += 16;
-    }
-    if (left & 1) {
-        v |= (uint64_t)b[0] << shift;
-    }
-    return mix_word(h, v ^ ((uint64_t)n << 56) ^ ((uint64_t)left << 48));
-}
-
-static uint64_t mix_str(uint64_t h, const char *s)
-{
-    return mix(h, s, strlen(s));
-}
-
-static void input_hashes(const struct mesh_render_input *in, uint64_t *out_topo, uint64_t *out_env)
-{
-    /* One lane per field, folded at the end: the lanes' multiply chains are
-     * independent, so they run side by side instead of one after another
-     * (with mix's register tail: ~117 -> ~66 us at 4,096 workers, measured
-     * in the running sidecar). Each lane sees its field in worker order with
-     * its length, so the fold still pins every byte. */
-    int head[4] = {(int)in->mode, in->complete, in->self_index, (int)in->nworkers};
-    uint64_t pod = 14695981039346656037ULL, host = pod, ip = pod, ready = pod;
-    for (size_t i = 0; i < in->nworkers; i++) {
-        const struct mesh_worker *w = &in->workers[i];
-        pod = mix_str(pod, w->pod);
-        host = mix_str(host, w->host);
-        ip = mix_str(ip, w->ip);
-        ready = mix_word(ready, w->ready ? 1 : 2);
-    }
-    uint64_t env = mix(14695981039346656037ULL, head, sizeof(head));
-    env = mix_word(mix_word(env, pod), host);
-    /* In dns mode the env files name hosts, never IPs: a pod that comes
-     * back with a new IP changes topology.json only. */
-    if (in->mode == MESH_ADDR_DNS) {
-        ready = mix_word(ready, ip);
-    } else {
-        env = mix_word(env, ip);
-    }
-    *out_env = env;
-    *out_topo = mix_word(env, ready);
-}
-
 static void render_failed(struct mesh_sidecar *ctx, const char *what, const struct mesh_err *err)
 {
     char why[MESH_ERR_MSG_MAX + 32];
@@ -464,31 +371,49 @@ static void render_failed(struct mesh_sidecar *ctx, const char *what, const stru
     fail_status(ctx, why);
 }
 
-/* Render what changed at generation + 1 and publish it. env_same: only
- * topology.json can differ (a readiness change), so only it is rendered. */
-static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, bool env_same,
-                        struct mesh_render_out *out, size_t *written)
+#define TOPO_BIT (1u << MESH_FILE_TOPOLOGY_JSON)
+
+static unsigned rendered_mask(const struct mesh_render_out *out)
+{
+    unsigned m = 0;
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (out->data[i] != NULL) {
+            m |= 1u << i;
+        }
+    }
+    return m;
+}
+
+/* Move the cache to generation + 1 (in is the input the cache was just
+ * brought to; only topology.json's header changes) and publish the files in
+ * mask plus topology.json. */
+static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, unsigned mask,
+                        size_t *written)
 {
     struct mesh_err err;
     mesh_err_clear(&err);
     in->generation = ctx->generation + 1;
     int64_t t0 = mono_us();
-    int rc = env_same ? mesh_render_topology_json(in, &out->data[MESH_FILE_TOPOLOGY_JSON],
-                                                  &out->len[MESH_FILE_TOPOLOGY_JSON], &err)
-                      : mesh_render_all(in, out, &err);
+    int rc = mesh_render_cache_set_generation(ctx->cache, in, &err);
     if (rc < 0) {
+        ctx->known = 0;
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
+    struct mesh_render_out out;
+    mesh_render_cache_view(ctx->cache, &out);
+    mask |= TOPO_BIT;
     int64_t t1 = mono_us();
     int old[MESH_FILE__COUNT];
-    hold_old(ctx->opts.out_dir, out, old);
-    rc = publish(ctx, out, written, &err);
+    hold_old(ctx->opts.out_dir, &out, mask, old);
+    rc = publish(ctx, &out, mask, written, &err);
     ctx->renamed_us = mono_us();
     release_old(old);
-    ctx->cost_render_us = t1 - t0;
+    ctx->cost_render_us += t1 - t0;
     ctx->cost_write_us = ctx->renamed_us - t1;
     if (rc < 0) {
+        /* Some files may have been renamed: compare with the disk next time. */
+        ctx->known = 0;
         if (!ctx->publish_pending) {
             mesh_error(MOD, "cannot publish: %s (retrying every second)", err.msg);
         }
@@ -502,10 +427,17 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
         mesh_info(MOD, "publishing works again");
     }
     ctx->publish_pending = false;
+    ctx->known |= rendered_mask(&out);
     ctx->generation++;
     return 0;
 }
 
+/* "Changed" is decided by the render cache (core/render.h): it is brought to
+ * the new input at the current generation, and reports which files' bytes
+ * differ from the last ones it rendered. For files whose last bytes are on
+ * disk (ctx->known) that is the answer; the others (start-up, after a
+ * failure, env files first rendered) are compared with the disk. Only when
+ * a file differs is the set published at generation + 1. */
 static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_workers *w, int self,
                               bool complete, const char *reason, int64_t now_ms)
 {
@@ -521,56 +453,57 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         .generation = ctx->generation,
         .complete = complete,
     };
-    uint64_t h_topo, h_env;
-    input_hashes(&in, &h_topo, &h_env);
-    struct mesh_render_out out;
-    mesh_render_out_init(&out);
-    bool published = false;
-    size_t written = 0;
-    int rc = 0;
-    if (ctx->have_hash && h_topo == ctx->hash_topo) {
-        /* Nothing a reader sees would change. */
-    } else if (!ctx->have_last) {
-        /* First time (start-up): what is on disk may already be current
-         * (tpumesh-init, or this sidecar before a restart). */
-        struct mesh_err err;
-        mesh_err_clear(&err);
-        rc = mesh_render_all(&in, &out, &err);
-        if (rc < 0) {
-            render_failed(ctx, "cannot render the topology", &err);
-            return rc;
-        }
-        if (!unchanged(ctx, &out)) {
-            mesh_render_out_cleanup(&out);
-            rc = publish_next(ctx, &in, false, &out, &written);
-            published = rc == 0;
-        }
-    } else {
-        bool env_same = ctx->have_hash && h_env == ctx->hash_env;
-        rc = publish_next(ctx, &in, env_same, &out, &written);
-        published = rc == 0;
+    if (ctx->cache == NULL) {
+        ctx->cache = mesh_render_cache_new();
     }
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    int64_t t0 = mono_us();
+    unsigned changed = 0;
+    int rc = mesh_render_cache_update(ctx->cache, &in, &changed, &err);
     if (rc < 0) {
-        mesh_render_out_cleanup(&out);
+        ctx->known = 0;
+        render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
-    if (out.data[MESH_FILE_TOPOLOGY_JSON] != NULL) {
+    struct mesh_render_out out;
+    mesh_render_cache_view(ctx->cache, &out);
+    unsigned rendered = rendered_mask(&out);
+    unsigned todo = rendered & ctx->known & changed;
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        unsigned bit = 1u << i;
+        if ((rendered & bit) != 0 && (ctx->known & bit) == 0) {
+            if (mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out.data[i],
+                                        out.len[i])) {
+                ctx->known |= bit;
+            } else {
+                todo |= bit;
+            }
+        }
+    }
+    ctx->cost_render_us = mono_us() - t0;
+    bool readiness_only = mesh_render_cache_is_readiness_only(ctx->cache);
+    bool published = false;
+    size_t written = 0;
+    if (todo != 0) {
+        rc = publish_next(ctx, &in, todo, &written);
+        if (rc < 0) {
+            return rc;
+        }
+        published = true;
+    }
+    if ((ctx->known & TOPO_BIT) != 0) {
         remember(ctx);
-        bool env_changed = !ctx->have_hash || h_env != ctx->hash_env;
-        ctx->have_hash = true;
-        ctx->hash_topo = h_topo;
-        ctx->hash_env = h_env;
         if (published) {
             /* A readiness-only publish is routine: debug level, not one
              * info line per flip. */
-            mesh_log(env_changed ? MESH_LOG_INFO : MESH_LOG_DEBUG, MOD,
+            mesh_log(readiness_only ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
                      "published generation %llu (%zu files rewritten): %s",
                      (unsigned long long)ctx->generation, written,
                      complete ? "complete"
                               : "incomplete, env files keep the last complete version");
         }
     }
-    mesh_render_out_cleanup(&out);
 
     char line[sizeof(ctx->st.reason)];
     if (complete) {
@@ -690,6 +623,9 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
 
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
 {
+    mesh_render_cache_free(ctx->cache);
+    ctx->cache = NULL;
+    ctx->known = 0;
     mesh_free(ctx->dns_ok);
     ctx->dns_ok = NULL;
     ctx->ndns_ok = 0;

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -181,12 +183,13 @@ static bool name_ok(const char *name)
 struct pending {
     char *tmp;   /* owned temp path, or NULL */
     char *final; /* owned final path */
+    bool spare;  /* tmp is the file's spare (swap_one): exchanged, never unlinked */
 };
 
 static void pending_drop(struct pending *p, size_t n, bool unlink_tmp)
 {
     for (size_t i = 0; i < n; i++) {
-        if (p[i].tmp != NULL && unlink_tmp) {
+        if (p[i].tmp != NULL && unlink_tmp && !p[i].spare) {
             (void)unlink(p[i].tmp);
         }
         mesh_free(p[i].tmp);
@@ -196,8 +199,8 @@ static void pending_drop(struct pending *p, size_t n, bool unlink_tmp)
 }
 
 /* Phase 1 for one file: write it to a temp file next to its final name. */
-static int stage_one(const char *dir, const struct mesh_publish_file *f, struct pending *p,
-                     struct mesh_err *err)
+static int stage_one(const char *dir, const struct mesh_publish_file *f, bool sync,
+                     struct pending *p, struct mesh_err *err)
 {
     /* mkostemp wants a template ending in six 'X' characters. */
     char *tmp = mesh_asprintf("%s/.%s.------", dir, f->name);
@@ -219,13 +222,102 @@ static int stage_one(const char *dir, const struct mesh_publish_file *f, struct 
     if (rc == 0) {
         rc = write_all(fd, f->data, f->len);
     }
-    if (rc == 0 && fsync(fd) < 0) {
+    if (rc == 0 && sync && fsync(fd) < 0) {
         rc = -errno;
     }
     if (close(fd) < 0 && rc == 0 && errno != EINTR) {
         rc = -errno;
     }
     if (rc < 0) {
+        return pub_error(err, dir, f->name, -rc);
+    }
+    return 0;
+}
+
+/* The spare of a file (mesh_publish_files_swap): an earlier version of it,
+ * kept under ".<name>.spare" so that the next publish writes into pages the
+ * file system already holds instead of allocating new ones and freeing the
+ * old (on tmpfs that allocation is most of a write). It is reused only when
+ * it is a regular file with one link (not planted as a hard link to another
+ * file) that nobody has open: a write lease (F_SETLEASE) is granted only
+ * when no other descriptor or mapping of the file exists, so a reader that
+ * opened the file while it was published, and still reads or maps it, keeps
+ * its bytes. The lease is released at once (it is a check; the caller
+ * ignores SIGIO, which a lease break would send). Returns an O_RDWR fd and
+ * the spare's current size, or -1 when the spare cannot be used (it is then
+ * unlinked, best effort, and the caller writes a new file). */
+static int open_spare(const char *path, off_t *out_size)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        return -1;
+    }
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+              fcntl(fd, F_SETLEASE, F_WRLCK) == 0;
+    if (ok) {
+        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+        *out_size = st.st_size;
+        return fd;
+    }
+    (void)close(fd);
+    (void)unlink(path);
+    return -1;
+}
+
+/* Phase 1 for one file, writing into its spare (or a new spare): the file
+ * is then swapped into place by mesh_publish_files_swap's phase 2. Falls
+ * back to stage_one when no spare can be had (e.g. another file holds the
+ * name). */
+static int swap_one(const char *dir, const struct mesh_publish_file *f, bool sync,
+                    struct pending *p, struct mesh_err *err)
+{
+    char *spare = mesh_asprintf("%s/.%s.spare", dir, f->name);
+    off_t old = 0;
+    int fd = open_spare(spare, &old);
+    if (fd < 0) {
+        fd = open(spare, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            mesh_free(spare);
+            return stage_one(dir, f, sync, p, err);
+        }
+        /* As stage_one: readers may run as other users. */
+        if (fchmod(fd, 0644) < 0) {
+            int e = errno;
+            (void)close(fd);
+            (void)unlink(spare);
+            mesh_free(spare);
+            return pub_error(err, dir, f->name, e);
+        }
+    }
+    p->tmp = spare;
+    p->final = mesh_asprintf("%s/%s", dir, f->name);
+    p->spare = true;
+    int rc = 0;
+    const char *d = f->data;
+    size_t done = 0;
+    while (rc == 0 && done < f->len) {
+        ssize_t n = pwrite(fd, d + done, f->len - done, (off_t)done);
+        if (n < 0) {
+            rc = errno == EINTR ? 0 : -errno;
+            continue;
+        }
+        done += (size_t)n;
+    }
+    if (rc == 0 && old > (off_t)f->len && ftruncate(fd, (off_t)f->len) < 0) {
+        rc = -errno;
+    }
+    if (rc == 0 && sync && fsync(fd) < 0) {
+        rc = -errno;
+    }
+    if (close(fd) < 0 && rc == 0 && errno != EINTR) {
+        rc = -errno;
+    }
+    if (rc < 0) {
+        /* A half-written spare must not be taken for a version later:
+         * the spare is only ever the source of a swap, never read, but
+         * drop it so the next publish starts clean. */
+        (void)unlink(spare);
         return pub_error(err, dir, f->name, -rc);
     }
     return 0;
@@ -286,8 +378,17 @@ static void remove_stale_temps(const char *dir, const struct mesh_publish_file *
     closedir(d);
 }
 
-int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
-                       size_t *out_written, struct mesh_err *err)
+/* tmpfs keeps nothing across a reboot: fsync there is a no-op (the kernel's
+ * noop_fsync), and skipping the calls saves a system call per file and
+ * three for the directory on every publish. */
+static bool on_tmpfs(const char *dir)
+{
+    struct statfs fs;
+    return statfs(dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
+static int publish_set(const char *dir, const struct mesh_publish_file *files, size_t n, bool swap,
+                       bool scan_stale, size_t *out_written, struct mesh_err *err)
 {
     if (dir == NULL || dir[0] == '\0') {
         return mesh_err_set(err, MESH_E_INVAL, 0, "no output directory given (--out-dir)");
@@ -310,7 +411,10 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
         }
     }
 
-    remove_stale_temps(dir, files, n);
+    if (scan_stale) {
+        remove_stale_temps(dir, files, n);
+    }
+    bool sync = !swap || !on_tmpfs(dir);
     struct pending *p = mesh_calloc(n > 0 ? n : 1, sizeof(*p));
     size_t staged = 0;
     int rc = 0;
@@ -320,7 +424,8 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
             (!f->differs && mesh_publish_is_current(dir, f->name, f->data, f->len))) {
             continue;
         }
-        rc = stage_one(dir, f, &p[staged], err);
+        rc = swap ? swap_one(dir, f, sync, &p[staged], err)
+                  : stage_one(dir, f, true, &p[staged], err);
         staged++;
     }
     if (rc < 0) {
@@ -329,7 +434,19 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
     }
     /* Phase 2: renames. Each one is atomic; they happen in array order. */
     for (size_t i = 0; i < staged; i++) {
-        if (rename(p[i].tmp, p[i].final) < 0) {
+        int r = -1;
+        if (p[i].spare) {
+            /* The previous version becomes the spare. No final file yet,
+             * or a file system without RENAME_EXCHANGE: a plain rename. */
+            r = renameat2(AT_FDCWD, p[i].tmp, AT_FDCWD, p[i].final, RENAME_EXCHANGE);
+            if (r < 0 && errno != ENOENT && errno != EINVAL) {
+                r = -2;
+            }
+        }
+        if (r == -1 && rename(p[i].tmp, p[i].final) == 0) {
+            r = 0;
+        }
+        if (r < 0) {
             rc = pub_error(err, dir, strrchr(p[i].final, '/') + 1, errno);
             /* The renamed ones have tmp == NULL; the rest are unlinked. */
             pending_drop(p, staged, true);
@@ -339,7 +456,7 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
         p[i].tmp = NULL;
     }
     pending_drop(p, staged, false);
-    if (staged > 0) {
+    if (staged > 0 && sync) {
         rc = fsync_dir(dir, err);
         if (rc < 0) {
             return rc;
@@ -349,6 +466,18 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
         *out_written = staged;
     }
     return 0;
+}
+
+int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
+                       size_t *out_written, struct mesh_err *err)
+{
+    return publish_set(dir, files, n, false, true, out_written, err);
+}
+
+int mesh_publish_files_swap(const char *dir, const struct mesh_publish_file *files, size_t n,
+                            bool scan_stale, size_t *out_written, struct mesh_err *err)
+{
+    return publish_set(dir, files, n, true, scan_stale, out_written, err);
 }
 
 int mesh_publish_read_generation(const char *dir, uint64_t *out_generation, bool *out_found,

@@ -52,6 +52,28 @@ struct mesh_publish_file {
 int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
                        size_t *out_written, struct mesh_err *err);
 
+/* mesh_publish_files for a publisher that replaces the same files again and
+ * again (the sidecar): each file is written into its spare, a hidden
+ * ".<name>.spare" in dir that holds an earlier version, and swapped into
+ * place with renameat2(RENAME_EXCHANGE), so the version it replaces becomes
+ * the next spare. Writing over pages the file system already holds avoids
+ * allocating the file anew and freeing the old one on every publish (on
+ * tmpfs, most of a write's cost). Readers see the same thing: every name
+ * changes by one atomic rename, to a complete file. A spare is reused only
+ * when it is a regular file with a single link that no process has open or
+ * mapped (checked with a write lease, which the owner of the files may
+ * always take); otherwise, and on the first publish, a new one is written.
+ * The volume then holds each file about twice (what a publish holds anyway
+ * while it runs). The caller must ignore SIGIO (or block it in every
+ * thread): a process opening a spare during the lease check breaks the
+ * lease, which signals SIGIO. One publisher per directory at a time. On
+ * tmpfs nothing is fsynced (a no-op there). scan_stale: remove stale temp
+ * files first, as mesh_publish_files always does (a caller publishing many
+ * times a second asks for it at start and then now and then). Errors as
+ * mesh_publish_files. */
+int mesh_publish_files_swap(const char *dir, const struct mesh_publish_file *files, size_t n,
+                            bool scan_stale, size_t *out_written, struct mesh_err *err);
+
 /* Read dir/name whole into *out_data (owned by caller, mesh_free;
  * NUL-terminated) and its length into *out_len. Never follows a symlink and
  * never blocks on a FIFO. Returns 0, -ENOENT when there is no such file,

@@ -509,6 +509,146 @@ static void test_readers_never_see_a_mix(void **state)
     mesh_free(b);
 }
 
+/* mesh_publish_files_swap: from the second publish on, each file is written
+ * into its spare (the version before) and exchanged with the final name. */
+static void test_swap_reuses_spare(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file v1[] = {FILE_OF("topology.json", "{\"generation\":1}\n")};
+    const struct mesh_publish_file v2[] = {
+        FILE_OF("topology.json", "{\"generation\":2,\"x\":1}\n")};
+    const struct mesh_publish_file v3[] = {FILE_OF("topology.json", "{\"generation\":3}\n")};
+    size_t written = 0;
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, true, &written, &err), 0);
+    assert_int_equal(written, 1);
+    ino_t i1 = stat_of(f->dir, "topology.json").st_ino;
+    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 1, false, &written, &err), 0);
+    assert_int_equal(written, 1);
+    /* v1's inode is now the spare, v2 is a new one. */
+    assert_int_equal(stat_of(f->dir, ".topology.json.spare").st_ino, i1);
+    ino_t i2 = stat_of(f->dir, "topology.json").st_ino;
+    assert_true(i2 != i1);
+    assert_int_equal(stat_of(f->dir, "topology.json").st_mode & 07777, 0644);
+    /* v3 (shorter than v2, longer than v1) goes into v1's inode. */
+    assert_int_equal(mesh_publish_files_swap(f->dir, v3, 1, false, &written, &err), 0);
+    assert_int_equal(stat_of(f->dir, "topology.json").st_ino, i1);
+    assert_int_equal(stat_of(f->dir, ".topology.json.spare").st_ino, i2);
+    char *s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":3}\n");
+    mesh_free(s);
+    /* And a shorter one than the spare: truncated. */
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, false, &written, &err), 0);
+    s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":1}\n");
+    mesh_free(s);
+    /* Unchanged: untouched, as with mesh_publish_files. */
+    ino_t i4 = stat_of(f->dir, "topology.json").st_ino;
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, false, &written, &err), 0);
+    assert_int_equal(written, 0);
+    assert_int_equal(stat_of(f->dir, "topology.json").st_ino, i4);
+    /* The spare is the only hidden file left. */
+    assert_int_equal(count_temps(f->dir), 1);
+}
+
+/* A reader that still has a replaced version open keeps its bytes: that
+ * spare is not written over, a new one is. A spare planted as a hard link
+ * to another file, or as a symlink, is not written through either. */
+static void test_swap_spares_readers_and_links(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file v1[] = {FILE_OF("a.env", "A='1'\n")};
+    const struct mesh_publish_file v2[] = {FILE_OF("a.env", "A='2'\n")};
+    const struct mesh_publish_file v3[] = {FILE_OF("a.env", "A='3'\n")};
+    const struct mesh_publish_file v4[] = {FILE_OF("a.env", "A='4'\n")};
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, true, NULL, &err), 0);
+    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 1, false, NULL, &err), 0);
+    /* A reader opens v2; v3 goes into v1's inode, v2 becomes the spare. */
+    char *path = mesh_asprintf("%s/a.env", f->dir);
+    FILE *reader = fopen(path, "rb");
+    assert_non_null(reader);
+    assert_int_equal(mesh_publish_files_swap(f->dir, v3, 1, false, NULL, &err), 0);
+    /* v4 must not go into v2's inode, which the reader holds. */
+    assert_int_equal(mesh_publish_files_swap(f->dir, v4, 1, false, NULL, &err), 0);
+    char got[16] = "";
+    assert_non_null(fgets(got, sizeof(got), reader));
+    assert_string_equal(got, "A='2'\n");
+    fclose(reader);
+    char *s = slurp(f->dir, "a.env");
+    assert_string_equal(s, "A='4'\n");
+    mesh_free(s);
+
+    /* Hard link: the spare name is a second name of "victim". */
+    put(f->dir, "victim", "keep me\n");
+    char *spare = mesh_asprintf("%s/.a.env.spare", f->dir);
+    char *victim = mesh_asprintf("%s/victim", f->dir);
+    assert_int_equal(unlink(spare), 0);
+    assert_int_equal(link(victim, spare), 0);
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, false, NULL, &err), 0);
+    s = slurp(f->dir, "victim");
+    assert_string_equal(s, "keep me\n");
+    mesh_free(s);
+    s = slurp(f->dir, "a.env");
+    assert_string_equal(s, "A='1'\n");
+    mesh_free(s);
+    /* Symlink: not followed. */
+    assert_int_equal(unlink(spare), 0);
+    assert_int_equal(symlink(victim, spare), 0);
+    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 1, false, NULL, &err), 0);
+    s = slurp(f->dir, "victim");
+    assert_string_equal(s, "keep me\n");
+    mesh_free(s);
+    s = slurp(f->dir, "a.env");
+    assert_string_equal(s, "A='2'\n");
+    mesh_free(s);
+    mesh_free(spare);
+    mesh_free(victim);
+    mesh_free(path);
+}
+
+/* A spare that cannot grow (full volume) fails before any rename, and the
+ * published files stay whole. */
+static void test_swap_enospc_keeps_previous(void **state)
+{
+    struct fixture *f = *state;
+    if (!mount_tmpfs(f, "size=16k")) {
+        skip();
+    }
+    const struct mesh_publish_file v1[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v1'\n"),
+        FILE_OF("topology.json", "{\"generation\":1}\n"),
+    };
+    const struct mesh_publish_file v2[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v2'\n"),
+        FILE_OF("topology.json", "{\"generation\":2}\n"),
+    };
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 2, true, NULL, &err), 0);
+    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 2, false, NULL, &err), 0);
+    size_t big_len = 64 * 1024;
+    char *big = mesh_malloc(big_len);
+    memset(big, 'x', big_len);
+    const struct mesh_publish_file v3[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v3'\n"),
+        {"topology.json", big, big_len, false},
+    };
+    assert_int_equal(mesh_publish_files_swap(f->dir, v3, 2, false, NULL, &err), -MESH_E_PUBLISH);
+    assert_int_equal(err.sys_errno, ENOSPC);
+    mesh_free(big);
+    char *s = slurp(f->dir, "dtensor.env");
+    assert_string_equal(s, "DTENSOR_JOBS='v2'\n");
+    mesh_free(s);
+    s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":2}\n");
+    mesh_free(s);
+    /* And it works again once the content fits. */
+    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 2, false, NULL, &err), 0);
+    s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":1}\n");
+    mesh_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -519,6 +659,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_enospc_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_erofs_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_temps_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_swap_reuses_spare, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_swap_spares_readers_and_links, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_swap_enospc_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readers_never_see_a_mix, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

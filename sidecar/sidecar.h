@@ -120,8 +120,9 @@ struct mesh_sidecar {
      * so that a change re-renders only the workers it touches and says
      * which files changed (render.h). Owned. */
     struct mesh_render_cache *cache;
-    unsigned known; /* files (1u << enum mesh_render_file_id) whose bytes in
-                       the cache are those on disk */
+    unsigned known;        /* files (1u << enum mesh_render_file_id) whose bytes in
+                              the cache are those on disk */
+    int64_t stale_scan_us; /* CLOCK_MONOTONIC us of the last stale temp file scan, 0 = none */
     bool last_complete;
     char last_reason[MESH_WORKERS_REASON_MAX + 64];
     char **logged; /* problem lines already logged once */

@@ -286,33 +286,15 @@ static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, 
             n++;
         }
     }
-    return mesh_publish_files(ctx->opts.out_dir, files, n, written, err);
-}
-
-/* The files a publish may replace, pinned by O_PATH descriptors (no data
- * is read, a FIFO or device is not opened): a rename over a pinned name
- * only drops a link, and the old contents (~900 KB of tmpfs pages at 4,096
- * workers in ip mode) are freed by release_old after the renames are timed,
- * not inside rename(2) while readers wait. Missing files pin nothing. */
-static void hold_old(const char *dir, const struct mesh_render_out *out, unsigned mask, int *fds)
-{
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        fds[i] = -1;
-        if (out->data[i] != NULL && (mask & (1u << i)) != 0) {
-            mesh_autofree char *path = mesh_asprintf("%s/%s", dir, mesh_render_file_name(i));
-            fds[i] = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        }
+    /* Stale temp files (a killed publisher's) are looked for on the first
+     * publish and then once per MESH_PUBLISH_STALE_S. */
+    int64_t now = mono_us();
+    bool scan =
+        ctx->stale_scan_us == 0 || now - ctx->stale_scan_us >= MESH_PUBLISH_STALE_S * 1000000LL;
+    if (scan) {
+        ctx->stale_scan_us = now;
     }
-}
-
-static void release_old(int *fds)
-{
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (fds[i] >= 0) {
-            (void)close(fds[i]);
-            fds[i] = -1;
-        }
-    }
+    return mesh_publish_files_swap(ctx->opts.out_dir, files, n, scan, written, err);
 }
 
 static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
@@ -404,11 +386,8 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     mesh_render_cache_view(ctx->cache, &out);
     mask |= TOPO_BIT;
     int64_t t1 = mono_us();
-    int old[MESH_FILE__COUNT];
-    hold_old(ctx->opts.out_dir, &out, mask, old);
     rc = publish(ctx, &out, mask, written, &err);
     ctx->renamed_us = mono_us();
-    release_old(old);
     ctx->cost_render_us += t1 - t0;
     ctx->cost_write_us = ctx->renamed_us - t1;
     if (rc < 0) {

@@ -19,10 +19,12 @@
 ARG DEBIAN_SUITE=bookworm
 
 # ---- build stage: the same `make` every developer and CI runs -------------
-# `make` also builds the minimal static libcurl (scripts/build-curl.sh): it
-# downloads Debian's curl source from deb.debian.org (SHA-256 pinned; when that
-# revision has left the pool, the one named by the gpgv-verified bookworm
-# index), hence curl, patch, xz-utils, gpgv and debian-archive-keyring here.
+# `make` also builds the minimal static OpenSSL and libcurl
+# (scripts/build-openssl.sh, build-curl.sh): they download Debian's openssl and
+# curl sources from deb.debian.org (SHA-256 pinned; when that revision has left
+# the pool, the one named by the gpgv-verified bookworm index), hence curl,
+# patch, xz-utils, gpgv and debian-archive-keyring here, and perl for
+# OpenSSL's Configure.
 FROM debian:${DEBIAN_SUITE} AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
@@ -42,6 +44,7 @@ RUN apt-get update \
         libyaml-dev \
         make \
         patch \
+        perl \
         pkg-config \
         protobuf-c-compiler \
         xz-utils \

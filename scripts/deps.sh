@@ -1,14 +1,15 @@
 #!/bin/sh
 # Install the Debian packages tpumesh builds and tests with (DESIGN.md §3),
 # only those that are missing. curl, patch and xz-utils fetch and patch the
-# minimal libcurl (scripts/build-curl.sh); libssl-dev, zlib1g-dev and
+# minimal libcurl and OpenSSL (scripts/build-curl.sh, build-openssl.sh; perl
+# runs OpenSSL's Configure); libssl-dev, zlib1g-dev and
 # libcap-dev give the static archives the programs link (the -dev packages
 # above pull them in as well; named so the link does not rest on that). Idempotent; needs root (or sudo) on Debian
 # bookworm when something is missing.
 set -eu
 
 PKGS="gcc make pkg-config clang libclang-rt-14-dev llvm openssl curl ca-certificates
-patch xz-utils libssl-dev zlib1g-dev libcap-dev
+patch xz-utils perl libssl-dev zlib1g-dev libcap-dev
 gpgv debian-archive-keyring gnupg
 libcurl4-openssl-dev libcjson-dev libyaml-dev libgrpc-dev libprotobuf-c-dev
 protobuf-c-compiler protobuf-compiler libwebsockets-dev libcmocka-dev

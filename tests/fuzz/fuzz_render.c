@@ -9,7 +9,8 @@
  *
  * Never crashes, and whatever renders keeps the promises of render.h: an
  * env file is KEY='value' lines whose values carry no quote, newline or
- * shell metacharacter, and JSON files parse. A broken promise aborts.
+ * shell metacharacter, JSON files parse, and the incremental renderer gives
+ * the full renderer's bytes and errors. A broken promise aborts.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,6 +85,51 @@ static void check_json(const char *s, size_t len)
         abort();
     }
     cJSON_Delete(j);
+}
+
+/* The incremental renderer (mesh_render_cache_*) agrees with the full one,
+ * bytes and errors: the input, then derived changes (a worker takes another
+ * one's ip, host or pod name, readiness flips, the generation moves), each
+ * rendered both ways. Changes w's pointers (into the same buffers). */
+static void check_cache(struct mesh_render_input *in, struct mesh_worker *w, size_t n)
+{
+    struct mesh_render_cache *c = mesh_render_cache_new();
+    for (size_t step = 0; step < 4 + n; step++) {
+        if (step > 0 && n > 0) {
+            struct mesh_worker *a = &w[step % n];
+            const struct mesh_worker *b = &w[(step * 7 + 1) % n];
+            if (step % 3 == 0) {
+                a->ip = b->ip;
+            } else if (step % 3 == 1) {
+                a->host = b->host;
+            } else {
+                a->pod = b->pod;
+                a->ready = !a->ready;
+            }
+            in->generation++;
+        }
+        struct mesh_render_out full;
+        struct mesh_render_out view;
+        struct mesh_err e1;
+        struct mesh_err e2;
+        mesh_err_clear(&e1);
+        mesh_err_clear(&e2);
+        mesh_render_out_init(&full);
+        int r1 = mesh_render_all(in, &full, &e1);
+        int r2 = mesh_render_cache_update(c, in, NULL, &e2);
+        if (r1 != r2 || (r1 < 0 && strcmp(e1.msg, e2.msg) != 0)) {
+            abort();
+        }
+        mesh_render_cache_view(c, &view);
+        for (int i = 0; i < MESH_FILE__COUNT; i++) {
+            if (full.len[i] != view.len[i] || (full.data[i] == NULL) != (view.data[i] == NULL) ||
+                (full.data[i] != NULL && memcmp(full.data[i], view.data[i], full.len[i]) != 0)) {
+                abort();
+            }
+        }
+        mesh_render_out_cleanup(&full);
+    }
+    mesh_render_cache_free(c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -183,6 +229,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_json(cs, cs_len);
         mesh_free(cs);
     }
+    check_cache(&in, w, n);
     mesh_free(w);
     mesh_free(bufs);
     return 0;

@@ -387,6 +387,20 @@ static bool on_tmpfs(const char *dir)
     return statfs(dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
+/* Phase 2 for one file: 0, or -1 with errno set. A spare is exchanged with
+ * the final name, so the previous version becomes the spare; with no final
+ * file yet, or on a file system without RENAME_EXCHANGE, a plain rename. */
+static int put_in_place(const struct pending *p)
+{
+    if (p->spare) {
+        int r = renameat2(AT_FDCWD, p->tmp, AT_FDCWD, p->final, RENAME_EXCHANGE);
+        if (r == 0 || (errno != ENOENT && errno != EINVAL)) {
+            return r;
+        }
+    }
+    return rename(p->tmp, p->final);
+}
+
 static int publish_set(const char *dir, const struct mesh_publish_file *files, size_t n, bool swap,
                        bool scan_stale, size_t *out_written, struct mesh_err *err)
 {
@@ -434,19 +448,7 @@ static int publish_set(const char *dir, const struct mesh_publish_file *files, s
     }
     /* Phase 2: renames. Each one is atomic; they happen in array order. */
     for (size_t i = 0; i < staged; i++) {
-        int r = -1;
-        if (p[i].spare) {
-            /* The previous version becomes the spare. No final file yet,
-             * or a file system without RENAME_EXCHANGE: a plain rename. */
-            r = renameat2(AT_FDCWD, p[i].tmp, AT_FDCWD, p[i].final, RENAME_EXCHANGE);
-            if (r < 0 && errno != ENOENT && errno != EINVAL) {
-                r = -2;
-            }
-        }
-        if (r == -1 && rename(p[i].tmp, p[i].final) == 0) {
-            r = 0;
-        }
-        if (r < 0) {
+        if (put_in_place(&p[i]) < 0) {
             rc = pub_error(err, dir, strrchr(p[i].final, '/') + 1, errno);
             /* The renamed ones have tmp == NULL; the rest are unlinked. */
             pending_drop(p, staged, true);

@@ -42,7 +42,7 @@
 #
 # Needs: cc, make, perl, tar, gzip, xz, patch, sha256sum, dpkg, curl or wget, and (for a
 # superseded pin) gpgv and debian-archive-keyring (scripts/deps.sh).
-# Env: CC (default cc), JOBS (parallel make, default 2), DEBIAN_MIRROR (default
+# Env: CC (default cc; gcc when CC rejects Debian's target flags), JOBS (parallel make, default 2), DEBIAN_MIRROR (default
 # http://deb.debian.org/debian; derived from OPENSSL_MIRROR when that ends in
 # /pool/main/o/openssl), OPENSSL_MIRROR (the pool directory, default
 # DEBIAN_MIRROR/pool/main/o/openssl), DEBIAN_KEYRING (default
@@ -114,6 +114,14 @@ fi
 OUT=$1
 CACHE=${2:-$1}
 CC=${CC:-cc}
+# Debian's target flags include -fzero-call-used-regs (GCC 11, clang 15): with a compiler that
+# rejects it (clang 14 of `make asan`), OpenSSL is built with gcc, as Debian builds it; it was
+# never instrumented (Debian's libcrypto.a before it, and the caller's CFLAGS are dropped).
+SSL_CC=$CC
+if ! printf 'int main(void) { return 0; }\n' |
+    "$CC" -x c -fzero-call-used-regs=used-gpr -o /dev/null - >/dev/null 2>&1; then
+    SSL_CC=gcc
+fi
 LIB=$(dirname "$0")/debian-source.sh
 # shellcheck source=scripts/debian-source.sh
 . "$LIB"
@@ -122,14 +130,14 @@ OUT=$(cd "$OUT" && pwd)
 CACHE=$(cd "$CACHE" && pwd)
 DEST=$OUT/openssl
 PINS=$(printf '%s %s %s %s' "$UPSTREAM" "$DEB_REV" "$DEB_SHA256" "$ORIG_SHA256" | sha256sum | cut -c1-8)
-KEY="$(cat "$0" "$LIB" | sha256sum | cut -c1-16) pins=$PINS $($CC -dumpfullversion -dumpversion 2>/dev/null | head -n 1) $CC"
+KEY="$(cat "$0" "$LIB" | sha256sum | cut -c1-16) pins=$PINS $($SSL_CC -dumpfullversion -dumpversion 2>/dev/null | head -n 1) $SSL_CC"
 
 # The stamp is "KEY openssl=UPSTREAM-REVISION": any version verified by debian-source.sh.
 if [ "$FETCH_ONLY" = 0 ] && [ -f "$DEST/.stamp" ] && [ -f "$DEST/lib/libssl.a" ] && [ -f "$DEST/lib/libcrypto.a" ]; then
     case "$(cat "$DEST/.stamp")" in "$KEY openssl="*) exit 0 ;; esac
 fi
 
-ds_need "$CC" make perl tar gzip xz patch sha256sum
+ds_need "$SSL_CC" make perl tar gzip xz patch sha256sum
 ds_init
 ds_fetch
 if [ "$FETCH_ONLY" = 1 ]; then
@@ -149,7 +157,7 @@ tar -xzf "$CACHE/$ORIG" -C "$WORK"
 [ -d "$SRC" ] || ds_die "$ORIG does not unpack into openssl-$UP"
 xz -dc "$CACHE/$DEBTAR" | tar -xf - -C "$SRC"
 ds_apply_patches "$SRC" "$WORK/patch.log"
-echo "$TAG: openssl $UP-$REV, $NPATCHES Debian patches applied; configuring debian-$ARCH"
+echo "$TAG: openssl $UP-$REV, $NPATCHES Debian patches applied; configuring debian-$ARCH with $SSL_CC"
 
 # Configure reads CC, CFLAGS, CPPFLAGS, LDFLAGS and LDLIBS from the environment: the calling
 # make's flags (tpumesh's -I/-D, sanitizers, libFuzzer) are not OpenSSL's, and the inner make
@@ -158,7 +166,7 @@ echo "$TAG: openssl $UP-$REV, $NPATCHES Debian patches applied; configuring debi
 unset CFLAGS CPPFLAGS LDFLAGS LDLIBS LIBS MAKEFLAGS MFLAGS MAKELEVEL
 # shellcheck disable=SC2086
 if ! (cd "$WORK" && mkdir -p obj && cd obj &&
-    CC="$CC" perl "$SRC/Configure" $NO_FEATURES --prefix=/usr --openssldir=/usr/lib/ssl \
+    CC="$SSL_CC" perl "$SRC/Configure" $NO_FEATURES --prefix=/usr --openssldir=/usr/lib/ssl \
         --libdir=lib "debian-$ARCH" $SSL_CFLAGS >"$WORK/configure.log" 2>&1); then
     echo "$TAG: Configure failed; last lines of $WORK/configure.log:" >&2
     tail -n 15 "$WORK/configure.log" >&2

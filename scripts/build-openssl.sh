@@ -32,29 +32,46 @@
 # version built); the downloaded files are kept in CACHE_DIR (default OUT_DIR) and reused when
 # their SHA-256 matches. --fetch-only stops once both source tarballs are downloaded and verified.
 #
-# Sources: Debian's pool, every file checked by SHA-256; when the pinned revision has left the
-# pool (every bookworm point release moves OpenSSL to a newer 3.0.x), the version named by the
-# gpgv-verified bookworm index (scripts/debian-source.sh says how). That may be a newer 3.0.x
-# upstream, its tarball verified with the hash of the signed index: OpenSSL keeps the ABI within
-# 3.0, which Debian's libwebsockets.a was built for. A 3.1 or later is refused.
-# To pin a new Debian version: take the .orig.tar.gz and .debian.tar.xz SHA-256 from the
-# bookworm Sources entry (or the .dsc) and update UPSTREAM, ORIG_SHA256, DEB_REV and DEB_SHA256.
+# Sources: the pinned revision from the pool of its suite (PIN_SUITE: bookworm, pool/main/o/openssl
+# of http://deb.debian.org/debian, or bookworm-security, pool/updates/main/o/openssl of
+# http://deb.debian.org/debian-security), every file checked by SHA-256. When it has left the
+# pool (every security or point release moves OpenSSL to a newer revision or 3.0.x), the
+# version named by the gpgv-verified bookworm-security index, else (no openssl there, or no
+# 3.0.x) by the bookworm index (scripts/debian-source.sh says how; the archive keyring holds
+# the security archive's keys). That may be a newer 3.0.x upstream, its tarball verified with
+# the hash of the signed index: OpenSSL keeps the ABI within 3.0, which Debian's
+# libwebsockets.a was built for. A 3.1 or later is refused.
+# The pin is bookworm's 3.0.20-1~deb12u2, not bookworm-security's newer 3.0.22-1~deb12u2: the
+# signed bookworm-security index (2026-11-21) lists openssl_3.0.22-1~deb12u2.debian.tar.xz
+# (SHA-256 48971306c5df8124daea7f2bd0de2be7d711e18f2f53711c11327293732e42aa) but
+# deb.debian.org/debian-security answers 404 for it and for the .dsc (the .orig.tar.gz,
+# 67ebca7e...ef81, and the binary packages download); a pin must be downloaded and checked.
+# To pin a new Debian version: take the .orig.tar.gz and .debian.tar.xz SHA-256 from the signed
+# Sources entry of its suite (or the .dsc), download both from that pool and check them, and
+# update UPSTREAM, ORIG_SHA256, DEB_REV, DEB_SHA256 and PIN_SUITE.
 #
 # Needs: cc, make, perl, tar, gzip, xz, patch, sha256sum, dpkg, curl or wget, and (for a
 # superseded pin) gpgv and debian-archive-keyring (scripts/deps.sh).
-# Env: CC (default cc; gcc when CC rejects Debian's target flags), JOBS (parallel make, default 2), DEBIAN_MIRROR (default
-# http://deb.debian.org/debian; derived from OPENSSL_MIRROR when that ends in
-# /pool/main/o/openssl), OPENSSL_MIRROR (the pool directory, default
-# DEBIAN_MIRROR/pool/main/o/openssl), DEBIAN_KEYRING (default
-# /usr/share/keyrings/debian-archive-keyring.gpg), and OPENSSL_UPSTREAM, OPENSSL_DEB_REV,
-# OPENSSL_DEB_SHA256, OPENSSL_ORIG_SHA256 to override the pins (tests, or trying a version
-# before pinning it). CFLAGS, CPPFLAGS, LDFLAGS and LIBS of the caller are ignored.
+# Env: CC (default cc; gcc when CC rejects Debian's target flags), JOBS (parallel make, default
+# 2), DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR (default
+# http://deb.debian.org/debian-security; either derived from OPENSSL_MIRROR when that ends in
+# the pin's pool directory), OPENSSL_MIRROR (the pin's pool directory, default its archive's
+# pool/main/o/openssl or pool/updates/main/o/openssl), DEBIAN_KEYRING (default
+# /usr/share/keyrings/debian-archive-keyring.gpg), and OPENSSL_PIN_SUITE, OPENSSL_UPSTREAM,
+# OPENSSL_DEB_REV, OPENSSL_DEB_SHA256, OPENSSL_ORIG_SHA256 to override the pins (tests, or
+# trying a version before pinning it). CFLAGS, CPPFLAGS, LDFLAGS and LIBS of the caller are
+# ignored.
 set -eu
 
 TAG=build-openssl
 PKG=openssl
 POOL=pool/main/o/openssl
 SUITE=bookworm
+# The security suite first: Debian's OpenSSL security releases reach it weeks before a point
+# release folds them into bookworm (bookworm-security had 3.0.22-1~deb12u2 when bookworm had
+# 3.0.20-1~deb12u2); bookworm when it has no openssl or no 3.0.x.
+SOURCES="debian-security bookworm-security pool/updates/main/o/openssl debian bookworm $POOL"
+PIN_SUITE=${OPENSSL_PIN_SUITE:-bookworm}
 UPSTREAM=${OPENSSL_UPSTREAM:-3.0.20}
 UPSTREAM_MATCH='3.0.*'
 UPSTREAM_WHY="Debian's libwebsockets.a is built for the OpenSSL 3.0 ABI (move to the new series together with the system libssl-dev)"
@@ -129,7 +146,7 @@ mkdir -p "$OUT" "$CACHE"
 OUT=$(cd "$OUT" && pwd)
 CACHE=$(cd "$CACHE" && pwd)
 DEST=$OUT/openssl
-PINS=$(printf '%s %s %s %s' "$UPSTREAM" "$DEB_REV" "$DEB_SHA256" "$ORIG_SHA256" | sha256sum | cut -c1-8)
+PINS=$(printf '%s %s %s %s %s' "$PIN_SUITE" "$UPSTREAM" "$DEB_REV" "$DEB_SHA256" "$ORIG_SHA256" | sha256sum | cut -c1-8)
 KEY="$(cat "$0" "$LIB" | sha256sum | cut -c1-16) pins=$PINS $($SSL_CC -dumpfullversion -dumpversion 2>/dev/null | head -n 1) $SSL_CC"
 
 # The stamp is "KEY openssl=UPSTREAM-REVISION": any version verified by debian-source.sh.

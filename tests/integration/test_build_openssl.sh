@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # tests/integration/test_build_openssl.sh - scripts/build-openssl.sh --fetch-only against a fake
-# Debian mirror (python3 http.server on 127.0.0.1, a free port): the pinned version from the
-# pool, then from the cache with the mirror gone; a tampered tarball in the pool or the cache
-# refused; a newer revision, and a newer 3.0.x upstream (a bookworm point release), resolved
-# from a gpgv-verified InRelease -> Sources.xz and kept for offline use; refusals of a bad or
-# unknown signature, another codename, hashes that differ from the signed index or the pin, and
-# a new upstream series (3.1). Also: build-curl.sh refuses to build without this OpenSSL.
+# Debian mirror with its two archives, debian and debian-security (python3 http.server on
+# 127.0.0.1, a free port): the pinned version from the bookworm pool or (OPENSSL_PIN_SUITE) the
+# bookworm-security pool, then from the cache with the mirror gone; a tampered tarball in the
+# pool or the cache refused; a newer revision, and a newer 3.0.x upstream, resolved from the
+# gpgv-verified bookworm-security InRelease -> Sources.xz and kept for offline use; the
+# bookworm index as the last resort when bookworm-security has no openssl or no 3.0.x;
+# refusals of a bad or unknown signature and another codename on either index (never passing
+# to the next index), hashes that differ from the signed index or the pin, and a new upstream
+# series (3.1). Also: build-curl.sh refuses to build without this OpenSSL.
 # The signing key is made here in a temporary GNUPGHOME; nothing is compiled.
 # shellcheck disable=SC2016 # the checks are single-quoted for eval in expect()
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -50,56 +53,94 @@ OPENSSL_DEB_SHA256=$(sha "$TMP/deb-pin.tar.xz")
 NEW_SHA=$(sha "$TMP/deb-new.tar.xz")
 NEWORIG_SHA=$(sha "$TMP/orig-new.tar.gz")
 
-# mirror NAME VERSION [sign-key] : $TMP/www/NAME/debian whose pool holds the pinned upstream's
-# orig tarball, 3.0.99's, and both 1~deb12u9 .debian.tar.xz files, with a dists tree whose
-# Sources lists openssl VERSION (hashes: ORIG_IN_INDEX, DEB_IN_INDEX, else the real ones).
-mirror() {
-    local d=$TMP/www/$1/debian key=${3:-test@invalid} up=${2%-*}
-    local pool=$d/pool/main/o/openssl src=$d/dists/bookworm/main/source origsha
-    mkdir -p "$pool" "$src"
-    cp "$TMP/orig.tar.gz" "$pool/openssl_$UP.orig.tar.gz"
-    cp "$TMP/orig-new.tar.gz" "$pool/openssl_$NEWUP.orig.tar.gz"
-    cp "$TMP/deb-new.tar.xz" "$pool/openssl_$UP-1~deb12u9.debian.tar.xz"
-    cp "$TMP/deb-new.tar.xz" "$pool/openssl_$NEWUP-1~deb12u9.debian.tar.xz"
-    origsha=$OPENSSL_ORIG_SHA256
-    [ "$up" = "$UP" ] || origsha=$NEWORIG_SHA
+# index DIR SUITE CODENAME KEY [VERSION] : DIR/dists/SUITE (InRelease signed by KEY, saying
+# CODENAME) whose Sources lists openssl VERSION (hashes: ORIG_IN_INDEX, DEB_IN_INDEX, else the
+# real ones), or no openssl without VERSION.
+index() {
+    local d=$1 suite=$2 codename=$3 key=$4 ver=${5:-} src=$1/dists/$2/main/source up origsha
+    mkdir -p "$src"
     {
         printf 'Package: openssh\nVersion: 1:9.2p1-2\nChecksums-Sha256:\n %s 1 openssh_9.2p1.orig.tar.gz\n\n' "$NEW_SHA"
-        printf 'Package: openssl\nBinary: openssl, libssl3\nVersion: %s\nMaintainer: x\n' "$2"
-        printf 'Checksums-Sha256:\n %s %s openssl_%s.dsc\n' "$NEW_SHA" 10 "$2"
-        printf ' %s %s openssl_%s.orig.tar.gz\n' "${ORIG_IN_INDEX:-$origsha}" 20 "$up"
-        printf ' %s %s openssl_%s.debian.tar.xz\n' "${DEB_IN_INDEX:-$NEW_SHA}" 30 "$2"
-        printf 'Directory: pool/main/o/openssl\n\nPackage: openssl-extra\nVersion: 1.0-1\n'
+        if [ -n "$ver" ]; then
+            up=${ver%-*}
+            origsha=$OPENSSL_ORIG_SHA256
+            [ "$up" = "$UP" ] || origsha=$NEWORIG_SHA
+            printf 'Package: openssl\nBinary: openssl, libssl3\nVersion: %s\nMaintainer: x\n' "$ver"
+            printf 'Checksums-Sha256:\n %s %s openssl_%s.dsc\n' "$NEW_SHA" 10 "$ver"
+            printf ' %s %s openssl_%s.orig.tar.gz\n' "${ORIG_IN_INDEX:-$origsha}" 20 "$up"
+            printf ' %s %s openssl_%s.debian.tar.xz\n' "${DEB_IN_INDEX:-$NEW_SHA}" 30 "$ver"
+            printf 'Directory: pool/main/o/openssl\n\n'
+        fi
+        printf 'Package: openssl-extra\nVersion: 1.0-1\n'
     } >"$src/Sources"
     xz -k "$src/Sources"
     {
-        printf 'Origin: Debian\nSuite: stable\nCodename: %s\nComponents: main\nSHA256:\n' "${CODENAME:-bookworm}"
+        printf 'Origin: Debian\nSuite: stable\nCodename: %s\nComponents: main\nSHA256:\n' "$codename"
         printf ' %s %s main/binary-amd64/Packages.xz\n' "$NEW_SHA" 5
         printf ' %s %s main/source/Sources.xz\n' "$(sha "$src/Sources.xz")" "$(stat -c %s "$src/Sources.xz")"
-    } >"$d/dists/bookworm/Release"
-    gpg_q --local-user "$key" --clearsign --output "$d/dists/bookworm/InRelease" "$d/dists/bookworm/Release"
+    } >"$d/dists/$suite/Release"
+    gpg_q --local-user "$key" --clearsign --output "$d/dists/$suite/InRelease" "$d/dists/$suite/Release"
+}
+
+# mirror NAME VERSION [sign-key] : $TMP/www/NAME/debian and NAME/debian-security, whose pools
+# (pool/main/o/openssl, pool/updates/main/o/openssl) hold the pinned upstream's orig tarball,
+# 3.0.99's, and both 1~deb12u9 .debian.tar.xz files. The bookworm index lists openssl VERSION
+# (codename CODENAME, default bookworm); the bookworm-security one lists openssl SEC, or none
+# when SEC is unset (codename SEC_CODENAME, signed by SEC_KEY, defaults bookworm-security and
+# sign-key).
+MAINPOOL=debian/pool/main/o/openssl
+SECPOOL=debian-security/pool/updates/main/o/openssl
+mirror() {
+    local d=$TMP/www/$1 key=${3:-test@invalid} pool
+    for pool in "$d/$MAINPOOL" "$d/$SECPOOL"; do
+        mkdir -p "$pool"
+        cp "$TMP/orig.tar.gz" "$pool/openssl_$UP.orig.tar.gz"
+        cp "$TMP/orig-new.tar.gz" "$pool/openssl_$NEWUP.orig.tar.gz"
+        cp "$TMP/deb-new.tar.xz" "$pool/openssl_$UP-1~deb12u9.debian.tar.xz"
+        cp "$TMP/deb-new.tar.xz" "$pool/openssl_$NEWUP-1~deb12u9.debian.tar.xz"
+    done
+    index "$d/debian" bookworm "${CODENAME:-bookworm}" "$key" "$2"
+    index "$d/debian-security" bookworm-security "${SEC_CODENAME:-bookworm-security}" "${SEC_KEY:-$key}" "${SEC:-}"
 }
 
 # a: the pinned version is in the pool (no index at all).
 mirror a "$UP-$PIN"
-cp "$TMP/deb-pin.tar.xz" "$TMP/www/a/debian/pool/main/o/openssl/openssl_$UP-$PIN.debian.tar.xz"
-rm -rf "$TMP/www/a/debian/dists"
+cp "$TMP/deb-pin.tar.xz" "$TMP/www/a/$MAINPOOL/openssl_$UP-$PIN.debian.tar.xz"
+rm -rf "$TMP/www/a/debian/dists" "$TMP/www/a/debian-security/dists"
+# as: the pinned version is in the bookworm-security pool only (no index at all).
+mirror as "$UP-$PIN"
+cp "$TMP/deb-pin.tar.xz" "$TMP/www/as/$SECPOOL/openssl_$UP-$PIN.debian.tar.xz"
+rm -rf "$TMP/www/as/debian" "$TMP/www/as/debian-security/dists"
 # p: the pinned orig tarball in the pool was altered, no index to fall back to.
 mirror p "$UP-$PIN"
-cp "$TMP/deb-pin.tar.xz" "$TMP/www/p/debian/pool/main/o/openssl/openssl_$UP-$PIN.debian.tar.xz"
-echo tampered >>"$TMP/www/p/debian/pool/main/o/openssl/openssl_$UP.orig.tar.gz"
-rm -rf "$TMP/www/p/debian/dists"
+cp "$TMP/deb-pin.tar.xz" "$TMP/www/p/$MAINPOOL/openssl_$UP-$PIN.debian.tar.xz"
+echo tampered >>"$TMP/www/p/$MAINPOOL/openssl_$UP.orig.tar.gz"
+rm -rf "$TMP/www/p/debian/dists" "$TMP/www/p/debian-security/dists"
+# b: the pinned revision left the pool; bookworm-security has no openssl, bookworm 1~deb12u9.
 mirror b "$UP-1~deb12u9"
+# s: a security release: bookworm-security has 3.0.99-1~deb12u9, bookworm still the pinned
+# upstream with 1~deb12u9; the pinned files left both pools.
+SEC="$NEWUP-1~deb12u9" mirror s "$UP-1~deb12u9"
+rm "$TMP/www/s/$MAINPOOL/openssl_$UP.orig.tar.gz" "$TMP/www/s/$SECPOOL/openssl_$UP.orig.tar.gz"
+rm "$TMP/www/s/$MAINPOOL/openssl_$NEWUP.orig.tar.gz"
+# s3: bookworm-security moved to 3.1 (no 3.0.x): bookworm's 1~deb12u9 instead.
+SEC="3.1.4-1" mirror s3 "$UP-1~deb12u9"
+# sc, sk, st: bookworm-security's InRelease altered after signing, signed by an unknown key,
+# of another codename (bookworm's index would do: it must never be read).
+SEC="$NEWUP-1~deb12u9" mirror sc "$UP-1~deb12u9"
+sed -i 's/^Suite: stable$/Suite: stab1e/' "$TMP/www/sc/debian-security/dists/bookworm-security/InRelease"
+SEC="$NEWUP-1~deb12u9" SEC_KEY=other@invalid mirror sk "$UP-1~deb12u9"
+SEC="$NEWUP-1~deb12u9" SEC_CODENAME=bookworm mirror st "$UP-1~deb12u9"
 # n: a point release moved bookworm to 3.0.99; the pinned 3.0.20 files left the pool.
 mirror n "$NEWUP-1~deb12u9"
-rm "$TMP/www/n/debian/pool/main/o/openssl/openssl_$UP.orig.tar.gz"
+rm "$TMP/www/n/$MAINPOOL/openssl_$UP.orig.tar.gz"
 # q: as n, but the pool's 3.0.99 orig tarball is not the one the signed index names.
 mirror q "$NEWUP-1~deb12u9"
-rm "$TMP/www/q/debian/pool/main/o/openssl/openssl_$UP.orig.tar.gz"
-echo tampered >>"$TMP/www/q/debian/pool/main/o/openssl/openssl_$NEWUP.orig.tar.gz"
+rm "$TMP/www/q/$MAINPOOL/openssl_$UP.orig.tar.gz"
+echo tampered >>"$TMP/www/q/$MAINPOOL/openssl_$NEWUP.orig.tar.gz"
 mirror c "$UP-1~deb12u9"
 sed -i 's/^Suite: stable$/Suite: stab1e/' "$TMP/www/c/debian/dists/bookworm/InRelease"
-mirror k "$UP-1~deb12u9" other@invalid
+SEC_KEY=test@invalid mirror k "$UP-1~deb12u9" other@invalid
 CODENAME=trixie mirror t "$UP-1~deb12u9"
 DEB_IN_INDEX=$OPENSSL_DEB_SHA256 mirror d "$UP-1~deb12u9"
 mirror u "3.1.4-1"
@@ -122,10 +163,11 @@ ok "http server on 127.0.0.1:$PORT"
 run() {
     local name=$1 out=${OUTNAME:-$1} url
     shift
-    url="http://127.0.0.1:$PORT/$name/debian"
-    [ "$name" != dead ] || url="http://127.0.0.1:1/debian"
+    url="http://127.0.0.1:$PORT/$name"
+    [ "$name" != dead ] || url="http://127.0.0.1:1"
     RC=0
-    env -u http_proxy -u HTTP_PROXY DEBIAN_KEYRING="$TMP/keyring.gpg" DEBIAN_MIRROR="$url" "$@" \
+    env -u http_proxy -u HTTP_PROXY DEBIAN_KEYRING="$TMP/keyring.gpg" DEBIAN_MIRROR="$url/debian" \
+        DEBIAN_SECURITY_MIRROR="$url/debian-security" "$@" \
         timeout 60 "$SCRIPT" --fetch-only "$TMP/out-$out" >"$TMP/$out.log" 2>&1 || RC=$?
 }
 has() { grep -q -- "$2" "$TMP/$1.log"; }
@@ -154,7 +196,14 @@ expect "pinned version reused from the cache offline" a eval \
 echo tampered >>"$TMP/out-a/openssl_$UP-$PIN.debian.tar.xz"
 OUTNAME=a run dead
 expect "tampered cached tarball refused" a eval \
-    '[ $RC != 0 ] && has a "could not download http://127.0.0.1:1/debian/dists/bookworm/InRelease"'
+    '[ $RC != 0 ] && has a "could not download http://127.0.0.1:1/debian-security/dists/bookworm-security/InRelease"'
+
+# (as) a pin from the bookworm-security pool (OPENSSL_PIN_SUITE): fetched from there, no index.
+run as OPENSSL_PIN_SUITE=bookworm-security
+expect "pinned version from the bookworm-security pool, index untouched" as eval \
+    '[ $RC = 0 ] && has as "(version $UP-$PIN)" && ! grep -q "/as/.*InRelease" "$TMP/http.log" &&
+     has as "fetching http://127.0.0.1:$PORT/as/$SECPOOL/openssl_$UP-$PIN.debian.tar.xz" &&
+     [ "$(sha "$TMP/out-as/openssl_$UP-$PIN.debian.tar.xz")" = "$OPENSSL_DEB_SHA256" ]'
 
 # (p) the pool's orig tarball does not have the pinned SHA-256: refused, not kept.
 run p
@@ -162,12 +211,49 @@ expect "tampered orig tarball in the pool refused" p eval \
     '[ $RC != 0 ] && has p "openssl_$UP.orig.tar.gz: SHA-256 is .*, expected $OPENSSL_ORIG_SHA256" &&
      [ ! -e "$TMP/out-p/openssl_$UP.orig.tar.gz" ]'
 
-# (b) the pinned revision is gone: the signed index says 1~deb12u9 of the same upstream.
+# (b) the pinned revision is gone, bookworm-security has no openssl: the signed bookworm index
+# says 1~deb12u9 of the same upstream.
 run b
-expect "pinned revision missing: 1~deb12u9 from the verified index" b eval \
-    '[ $RC = 0 ] && has b "using Debian revision $UP-1~deb12u9 .*gpgv-verified bookworm index" &&
+expect "pinned revision missing, no openssl in bookworm-security: 1~deb12u9 from the verified bookworm index" b eval \
+    '[ $RC = 0 ] && has b "the bookworm-security index has no openssl; trying the next one" &&
+     has b "using Debian revision $UP-1~deb12u9 .*gpgv-verified bookworm index" &&
      has b "(version $UP-1~deb12u9)" && grep -qx "1~deb12u9 $NEW_SHA" "$TMP/out-b/openssl-debian.resolved" &&
      [ -z "$(ls -d "$TMP"/out-b/index.* 2>/dev/null)" ]'
+
+# (s) a security release: bookworm-security's 3.0.99-1~deb12u9 from its pool, bookworm's index
+# never read.
+run s
+expect "pinned revision missing: bookworm-security's 3.0.99 from its verified index and pool" s eval \
+    '[ $RC = 0 ] && has s "using Debian revision $NEWUP-1~deb12u9 .*gpgv-verified bookworm-security index" &&
+     has s "(version $NEWUP-1~deb12u9)" && ! grep -q "/s/debian/dists" "$TMP/http.log" &&
+     has s "fetching http://127.0.0.1:$PORT/s/$SECPOOL/openssl_$NEWUP.orig.tar.gz" &&
+     [ "$(sha "$TMP/out-s/openssl_$NEWUP.orig.tar.gz")" = "$NEWORIG_SHA" ] &&
+     grep -qx "1~deb12u9 $NEW_SHA $NEWUP $NEWORIG_SHA bookworm-security" "$TMP/out-s/openssl-debian.resolved"'
+
+# (s2) ... and reused from the cache without the network.
+OUTNAME=s run dead
+expect "bookworm-security revision reused from the cache offline" s eval \
+    '[ $RC = 0 ] && has s "using Debian revision $NEWUP-1~deb12u9 from .*verified from the signed bookworm-security index earlier"'
+
+# (s3) bookworm-security moved to 3.1: the last resort, bookworm's 3.0.x.
+run s3
+expect "no 3.0.x in bookworm-security: bookworm's from its verified index" s3 eval \
+    '[ $RC = 0 ] && has s3 "the bookworm-security index has openssl 3.1.4-1, not upstream 3.0.\*; trying the next one" &&
+     has s3 "using Debian revision $UP-1~deb12u9 .*gpgv-verified bookworm index" &&
+     grep -qx "1~deb12u9 $NEW_SHA" "$TMP/out-s3/openssl-debian.resolved"'
+
+# (sc, sk, st) a bookworm-security index altered, signed by an unknown key or of another
+# codename: refused, and bookworm's index is not tried instead.
+run sc
+expect "bad signature on bookworm-security's InRelease refused" sc eval \
+    '[ $RC != 0 ] && has sc "debian-security/dists/bookworm-security/InRelease: the signature does not verify" &&
+     ! grep -q "/sc/debian/dists" "$TMP/http.log" && [ ! -e "$TMP/out-sc/openssl-debian.resolved" ]'
+run sk
+expect "bookworm-security's InRelease signed by an unknown key refused" sk eval \
+    '[ $RC != 0 ] && has sk "signature does not verify" && ! grep -q "/sk/debian/dists" "$TMP/http.log"'
+run st
+expect "signed index of another codename as bookworm-security refused" st eval \
+    '[ $RC != 0 ] && has st "is signed but is not the bookworm-security index" && ! grep -q "/st/debian/dists" "$TMP/http.log"'
 
 # (n) a point release: bookworm now has 3.0.99, the pinned 3.0.20 left the pool entirely.
 run n
@@ -185,7 +271,7 @@ expect "resolved 3.0.x upstream reused from the cache offline" n eval \
 echo tampered >>"$TMP/out-n/openssl_$NEWUP.orig.tar.gz"
 OUTNAME=n run dead
 expect "tampered cached resolved tarball ignored" n eval \
-    '[ $RC != 0 ] && has n "could not download http://127.0.0.1:1/debian/dists/bookworm/InRelease"'
+    '[ $RC != 0 ] && has n "could not download http://127.0.0.1:1/debian-security/dists/bookworm-security/InRelease"'
 
 # (q) the pool's 3.0.99 orig tarball is not the one the signed index names: refused.
 run q

@@ -242,10 +242,15 @@ static int stage_one(const char *dir, const struct mesh_publish_file *f, bool sy
  * file) that nobody has open: a write lease (F_SETLEASE) is granted only
  * when no other descriptor or mapping of the file exists, so a reader that
  * opened the file while it was published, and still reads or maps it, keeps
- * its bytes. The lease is released at once (it is a check; the caller
- * ignores SIGIO, which a lease break would send). Returns an O_RDWR fd and
- * the spare's current size, or -1 when the spare cannot be used (it is then
- * unlinked, best effort, and the caller writes a new file). */
+ * its bytes. The lease stays held on the returned fd until the caller has
+ * written the new version and closes it (close drops it): a process whose
+ * open(2) of this inode was still under way (its path walk began while the
+ * inode was the published file) is held by the kernel until then and reads
+ * the new version whole, never a half-written one. Breaking the lease sends
+ * the holder SIGIO, which the caller ignores; nothing waits on it, since the
+ * fd is closed right after the write. Returns an O_RDWR fd and the spare's
+ * current size, or -1 when the spare cannot be used (it is then unlinked,
+ * best effort, and the caller writes a new file). */
 static int open_spare(const char *path, off_t *out_size)
 {
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -256,7 +261,6 @@ static int open_spare(const char *path, off_t *out_size)
     bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
               fcntl(fd, F_SETLEASE, F_WRLCK) == 0;
     if (ok) {
-        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
         *out_size = st.st_size;
         return fd;
     }

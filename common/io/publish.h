@@ -65,8 +65,9 @@ int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, s
  * always take); otherwise, and on the first publish, a new one is written.
  * The volume then holds each file about twice (what a publish holds anyway
  * while it runs). The caller must ignore SIGIO (or block it in every
- * thread): a process opening a spare during the lease check breaks the
- * lease, which signals SIGIO. One publisher per directory at a time. On
+ * thread): a process opening a spare while it is being rewritten breaks
+ * the lease, which signals SIGIO; that open waits until the new version is
+ * written, then reads it whole. One publisher per directory at a time. On
  * tmpfs nothing is fsynced (a no-op there). scan_stale: remove stale temp
  * files first, as mesh_publish_files always does (a caller publishing many
  * times a second asks for it at start and then now and then). Errors as

@@ -251,9 +251,13 @@ static bool verify_dns(struct mesh_sidecar *ctx, struct mesh_workers *w, char *r
     return ok;
 }
 
-/* The files on disk are this process's now: /topology may serve them. */
+/* The files on disk are this process's now: /topology may serve them.
+ * Once true it stays true, so later calls take no lock. */
 static void remember(struct mesh_sidecar *ctx)
 {
+    if (ctx->have_last) {
+        return;
+    }
     ctx->have_last = true;
     pthread_mutex_lock(&ctx->mu);
     ctx->st.have_topology = true;

@@ -546,6 +546,8 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod_rec **valid, 
         }
     }
     w->mode = resolve_mode(w, opts->mode);
+    w->indexed = indexed;
+    w->per_slice = per_slice;
     judge(w, slots, blocked, why);
     mesh_free(slots);
     mesh_free(idx);
@@ -587,11 +589,138 @@ int mesh_workers_build(const struct mesh_k8s_pod_rec *const *pods, size_t npods,
     return rc;
 }
 
+/* The host text fill_worker makes for p ("" without one): at most two DNS
+ * labels and a dot, so it fits MESH_HOST_MAX. Returns its length. */
+static size_t host_text(const struct mesh_k8s_pod_rec *p, char out[MESH_HOST_MAX])
+{
+    if (!has_host(p)) {
+        out[0] = '\0';
+        return 0;
+    }
+    size_t hl = mesh_k8s_pod_rec_hostname_len(p), sl = mesh_k8s_pod_rec_subdomain_len(p);
+    memcpy(out, mesh_k8s_pod_rec_hostname(p), hl);
+    out[hl] = '.';
+    memcpy(out + hl + 1, mesh_k8s_pod_rec_subdomain(p), sl);
+    out[hl + 1 + sl] = '\0';
+    return hl + 1 + sl;
+}
+
+/* The slot whose entry shows pod p (placed as place() places it), or -1
+ * when no slot publishes p. */
+static long slot_of(const struct mesh_workers *w, const struct mesh_k8s_pod_rec *p)
+{
+    const char *name = name_of(p);
+    if (!w->indexed) {
+        for (size_t i = 0; i < w->nworkers; i++) {
+            if (strcmp(w->workers[i].pod, name) == 0) {
+                return (long)i;
+            }
+        }
+        return -1;
+    }
+    int li = local_index(p);
+    if (li < 0 || (is_sliced(p) && li >= w->per_slice)) {
+        return -1; /* left out (a problem line names it) */
+    }
+    long s = (long)slice_of(p) * w->per_slice + li;
+    if (s >= (long)w->nworkers || strcmp(w->workers[s].pod, name) != 0) {
+        return -1; /* out of range, or not the claimant the slot shows */
+    }
+    return s;
+}
+
+/* A string can take len bytes in place when it lives in the list's memory
+ * (not the shared "") and is at least that long. */
+static bool fits(const char *cur, size_t len)
+{
+    return cur[0] != '\0' && len > 0 && len <= strlen(cur);
+}
+
+/* Store s (len bytes) for a worker string now at cur: in place when it
+ * fits, else in a new side string the list owns. */
+static const char *put_string(struct mesh_workers *w, const char *cur, const char *s, size_t len)
+{
+    if (len == 0) {
+        return "";
+    }
+    char *d;
+    if (fits(cur, len)) {
+        d = (char *)(uintptr_t)cur; /* inside w's own block or side strings */
+    } else {
+        d = mesh_malloc(len + 1);
+        w->extra = mesh_reallocarray(w->extra, w->nextra + 1, sizeof(*w->extra));
+        w->extra[w->nextra++] = d;
+    }
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+int mesh_workers_patch(struct mesh_workers *w, const struct mesh_workers_opts *opts,
+                       const struct mesh_k8s_pod_rec *old, const struct mesh_k8s_pod_rec *upd)
+{
+    if (mesh_k8s_pod_rec_has(old, MESH_K8S_REC_INVALID) ||
+        mesh_k8s_pod_rec_has(upd, MESH_K8S_REC_INVALID) ||
+        strcmp(name_of(old), name_of(upd)) != 0 ||
+        old->completion_index != upd->completion_index || old->pod_index != upd->pod_index ||
+        old->job_index != upd->job_index || old->job_global_index != upd->job_global_index ||
+        is_leaving(old) != is_leaving(upd)) {
+        return MESH_WORKERS_PATCH_REBUILD; /* slots, problems or counts move */
+    }
+    if (opts->mode == MESH_ADDR_AUTO && has_host(old) != has_host(upd)) {
+        return MESH_WORKERS_PATCH_REBUILD; /* the job's mode may flip */
+    }
+    long s = slot_of(w, old);
+    if (s < 0) {
+        return -1; /* no slot shows this pod: its fields reach nothing */
+    }
+    struct mesh_worker *wk = &w->workers[s];
+    char oh[MESH_HOST_MAX], nh[MESH_HOST_MAX];
+    (void)host_text(old, oh);
+    size_t nhl = host_text(upd, nh), nil = mesh_k8s_pod_rec_ip_len(upd);
+    bool oready = mesh_k8s_pod_rec_has(old, MESH_K8S_REC_READY);
+    bool nready = mesh_k8s_pod_rec_has(upd, MESH_K8S_REC_READY);
+    if (wk->terminating != is_leaving(old) || wk->ready != oready || strcmp(wk->host, oh) != 0 ||
+        strcmp(wk->ip, mesh_k8s_pod_rec_ip(old)) != 0) {
+        return MESH_WORKERS_PATCH_REBUILD; /* w does not show old: not the list it says */
+    }
+    bool same_ip = strcmp(wk->ip, mesh_k8s_pod_rec_ip(upd)) == 0;
+    bool same_host = strcmp(wk->host, nh) == 0;
+    if (same_ip && same_host && oready == nready) {
+        return -1;
+    }
+    /* judge(): a complete list stays complete while the worker keeps an
+     * address (it is live: complete lists have no terminating slot); only
+     * the ready count moves, and the reason stays "". Anything else
+     * rewrites the reason line. */
+    bool addressed = nil > 0 && (w->mode != MESH_ADDR_DNS || nhl > 0);
+    if (!w->complete || !addressed) {
+        return MESH_WORKERS_PATCH_REBUILD;
+    }
+    size_t need = (size_t)(!same_ip && !fits(wk->ip, nil)) + (!same_host && !fits(wk->host, nhl));
+    if (w->nextra + need > MESH_WORKERS_PATCH_EXTRA_MAX(w->nworkers)) {
+        return MESH_WORKERS_PATCH_REBUILD; /* compact: a rebuild uses one block again */
+    }
+    if (!same_ip) {
+        wk->ip = put_string(w, wk->ip, mesh_k8s_pod_rec_ip(upd), nil);
+    }
+    if (!same_host) {
+        wk->host = put_string(w, wk->host, nh, nhl);
+    }
+    w->ready += (int)nready - (int)oready;
+    wk->ready = nready;
+    return (int)s;
+}
+
 void mesh_workers_cleanup(struct mesh_workers *w)
 {
     if (w == NULL) {
         return;
     }
+    for (size_t i = 0; i < w->nextra; i++) {
+        mesh_free(w->extra[i]);
+    }
+    mesh_free(w->extra);
     for (size_t i = 0; i < w->nproblems; i++) {
         mesh_free(w->problems[i]);
     }

@@ -526,6 +526,271 @@ static void test_large(void **state)
     }
 }
 
+/* ---- mesh_workers_patch: differential against a rebuild ---- */
+
+/* A pod of the random world: what make_pod reads, with owned strings. */
+struct wpod {
+    char name[16], ip[MESH_IP_MAX], sub[8];
+    int ci, slice;
+    bool dns, ready, term, invalid;
+};
+
+static uint32_t rnd(uint32_t *x)
+{
+    *x = *x * 1103515245u + 12345u;
+    return *x >> 8;
+}
+
+static struct mesh_k8s_pod_rec *wpod_rec(const struct wpod *q)
+{
+    struct mesh_k8s_pod p;
+    memset(&p, 0, sizeof(p));
+    snprintf(p.name, sizeof(p.name), "%s", q->name);
+    p.completion_index = q->ci;
+    p.pod_index = -1;
+    p.job_index = -1;
+    p.job_global_index = q->slice;
+    p.expected_workers = -1;
+    snprintf(p.ip, sizeof(p.ip), "%s", q->ip);
+    p.ip_v6 = strchr(q->ip, ':') != NULL;
+    if (q->dns) {
+        snprintf(p.hostname, sizeof(p.hostname), "%s", q->name);
+        snprintf(p.subdomain, sizeof(p.subdomain), "%s", q->sub);
+    }
+    p.ready = q->ready;
+    p.terminating = q->term;
+    if (q->invalid) {
+        p.invalid = true;
+        snprintf(p.reason, sizeof(p.reason), "test says invalid");
+    }
+    return mesh_k8s_pod_pack(&p);
+}
+
+static void random_ip(uint32_t *x, char *out, size_t cap)
+{
+    switch (rnd(x) % 8) {
+    case 0:
+        out[0] = '\0'; /* no IP yet */
+        break;
+    case 1:
+        snprintf(out, cap, "fd00::%x", rnd(x) % 0x10000);
+        break;
+    default: /* lengths vary, so strings move in and out of place */
+        snprintf(out, cap, "10.%u.%u.%u", rnd(x) % 256, rnd(x) % 256, rnd(x) % 256);
+    }
+}
+
+/* Everything a caller can see of a worker list, compared field by field. */
+static void assert_same_lists(const struct mesh_workers *a, const struct mesh_workers *b)
+{
+    assert_true(mesh_workers_same(a, b));
+    assert_int_equal(a->present, b->present);
+    assert_int_equal(a->addressed, b->addressed);
+    assert_int_equal(a->ready, b->ready);
+    assert_string_equal(a->reason, b->reason);
+    assert_int_equal(a->nproblems, b->nproblems);
+    for (size_t i = 0; i < a->nproblems; i++) {
+        assert_string_equal(a->problems[i], b->problems[i]);
+    }
+}
+
+/* Random small jobs (indexed, multi-slice, natural order; every mode) under
+ * random single-pod updates: whenever mesh_workers_patch applies an update,
+ * the patched list must equal a fresh build of the new set; when it asks
+ * for a rebuild the test rebuilds. Most updates of a complete job (an IP,
+ * readiness, a subdomain) must be applied, not rebuilt. */
+static void test_patch_differential(void **state)
+{
+    (void)state;
+    uint32_t x = 4242;
+    long applied = 0, unchanged = 0, rebuilt = 0, steps = 0;
+    for (int world = 0; world < 400; world++) {
+        enum { NP = 10 };
+        struct wpod pods[NP];
+        size_t n = 1 + rnd(&x) % NP;
+        bool natural = rnd(&x) % 5 == 0, sliced = !natural && rnd(&x) % 4 == 0;
+        struct mesh_workers_opts o = {(enum mesh_addr_mode)(rnd(&x) % 3), 0, 0};
+        if (rnd(&x) % 2 == 0) {
+            o.expected = (int)(n - (rnd(&x) % 4 == 0)); /* now and then one too few */
+        }
+        if (sliced && rnd(&x) % 2 == 0) {
+            o.per_slice = 2;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct wpod *q = &pods[i];
+            memset(q, 0, sizeof(*q));
+            snprintf(q->name, sizeof(q->name), "w-%zu", i);
+            snprintf(q->sub, sizeof(q->sub), "svc");
+            q->ci = natural ? -1 : (sliced ? (int)(i % 2) : (int)i);
+            q->slice = sliced ? (int)(i / 2) : -1;
+            if (!natural && rnd(&x) % 32 == 0) {
+                q->ci = (int)(rnd(&x) % n); /* a duplicate or a gap now and then */
+            }
+            snprintf(q->ip, sizeof(q->ip), "10.0.%zu.%u", i, 1 + rnd(&x) % 200);
+            q->dns = rnd(&x) % 8 != 0;
+            q->ready = rnd(&x) % 4 != 0;
+            q->term = rnd(&x) % 40 == 0;
+            q->invalid = rnd(&x) % 80 == 0;
+        }
+        struct mesh_k8s_pod_rec *recs[NP];
+        for (size_t i = 0; i < n; i++) {
+            recs[i] = wpod_rec(&pods[i]);
+        }
+        struct mesh_workers w;
+        struct mesh_err err;
+        assert_int_equal(
+            mesh_workers_build((const struct mesh_k8s_pod_rec *const *)recs, n, &o, &w, &err), 0);
+        for (int step = 0; step < 60; step++, steps++) {
+            size_t k = rnd(&x) % n;
+            struct wpod q = pods[k];
+            unsigned what = rnd(&x) % 24;
+            switch (what) {
+            case 0:
+            case 1:
+            case 2:
+            case 3:
+            case 4:
+            case 5:
+            case 6:
+                random_ip(&x, q.ip, sizeof(q.ip));
+                break;
+            case 7:
+            case 8:
+            case 9:
+            case 10:
+                q.ready = !q.ready;
+                break;
+            case 11:
+                snprintf(q.sub, sizeof(q.sub), "%s", strcmp(q.sub, "svc") == 0 ? "s" : "svc");
+                break;
+            case 12:
+                q.dns = !q.dns;
+                break;
+            case 13:
+                q.term = !q.term;
+                break;
+            case 14:
+                q.invalid = rnd(&x) % 4 == 0;
+                break;
+            case 15:
+                if (!natural) {
+                    q.ci = (int)(rnd(&x) % (n + 1));
+                }
+                break;
+            default: /* repair: the job spends most steps complete, as real ones do */
+                q.ci = natural ? -1 : (sliced ? (int)(k % 2) : (int)k);
+                q.term = false;
+                q.invalid = false;
+                if (q.ip[0] == '\0') {
+                    snprintf(q.ip, sizeof(q.ip), "10.1.%zu.%u", k, 1 + rnd(&x) % 200);
+                }
+            }
+            struct mesh_k8s_pod_rec *upd = wpod_rec(&q);
+            int rc = mesh_workers_patch(&w, &o, recs[k], upd);
+            mesh_free(recs[k]);
+            recs[k] = upd;
+            pods[k] = q;
+            struct mesh_workers fresh;
+            assert_int_equal(mesh_workers_build((const struct mesh_k8s_pod_rec *const *)recs, n,
+                                                &o, &fresh, &err),
+                             0);
+            if (rc == MESH_WORKERS_PATCH_REBUILD) {
+                rebuilt++;
+                mesh_workers_cleanup(&w);
+                w = fresh;
+                continue;
+            }
+            if (rc >= 0) {
+                applied++;
+                assert_true((size_t)rc < w.nworkers);
+                assert_string_equal(w.workers[rc].pod, q.name);
+            } else {
+                assert_int_equal(rc, -1);
+                unchanged++;
+            }
+            assert_same_lists(&w, &fresh);
+            mesh_workers_cleanup(&fresh);
+        }
+        mesh_workers_cleanup(&w);
+        for (size_t i = 0; i < n; i++) {
+            mesh_free(recs[i]);
+        }
+    }
+    print_message("patch: %ld steps, %ld applied, %ld unchanged, %ld rebuilt\n", steps, applied,
+                  unchanged, rebuilt);
+    assert_true(applied > steps / 10);
+    assert_true(unchanged > 0 && rebuilt > 0);
+}
+
+/* A long run of IP changes on one complete job: strings that do not fit in
+ * place go to side strings, and past MESH_WORKERS_PATCH_EXTRA_MAX the patch
+ * asks for a rebuild (memory stays bounded); readiness moves the count. */
+static void test_patch_bounded(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    struct wpod pods[N];
+    struct mesh_k8s_pod_rec *recs[N];
+    for (size_t i = 0; i < N; i++) {
+        memset(&pods[i], 0, sizeof(pods[i]));
+        snprintf(pods[i].name, sizeof(pods[i].name), "w-%zu", i);
+        snprintf(pods[i].sub, sizeof(pods[i].sub), "svc");
+        snprintf(pods[i].ip, sizeof(pods[i].ip), "10.0.0.%zu", i + 1);
+        pods[i].ci = (int)i;
+        pods[i].slice = -1;
+        pods[i].dns = true;
+        pods[i].ready = true;
+        recs[i] = wpod_rec(&pods[i]);
+    }
+    struct mesh_workers_opts o = {MESH_ADDR_IP, N, 0};
+    struct mesh_workers w;
+    struct mesh_err err;
+    assert_int_equal(
+        mesh_workers_build((const struct mesh_k8s_pod_rec *const *)recs, N, &o, &w, &err), 0);
+    assert_true(w.complete);
+    int rc = 0;
+    size_t i = 0;
+    for (; i < 1000 && rc != MESH_WORKERS_PATCH_REBUILD; i++) {
+        struct wpod q = pods[3];
+        /* Alternate short and long: every long one needs a side string. */
+        snprintf(q.ip, sizeof(q.ip), i % 2 == 0 ? "10.100.100.%zu" : "10.1.1.%zu", i % 200);
+        struct mesh_k8s_pod_rec *upd = wpod_rec(&q);
+        rc = mesh_workers_patch(&w, &o, recs[3], upd);
+        if (rc != MESH_WORKERS_PATCH_REBUILD) {
+            assert_int_equal(rc, 3);
+            assert_string_equal(w.workers[3].ip, q.ip);
+            mesh_free(recs[3]);
+            recs[3] = upd;
+            pods[3] = q;
+        } else {
+            mesh_free(upd);
+        }
+    }
+    assert_int_equal(rc, MESH_WORKERS_PATCH_REBUILD);
+    assert_true(w.nextra <= MESH_WORKERS_PATCH_EXTRA_MAX(N));
+    assert_true(i > MESH_WORKERS_PATCH_EXTRA_MAX(N));
+    mesh_workers_cleanup(&w);
+    assert_int_equal(
+        mesh_workers_build((const struct mesh_k8s_pod_rec *const *)recs, N, &o, &w, &err), 0);
+    struct wpod q = pods[5];
+    q.ready = false;
+    struct mesh_k8s_pod_rec *upd = wpod_rec(&q);
+    assert_int_equal(mesh_workers_patch(&w, &o, recs[5], upd), 5);
+    assert_int_equal(w.ready, N - 1);
+    assert_true(w.complete);
+    /* Losing the address makes it incomplete: that rewrites the reason, a rebuild. */
+    struct wpod q2 = pods[6];
+    q2.ip[0] = '\0';
+    struct mesh_k8s_pod_rec *upd2 = wpod_rec(&q2);
+    assert_int_equal(mesh_workers_patch(&w, &o, recs[6], upd2), MESH_WORKERS_PATCH_REBUILD);
+    mesh_free(upd);
+    mesh_free(upd2);
+    mesh_workers_cleanup(&w);
+    for (size_t k = 0; k < N; k++) {
+        mesh_free(recs[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +799,8 @@ int main(void)
         cmocka_unit_test(test_limits_and_lookup),
         cmocka_unit_test(test_strings_own_block),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_patch_differential),
+        cmocka_unit_test(test_patch_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1530,6 +1530,44 @@ static int check_header(const struct mesh_render_input *in, struct mesh_err *err
 /* The incremental update; -1 when it cannot apply (the caller renders in
  * full), else the mask of changed files. Touches nothing before it knows it
  * applies. */
+/* Can in->dirty stand in for comparing every worker? It must fit c->changed
+ * (limit entries, the most a patch takes) and name only workers that exist. */
+static bool dirty_usable(const struct mesh_render_input *in, size_t limit)
+{
+    if (in->dirty == NULL || in->ndirty > limit) {
+        return false;
+    }
+    for (size_t k = 0; k < in->ndirty; k++) {
+        if (in->dirty[k] >= in->nworkers) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/* Copy src[0..n) to dst sorted, without repeats; returns how many are left. */
+static size_t sort_unique(size_t *dst, const size_t *src, size_t n)
+{
+    if (n == 0) {
+        return 0;
+    }
+    memcpy(dst, src, n * sizeof(*dst));
+    qsort(dst, n, sizeof(*dst), cmp_size);
+    size_t m = 1;
+    for (size_t k = 1; k < n; k++) {
+        if (dst[k] != dst[m - 1]) {
+            dst[m++] = dst[k];
+        }
+    }
+    return m;
+}
+
 static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render_input *in)
 {
     if (!c->valid || in->nworkers != c->n || in->port != c->port || in->complete != c->complete ||
@@ -1547,14 +1585,28 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
     size_t limit = n / CACHE_SPLICE_MAX_DIV + 1;
     size_t nchanged = 0;
     bool content = false; /* a change beyond readiness */
-    for (size_t i = 0; i < n; i++) {
-        uint64_t d = worker_digest(&in->workers[i]);
-        if (d != c->digest[i]) {
-            if (nchanged == limit) {
-                return -1;
+    if (dirty_usable(in, limit)) {
+        /* Only the listed workers can differ: compare those, in index
+         * order (the splices walk c->changed upwards), each once. */
+        size_t m = sort_unique(c->changed, in->dirty, in->ndirty);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = c->changed[k];
+            uint64_t d = worker_digest(&in->workers[i]);
+            if (d != c->digest[i]) {
+                content = content || (d ^ c->digest[i]) != 1;
+                c->changed[nchanged++] = i;
             }
-            content = content || (d ^ c->digest[i]) != 1;
-            c->changed[nchanged++] = i;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t d = worker_digest(&in->workers[i]);
+            if (d != c->digest[i]) {
+                if (nchanged == limit) {
+                    return -1;
+                }
+                content = content || (d ^ c->digest[i]) != 1;
+                c->changed[nchanged++] = i;
+            }
         }
     }
     /* Check the changed workers as the full render would (the others passed

@@ -77,6 +77,14 @@ struct mesh_render_input {
     enum mesh_addr_mode mode;
     uint64_t generation;
     bool complete;
+    /* Optional, read by mesh_render_cache_update only. Non-NULL: the caller
+     * knows which workers may differ from the previous update's input, and
+     * every worker not listed (indices, any order, repeats allowed) is field
+     * for field what it was then; only the listed ones are compared. A list
+     * longer than a patch takes or naming an index >= nworkers is ignored
+     * (every worker compared). NULL: compare every worker. */
+    const size_t *dirty;
+    size_t ndirty;
 };
 
 /* A rendered set. data[i] is owned (mesh_free via mesh_render_out_cleanup)

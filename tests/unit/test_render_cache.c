@@ -256,6 +256,38 @@ static void next_generation(struct mesh_render_cache *c, struct model *m, struct
     mesh_render_out_cleanup(&full);
 }
 
+/* The workers of the previous update's input, to hand the cache a dirty
+ * list (render.h) on half the steps: exactly the workers that changed, plus
+ * now and then an unchanged one, a repeat, or an index past the end. */
+static struct mesh_worker prev_w[96];
+static size_t prev_n;
+
+static bool worker_differs(const struct mesh_worker *a, const struct mesh_worker *b)
+{
+    return a->index != b->index || a->ready != b->ready || a->terminating != b->terminating ||
+           strcmp(a->pod, b->pod) != 0 || strcmp(a->host, b->host) != 0 ||
+           strcmp(a->ip, b->ip) != 0;
+}
+
+static size_t dirty_list(const struct model *m, size_t *out, size_t cap)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < m->n && k + 3 < cap; i++) {
+        if (i >= prev_n || worker_differs(&m->w[i], &prev_w[i])) {
+            out[k++] = i;
+            if (pick(8) == 0) {
+                out[k++] = i; /* a repeat */
+            }
+        } else if (pick(16) == 0) {
+            out[k++] = i; /* unchanged, listed anyway */
+        }
+    }
+    if (pick(32) == 0) {
+        out[k++] = m->n + pick(3); /* past the end: the list is ignored */
+    }
+    return k;
+}
+
 /* One step: the same input through both renderers. Returns whether the
  * render succeeded. */
 static bool step(struct mesh_render_cache *c, struct model *m, struct last *last)
@@ -282,8 +314,15 @@ static bool step(struct mesh_render_cache *c, struct model *m, struct last *last
     mesh_render_out_init(&full);
     int rc1 = mesh_render_all(&in, &full, &e1);
     unsigned mask = 0xdead;
+    size_t dirty[2 * 96 + 8];
+    if (pick(2) == 0) {
+        in.ndirty = dirty_list(m, dirty, sizeof(dirty) / sizeof(dirty[0]));
+        in.dirty = dirty;
+    }
     int rc2 = mesh_render_cache_update(c, &in, &mask, &e2);
     mesh_free(copy);
+    memcpy(prev_w, m->w, m->n * sizeof(m->w[0]));
+    prev_n = m->n;
     assert_int_equal(rc1, rc2);
     struct mesh_render_out view;
     mesh_render_cache_view(c, &view);

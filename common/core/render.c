@@ -1568,6 +1568,40 @@ static size_t sort_unique(size_t *dst, const size_t *src, size_t n)
     return m;
 }
 
+/* Fill c->changed with the workers whose digest differs from the cache's
+ * (in index order); *content is set when a change is more than readiness.
+ * Returns how many, or -1 when more than a patch takes. */
+static long find_changed(struct mesh_render_cache *c, const struct mesh_render_input *in,
+                         bool *content)
+{
+    size_t n = in->nworkers, limit = n / CACHE_SPLICE_MAX_DIV + 1, nchanged = 0;
+    if (dirty_usable(in, limit)) {
+        /* Only the listed workers can differ: compare those, in index
+         * order (the splices walk c->changed upwards), each once. */
+        size_t m = sort_unique(c->changed, in->dirty, in->ndirty);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = c->changed[k];
+            uint64_t d = worker_digest(&in->workers[i]);
+            if (d != c->digest[i]) {
+                *content = *content || (d ^ c->digest[i]) != 1;
+                c->changed[nchanged++] = i;
+            }
+        }
+        return (long)nchanged;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t d = worker_digest(&in->workers[i]);
+        if (d != c->digest[i]) {
+            if (nchanged == limit) {
+                return -1;
+            }
+            *content = *content || (d ^ c->digest[i]) != 1;
+            c->changed[nchanged++] = i;
+        }
+    }
+    return (long)nchanged;
+}
+
 static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render_input *in)
 {
     if (!c->valid || in->nworkers != c->n || in->port != c->port || in->complete != c->complete ||
@@ -1582,33 +1616,12 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
     if (mode != c->mode) {
         return -1;
     }
-    size_t limit = n / CACHE_SPLICE_MAX_DIV + 1;
-    size_t nchanged = 0;
     bool content = false; /* a change beyond readiness */
-    if (dirty_usable(in, limit)) {
-        /* Only the listed workers can differ: compare those, in index
-         * order (the splices walk c->changed upwards), each once. */
-        size_t m = sort_unique(c->changed, in->dirty, in->ndirty);
-        for (size_t k = 0; k < m; k++) {
-            size_t i = c->changed[k];
-            uint64_t d = worker_digest(&in->workers[i]);
-            if (d != c->digest[i]) {
-                content = content || (d ^ c->digest[i]) != 1;
-                c->changed[nchanged++] = i;
-            }
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t d = worker_digest(&in->workers[i]);
-            if (d != c->digest[i]) {
-                if (nchanged == limit) {
-                    return -1;
-                }
-                content = content || (d ^ c->digest[i]) != 1;
-                c->changed[nchanged++] = i;
-            }
-        }
+    long found = find_changed(c, in, &content);
+    if (found < 0) {
+        return -1;
     }
+    size_t nchanged = (size_t)found;
     /* Check the changed workers as the full render would (the others passed
      * it with the same mode and completeness). */
     for (size_t k = 0; k < nchanged; k++) {

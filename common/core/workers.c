@@ -661,10 +661,9 @@ int mesh_workers_patch(struct mesh_workers *w, const struct mesh_workers_opts *o
 {
     if (mesh_k8s_pod_rec_has(old, MESH_K8S_REC_INVALID) ||
         mesh_k8s_pod_rec_has(upd, MESH_K8S_REC_INVALID) ||
-        strcmp(name_of(old), name_of(upd)) != 0 ||
-        old->completion_index != upd->completion_index || old->pod_index != upd->pod_index ||
-        old->job_index != upd->job_index || old->job_global_index != upd->job_global_index ||
-        is_leaving(old) != is_leaving(upd)) {
+        strcmp(name_of(old), name_of(upd)) != 0 || old->completion_index != upd->completion_index ||
+        old->pod_index != upd->pod_index || old->job_index != upd->job_index ||
+        old->job_global_index != upd->job_global_index || is_leaving(old) != is_leaving(upd)) {
         return MESH_WORKERS_PATCH_REBUILD; /* slots, problems or counts move */
     }
     if (opts->mode == MESH_ADDR_AUTO && has_host(old) != has_host(upd)) {

@@ -60,9 +60,9 @@ struct mesh_workers {
                         pods; stable text, so a caller can log each once */
     size_t nproblems;
     /* How the slots were assigned (read by mesh_workers_patch). */
-    bool indexed;      /* from index labels (else natural name order) */
-    long per_slice;    /* hosts per slice used for slice-major indices */
-    char **extra;      /* owned: strings mesh_workers_patch could not store in place */
+    bool indexed;   /* from index labels (else natural name order) */
+    long per_slice; /* hosts per slice used for slice-major indices */
+    char **extra;   /* owned: strings mesh_workers_patch could not store in place */
     size_t nextra;
 };
 

@@ -691,8 +691,8 @@ static void test_patch_differential(void **state)
             recs[k] = upd;
             pods[k] = q;
             struct mesh_workers fresh;
-            assert_int_equal(mesh_workers_build((const struct mesh_k8s_pod_rec *const *)recs, n,
-                                                &o, &fresh, &err),
+            assert_int_equal(mesh_workers_build((const struct mesh_k8s_pod_rec *const *)recs, n, &o,
+                                                &fresh, &err),
                              0);
             if (rc == MESH_WORKERS_PATCH_REBUILD) {
                 rebuilt++;

@@ -94,6 +94,18 @@ struct mesh_sidecar_status {
     size_t nlat;
 };
 
+/* Most pod updates remembered between two recomputes for patching the
+ * worker list (mesh_workers_patch); more, or any add, delete or relist,
+ * rebuild it from the store. */
+#define MESH_SIDECAR_DELTA_MAX 32
+
+/* One pod updated since the last recompute: its key and the record the
+ * worker list was built from (the first old record seen, owned). */
+struct mesh_sidecar_delta {
+    char *key;
+    struct mesh_k8s_pod_rec *old;
+};
+
 /* Process context (STYLE.md R7): one per process, created by main. */
 struct mesh_sidecar {
     struct mesh_sidecar_opts opts;
@@ -142,6 +154,22 @@ struct mesh_sidecar {
     int64_t cost_workers_us, cost_render_us, cost_write_us;
     int64_t renamed_us; /* CLOCK_MONOTONIC us when the last publish's renames were done */
     int self_hint;      /* main thread: this pod's slot at the last recompute, -1 = none */
+    /* Main thread: the worker list of the last recompute and the options it
+     * was built with. A recompute that follows only a few pod updates
+     * patches it (mesh_workers_patch, O(1) per update) and hands the render
+     * cache the changed slots, instead of walking the whole store: at 16,384
+     * pods that is ~0.8 ms saved per change. */
+    struct mesh_workers w;
+    struct mesh_workers_opts w_opts;
+    bool have_w;
+    bool w_rendered; /* the render cache's last input was w as it is now */
+    /* Updates since the last recompute; the informer thread appends (its
+     * callbacks hold the store lock) and recompute takes them under the
+     * same lock, so the list and the store always agree. */
+    struct mesh_sidecar_delta delta[MESH_SIDECAR_DELTA_MAX];
+    size_t ndelta;
+    bool delta_overflow; /* an add, delete, relist or too many updates: rebuild */
+    atomic_uint_fast64_t w_patched, w_rebuilt; /* recomputes that patched / rebuilt it */
     /* chg_mu makes "note the arrival time, bump `changes`" (callbacks) and
      * "read `changes`, take the arrival time" (recompute) atomic pairs, so
      * a recompute never takes a time whose change it will not see, nor

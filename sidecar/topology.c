@@ -76,21 +76,57 @@ static void note_change(struct mesh_sidecar *ctx)
     pthread_mutex_unlock(&ctx->chg_mu);
 }
 
+/* Remember an update for the next recompute's patch (store lock held: the
+ * callbacks run under it). A key already listed keeps its first old
+ * record, the one the worker list was built from. */
+static void note_delta(struct mesh_sidecar *ctx, const char *key,
+                       const struct mesh_k8s_pod_rec *old)
+{
+    if (ctx->delta_overflow) {
+        return;
+    }
+    for (size_t i = 0; i < ctx->ndelta; i++) {
+        if (strcmp(ctx->delta[i].key, key) == 0) {
+            return;
+        }
+    }
+    if (ctx->ndelta == MESH_SIDECAR_DELTA_MAX) {
+        ctx->delta_overflow = true;
+        return;
+    }
+    struct mesh_sidecar_delta *d = &ctx->delta[ctx->ndelta++];
+    d->key = mesh_strdup(key);
+    d->old = mesh_malloc(old->size);
+    memcpy(d->old, old, old->size);
+}
+
+/* Forget the remembered updates (store lock held). */
+static void drop_deltas(struct mesh_sidecar *ctx)
+{
+    for (size_t i = 0; i < ctx->ndelta; i++) {
+        mesh_free(ctx->delta[i].key);
+        mesh_free(ctx->delta[i].old);
+    }
+    ctx->ndelta = 0;
+    ctx->delta_overflow = false;
+}
+
 void mesh_sidecar_on_add(void *vctx, const char *key, const void *rec)
 {
     struct mesh_sidecar *ctx = vctx;
     (void)key;
     (void)rec;
     atomic_fetch_add(&ctx->ev_added, 1);
+    ctx->delta_overflow = true;
     note_change(ctx);
 }
 
 void mesh_sidecar_on_update(void *vctx, const char *key, const void *old_rec, const void *new_rec)
 {
     struct mesh_sidecar *ctx = vctx;
-    (void)key;
     atomic_fetch_add(&ctx->ev_modified, 1);
     if (!mesh_k8s_pod_rec_equal(old_rec, new_rec)) {
+        note_delta(ctx, key, old_rec);
         note_change(ctx);
     }
 }
@@ -101,6 +137,7 @@ void mesh_sidecar_on_delete(void *vctx, const char *key, const void *old_rec)
     (void)key;
     (void)old_rec;
     atomic_fetch_add(&ctx->ev_deleted, 1);
+    ctx->delta_overflow = true;
     note_change(ctx);
 }
 
@@ -109,6 +146,7 @@ void mesh_sidecar_on_synced(void *vctx, size_t count)
     struct mesh_sidecar *ctx = vctx;
     (void)count;
     atomic_fetch_add(&ctx->syncs, 1);
+    ctx->delta_overflow = true;
     note_change(ctx);
 }
 
@@ -213,7 +251,8 @@ static int cmp_u64(const void *a, const void *b)
  * retried on the next one-second tick). */
 #define DNS_BUDGET_MS 2000
 
-static bool verify_dns(struct mesh_sidecar *ctx, struct mesh_workers *w, char *reason, size_t cap)
+static bool verify_dns(struct mesh_sidecar *ctx, const struct mesh_workers *w, char *reason,
+                       size_t cap)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, cap - 1);
@@ -421,10 +460,13 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
  * disk (ctx->known) that is the answer; the others (start-up, after a
  * failure, env files first rendered) are compared with the disk. Only when
  * a file differs is the set published at generation + 1. */
-static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_workers *w, int self,
-                              bool complete, const char *reason, int64_t now_ms)
+static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_workers *w,
+                              const size_t *dirty, size_t ndirty, int self, bool complete,
+                              const char *reason, int64_t now_ms)
 {
     struct mesh_render_input in = {
+        .dirty = dirty,
+        .ndirty = ndirty,
         .slice = ctx->have_slice ? &ctx->slice : NULL,
         .workers = w->workers,
         .nworkers = w->nworkers,
@@ -543,24 +585,62 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t wok
     return rc;
 }
 
+/* Apply the remembered updates to ctx->w (store lock held): true when
+ * every one was patched in; dirty[] (MESH_SIDECAR_DELTA_MAX entries)
+ * receives the slots that changed. False: the list must be rebuilt. */
+static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_opts *o,
+                          size_t *dirty, size_t *ndirty)
+{
+    *ndirty = 0;
+    if (!ctx->have_w || ctx->delta_overflow || o->mode != ctx->w_opts.mode ||
+        o->expected != ctx->w_opts.expected || o->per_slice != ctx->w_opts.per_slice) {
+        return false;
+    }
+    for (size_t i = 0; i < ctx->ndelta; i++) {
+        const struct mesh_k8s_pod_rec *cur = mesh_k8s_informer_lookup(ctx->inf, ctx->delta[i].key);
+        if (cur == NULL) {
+            return false;
+        }
+        int slot = mesh_workers_patch(&ctx->w, o, ctx->delta[i].old, cur);
+        if (slot == MESH_WORKERS_PATCH_REBUILD) {
+            return false;
+        }
+        if (slot >= 0) {
+            dirty[(*ndirty)++] = (size_t)slot;
+        }
+    }
+    return true;
+}
+
 static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
 {
-    struct collect col = {0};
-    struct mesh_workers w;
     struct mesh_workers_opts o = {ctx->opts.address_mode, ctx->expected, ctx->per_slice};
     struct mesh_err err;
     mesh_err_clear(&err);
 
-    /* Records are borrowed from the store: build under its lock (the worker
-     * list copies what it needs). */
+    /* Records are borrowed from the store: patch or build under its lock
+     * (the worker list copies what it needs). */
     int64_t t0 = mono_us();
+    size_t dirty[MESH_SIDECAR_DELTA_MAX], ndirty = 0;
+    int rc = 0;
     mesh_k8s_informer_lock(ctx->inf);
-    col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
-    col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
-    (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
-    int rc = mesh_workers_build(col.v, col.n, &o, &w, &err);
+    bool patched = patch_workers(ctx, &o, dirty, &ndirty);
+    drop_deltas(ctx);
+    if (patched) {
+        atomic_fetch_add(&ctx->w_patched, 1);
+    } else {
+        /* The old list goes first: the peak holds one list, not two. */
+        mesh_workers_cleanup(&ctx->w);
+        ctx->have_w = false;
+        atomic_fetch_add(&ctx->w_rebuilt, 1);
+        struct collect col = {0};
+        col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
+        col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
+        (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
+        rc = mesh_workers_build(col.v, col.n, &o, &ctx->w, &err);
+        mesh_free(col.v);
+    }
     mesh_k8s_informer_unlock(ctx->inf);
-    mesh_free(col.v);
     ctx->cost_workers_us = mono_us() - t0;
     if (rc < 0) {
         if (strcmp(err.msg, ctx->last_reason) != 0) {
@@ -568,44 +648,55 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
             snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", err.msg);
         }
         fail_status(ctx, err.msg);
-        mesh_workers_cleanup(&w);
+        mesh_workers_cleanup(&ctx->w);
         return rc;
     }
-    log_problems(ctx, &w);
+    /* The render cache may compare only the patched slots when its last
+     * input was this list before the patch. */
+    bool hint = patched && ctx->w_rendered;
+    ctx->have_w = true;
+    ctx->w_opts = o;
+    ctx->w_rendered = false;
+    const struct mesh_workers *w = &ctx->w;
+    log_problems(ctx, w);
 
     /* Our slot rarely moves: check last time's before scanning them all. */
-    int self = ctx->self_hint >= 0 && (size_t)ctx->self_hint < w.nworkers &&
+    int self = ctx->self_hint >= 0 && (size_t)ctx->self_hint < w->nworkers &&
                        ctx->pod_name[0] != '\0' &&
-                       strcmp(w.workers[ctx->self_hint].pod, ctx->pod_name) == 0
+                       strcmp(w->workers[ctx->self_hint].pod, ctx->pod_name) == 0
                    ? ctx->self_hint
-                   : mesh_workers_index_of(&w, ctx->pod_name);
+                   : mesh_workers_index_of(w, ctx->pod_name);
     ctx->self_hint = self;
-    bool complete = w.complete;
+    bool complete = w->complete;
     char reason[sizeof(ctx->st.reason)];
-    snprintf(reason, sizeof(reason), "%s", w.reason);
+    snprintf(reason, sizeof(reason), "%s", w->reason);
     if (complete && self < 0) {
         complete = false;
         snprintf(reason, sizeof(reason), "this pod (%s) is not among the %zu workers",
-                 ctx->pod_name, w.nworkers);
+                 ctx->pod_name, w->nworkers);
     }
-    if (complete && ctx->opts.verify_dns && w.mode == MESH_ADDR_DNS) {
-        complete = verify_dns(ctx, &w, reason, sizeof(reason));
+    if (complete && ctx->opts.verify_dns && w->mode == MESH_ADDR_DNS) {
+        complete = verify_dns(ctx, w, reason, sizeof(reason));
     }
-    log_transition(ctx, complete, reason, &w);
+    log_transition(ctx, complete, reason, w);
 
-    if (w.nworkers == 0) {
+    if (w->nworkers == 0) {
         /* Nothing to publish (never an empty DTENSOR_JOBS, DESIGN.md §5). */
-        set_status(ctx, false, reason, &w, false, now_ms);
+        set_status(ctx, false, reason, w, false, now_ms);
     } else {
-        rc = render_and_publish(ctx, &w, self, complete, reason, now_ms);
+        rc =
+            render_and_publish(ctx, w, hint ? dirty : NULL, ndirty, self, complete, reason, now_ms);
+        ctx->w_rendered = true; /* after a failure the cache is empty: a full render next */
     }
-    mesh_workers_cleanup(&w);
     ctx->have_cur = true;
     return rc;
 }
 
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
 {
+    mesh_workers_cleanup(&ctx->w);
+    ctx->have_w = false;
+    drop_deltas(ctx);
     mesh_render_cache_free(ctx->cache);
     ctx->cache = NULL;
     ctx->known = 0;
@@ -706,6 +797,15 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
                           (unsigned long long)atomic_load(&ctx->ev_added),
                           (unsigned long long)atomic_load(&ctx->ev_modified),
                           (unsigned long long)atomic_load(&ctx->ev_deleted));
+    METRIC("tpumesh_worker_list_updates_total", "counter",
+           "Recomputes of the worker list: patched (a few pod updates applied in place) or "
+           "rebuilt from the whole store (start-up, adds, deletes, relists, bursts, and any "
+           "change while the topology is incomplete).");
+    (void)mesh_buf_printf(&b, NULL,
+                          "tpumesh_worker_list_updates_total{how=\"patched\"} %llu\n"
+                          "tpumesh_worker_list_updates_total{how=\"rebuilt\"} %llu\n",
+                          (unsigned long long)atomic_load(&ctx->w_patched),
+                          (unsigned long long)atomic_load(&ctx->w_rebuilt));
     METRIC("tpumesh_publishes_total", "counter", "Publishes that replaced at least one file.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_total %llu\n",
                           (unsigned long long)st.publishes);

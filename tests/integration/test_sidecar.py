@@ -329,6 +329,23 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
           n is not None and n >= 10 and p50 is not None and 0 < p50 < 5, (n, p50))
     check("/metrics: latency HELP says from event arrival",
           "arrival of the earliest change" in body)
+    patched = a.metric('tpumesh_worker_list_updates_total{how="patched"}')
+    rebuilt = a.metric('tpumesh_worker_list_updates_total{how="rebuilt"}')
+    check("/metrics: single pod updates patched the worker list, the rest rebuilt it",
+          patched is not None and patched >= 5 and rebuilt is not None and rebuilt >= 5,
+          (patched, rebuilt))
+    # After all those patches, the published list is exactly the store's.
+    live = {}
+    for p in c.pods():
+        md, st = p["metadata"], p.get("status", {})
+        idx = md.get("annotations", {}).get("batch.kubernetes.io/job-completion-index")
+        if md.get("deletionTimestamp") or idx is None or not re.match(r"^trainer-\d-[a-z]{5}$", md["name"]):
+            continue  # the hostile pods of step 7 are left out
+        ready = any(x.get("type") == "Ready" and x.get("status") == "True"
+                    for x in st.get("conditions", []))
+        live[int(idx)] = (md["name"], st.get("podIP", ""), ready)
+    shown = {w["index"]: (w["pod"], w["ip"], w["ready"]) for w in a.topology()["workers"]}
+    check("patched worker list equals the pods in the apiserver", shown == live, (shown, live))
 
     # 9. SIGTERM: exit 0 within a second, files stay.
     gen = a.topology()["generation"]

@@ -36,6 +36,9 @@ if not os.path.isabs(BUILD):
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 from simctl import start_sim  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu import cpu_seconds  # noqa: E402
+
 PY = "/usr/bin/python3"
 SELECTOR = "batch.kubernetes.io/job-name=trainer"
 # User-Agent substrings that tell the peers' watches apart in the simulator's stats.
@@ -43,13 +46,6 @@ AGENTS = {"c": "tpumesh", "py": "OpenAPI-Generator", "kc": "kubectl"}
 IN_MOVED_TO = 0x80
 IN_CLOSE_WRITE = 0x8
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    tck = os.sysconf("SC_CLK_TCK")
-    return (int(parts[11]) + int(parts[12])) / tck
 
 
 def peak_rss_kib(pid):

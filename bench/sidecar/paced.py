@@ -35,15 +35,12 @@ BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 from simctl import start_sim  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu import cpu_seconds  # noqa: E402
+
 DEBUG_LINE = re.compile(r"generation \d+: (\d+) us from event arrival \(wake-up after (-?\d+) us; "
                         r"workers (\d+) us, render (\d+) us, write (\d+) us\)")
 PARTS = ("total", "wake-up", "workers", "render", "write")
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(vals, p):

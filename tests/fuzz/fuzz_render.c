@@ -90,7 +90,8 @@ static void check_json(const char *s, size_t len)
 /* The incremental renderer (mesh_render_cache_*) agrees with the full one,
  * bytes and errors: the input, then derived changes (a worker takes another
  * one's ip, host or pod name, readiness flips, the generation moves), each
- * rendered both ways. Changes w's pointers (into the same buffers). */
+ * rendered both ways, half of them with the cache told which worker
+ * changed. Changes w's pointers (into the same buffers). */
 static void check_cache(struct mesh_render_input *in, struct mesh_worker *w, size_t n)
 {
     struct mesh_render_cache *c = mesh_render_cache_new();
@@ -116,7 +117,14 @@ static void check_cache(struct mesh_render_input *in, struct mesh_worker *w, siz
         mesh_err_clear(&e2);
         mesh_render_out_init(&full);
         int r1 = mesh_render_all(in, &full, &e1);
+        /* On every other step tell the cache which worker changed (the
+         * sidecar's patched updates do): the one a took its values into. */
+        size_t dirty = n > 0 ? step % n : 0;
+        in->dirty = step > 0 && n > 0 && step % 2 == 0 ? &dirty : NULL;
+        in->ndirty = in->dirty != NULL ? 1 : 0;
         int r2 = mesh_render_cache_update(c, in, NULL, &e2);
+        in->dirty = NULL;
+        in->ndirty = 0;
         if (r1 != r2 || (r1 < 0 && strcmp(e1.msg, e2.msg) != 0)) {
             abort();
         }

@@ -10,6 +10,14 @@
  * published (right after start-up, the files are compared with the disk).
  * Only when something differs is it moved to generation + 1 and published;
  * files with unchanged bytes are left untouched (same inode and mtime).
+ *
+ * The worker list is kept between recomputes. The informer callbacks note
+ * which pods were updated (with the record the list was built from); when
+ * only a few were, the recompute patches them in (mesh_workers_patch) and
+ * tells the render cache which slots changed, instead of walking the whole
+ * store. Adds, deletes, relists, bursts and anything a patch cannot apply
+ * (an index or liveness change, a complete job becoming incomplete) rebuild
+ * it from the store.
  */
 #include <netdb.h>
 #include <arpa/inet.h>

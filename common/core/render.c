@@ -1527,9 +1527,6 @@ static int check_header(const struct mesh_render_input *in, struct mesh_err *err
     return rc;
 }
 
-/* The incremental update; -1 when it cannot apply (the caller renders in
- * full), else the mask of changed files. Touches nothing before it knows it
- * applies. */
 /* Can in->dirty stand in for comparing every worker? It must fit c->changed
  * (limit entries, the most a patch takes) and name only workers that exist. */
 static bool dirty_usable(const struct mesh_render_input *in, size_t limit)
@@ -1602,6 +1599,9 @@ static long find_changed(struct mesh_render_cache *c, const struct mesh_render_i
     return (long)nchanged;
 }
 
+/* The incremental update; -1 when it cannot apply (the caller renders in
+ * full), else the mask of changed files. Touches nothing before it knows it
+ * applies. */
 static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render_input *in)
 {
     if (!c->valid || in->nworkers != c->n || in->port != c->port || in->complete != c->complete ||

@@ -46,8 +46,9 @@ struct mesh_workers_opts {
  * workers[i].pod[0] == '\0'. */
 struct mesh_workers {
     struct mesh_worker *workers; /* owned: ONE block holding the nworkers entries
-                                    (== expected) and the strings they point to;
-                                    valid after the records are gone */
+                                    (== expected) and the strings they point to
+                                    (after mesh_workers_patch some strings live
+                                    in `extra`); valid after the records are gone */
     size_t nworkers;
     enum mesh_addr_mode mode; /* resolved: MESH_ADDR_DNS or MESH_ADDR_IP */
     bool complete;

@@ -1188,26 +1188,36 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
     return best;
 }
 
-int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
-                    struct mesh_err *err)
+/* Every check of the set, in the order the five renderers ran them one
+ * after the other (the first failure wins), each worker checked once. On
+ * success *p is ready for the writers (prep_cleanup it); on failure it has
+ * been released. */
+static int check_all(const struct mesh_render_input *in, struct prep *p, struct mesh_err *err)
 {
-    /* The checks of the five renderers in the order they ran one after the
-     * other (the first failure wins), each worker checked once; then
-     * writers that cannot fail. */
-    struct prep p;
-    int rc = check_common(in, &p, err);
+    int rc = check_common(in, p, err);
     if (rc < 0) {
         return rc;
     }
     rc = check_slice_terminated(in->slice, err);
     if (rc == 0 && in->complete) {
-        rc = check_complete(&p, err);
+        rc = check_complete(p, err);
         if (rc == 0 && in->slice != NULL) {
             rc = check_slice_tokens(in->slice, err);
         }
     }
     if (rc < 0) {
-        prep_cleanup(&p);
+        prep_cleanup(p);
+    }
+    return rc;
+}
+
+int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
+                    struct mesh_err *err)
+{
+    /* The checks, then writers that cannot fail. */
+    struct prep p;
+    int rc = check_all(in, &p, err);
+    if (rc < 0) {
         return rc;
     }
     struct mesh_render_out tmp;
@@ -1665,21 +1675,9 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
 static int cache_full(struct mesh_render_cache *c, const struct mesh_render_input *in,
                       struct mesh_err *err)
 {
-    /* mesh_render_all's checks, in its order (first failure wins). */
     struct prep p;
-    int rc = check_common(in, &p, err);
+    int rc = check_all(in, &p, err);
     if (rc < 0) {
-        return rc;
-    }
-    rc = check_slice_terminated(in->slice, err);
-    if (rc == 0 && in->complete) {
-        rc = check_complete(&p, err);
-        if (rc == 0 && in->slice != NULL) {
-            rc = check_slice_tokens(in->slice, err);
-        }
-    }
-    if (rc < 0) {
-        prep_cleanup(&p);
         return rc;
     }
     size_t n = in->nworkers;

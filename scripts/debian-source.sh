@@ -10,7 +10,8 @@
 #     resolved earlier from a signed index and kept in CACHE (PKG-debian.resolved).
 #  3. the signed indexes of SOURCES, in order: dists/SUITE/InRelease, verified with gpgv against
 #     the Debian archive keyring (it holds the security archive's keys too), must say
-#     `Codename: SUITE`; its SHA256 list gives the hash of main/source/Sources.xz; the
+#     `Codename: SUITE` and, when it has a Valid-Until, not be past it; its SHA256 list gives
+#     the hash of main/source/Sources.xz; the
 #     `Package: PKG` entry there gives the current version and, in Checksums-Sha256, the names
 #     and hashes of its .orig.tar.gz and .debian.tar.xz. The upstream version must match
 #     UPSTREAM_MATCH; when it is UPSTREAM itself, the .orig.tar.gz hash must be ORIG_SHA256 (the
@@ -175,6 +176,14 @@ ds_index() {
         ds_die "$url: the signature does not verify with $KEYRING; refusing the index"
     fi
     grep -qx "Codename: $2" "$IDX/Release" || ds_die "$url is signed but is not the $2 index (no 'Codename: $2')"
+    # A signed index past its Valid-Until (the security archive sets one; bookworm's has none)
+    # may be an old one replayed to hide a newer fix: refused, as apt refuses it.
+    until=$(sed -n 's/^Valid-Until: *//p' "$IDX/Release" | head -n 1)
+    if [ -n "$until" ]; then
+        until_s=$(date -u -d "$until" +%s 2>/dev/null) || ds_die "$url: Valid-Until '$until' is not a date; refusing the index"
+        [ "$(date -u +%s)" -le "$until_s" ] ||
+            ds_die "$url expired at $until (Valid-Until): a stale or replayed index; check the mirror (DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR) or pin a revision that is in the pool"
+    fi
     line=$(awk '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 }
         s && $3 == "main/source/Sources.xz" { print $1; exit }' "$IDX/Release")
     [ -n "$line" ] || ds_die "$url has no SHA256 entry for main/source/Sources.xz"

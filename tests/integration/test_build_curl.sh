@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/integration/test_build_curl.sh - scripts/build-curl.sh --fetch-only against a fake
 # Debian mirror (python3 http.server on 127.0.0.1, a free port): the pinned revision from the
-# pool; a newer one resolved from a gpgv-verified InRelease -> Sources.xz; the same kept in
+# pool; a newer one resolved from a gpgv-verified InRelease (within its Valid-Until) -> Sources.xz; the same kept in
 # the cache for offline use; and refusals of a bad signature, an unknown key, a Sources.xz or
 # a .debian.tar.xz whose SHA-256 differs from the signed index, a new upstream version.
 # The signing key is made here in a temporary GNUPGHOME; nothing is compiled.
@@ -60,7 +60,9 @@ mirror() {
     } >"$src/Sources"
     xz -k "$src/Sources"
     {
-        printf 'Origin: Debian\nSuite: stable\nCodename: %s\nComponents: main\nSHA256:\n' "${CODENAME:-bookworm}"
+        printf 'Origin: Debian\nSuite: stable\nCodename: %s\n' "${CODENAME:-bookworm}"
+        [ -z "${VALID_UNTIL:-}" ] || printf 'Valid-Until: %s\n' "$VALID_UNTIL"
+        printf 'Components: main\nSHA256:\n'
         printf ' %s %s main/binary-amd64/Packages.xz\n' "$NEW_SHA" 5
         printf ' %s %s main/source/Sources.xz\n' "$(sha "$src/Sources.xz")" "$(stat -c %s "$src/Sources.xz")"
     } >"$d/dists/bookworm/Release"
@@ -80,6 +82,9 @@ echo "junk" | xz >"$TMP/www/s/debian/dists/bookworm/main/source/Sources.xz"
 mirror u "7.90.0-1" "$NEW_SHA"
 CODENAME=trixie mirror t "$UP-10+deb12u99" "$NEW_SHA"
 ORIG_IN_INDEX=$NEW_SHA mirror o "$UP-10+deb12u99" "$NEW_SHA"
+VALID_UNTIL="Sat, 01 Jan 2000 00:00:00 UTC" mirror x "$UP-10+deb12u99" "$NEW_SHA"
+VALID_UNTIL="Fri, 01 Jan 2100 00:00:00 UTC" mirror f "$UP-10+deb12u99" "$NEW_SHA"
+VALID_UNTIL="soon" mirror g "$UP-10+deb12u99" "$NEW_SHA"
 
 "$PY" -u -m http.server 0 --bind 127.0.0.1 --directory "$TMP/www" >"$TMP/http.log" 2>&1 &
 HTTP_PID=$!
@@ -177,6 +182,27 @@ if [ $RC != 0 ] && has t "is signed but is not the bookworm index"; then
     ok "signed index of another codename refused"
 else
     fail "signed index of another codename refused" "rc=$RC" "$(show t)"
+fi
+
+# (c5) Valid-Until: an expired index is refused, one still valid is used, a garbled one refused.
+run x
+if [ $RC != 0 ] && has x "expired at Sat, 01 Jan 2000 00:00:00 UTC (Valid-Until)" &&
+    [ ! -e "$TMP/out-x/curl_$UP-10+deb12u99.debian.tar.xz" ]; then
+    ok "signed index past its Valid-Until refused"
+else
+    fail "signed index past its Valid-Until refused" "rc=$RC" "$(show x)"
+fi
+run f
+if [ $RC = 0 ] && has f "using Debian revision $UP-10+deb12u99 .*gpgv-verified bookworm index"; then
+    ok "signed index within its Valid-Until used"
+else
+    fail "signed index within its Valid-Until used" "rc=$RC" "$(show f)"
+fi
+run g
+if [ $RC != 0 ] && has g "Valid-Until 'soon' is not a date"; then
+    ok "signed index with a Valid-Until that is not a date refused"
+else
+    fail "signed index with a Valid-Until that is not a date refused" "rc=$RC" "$(show g)"
 fi
 
 # (d) the pool's .debian.tar.xz does not have the SHA-256 of the signed index: refused.

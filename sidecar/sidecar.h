@@ -153,7 +153,12 @@ struct mesh_sidecar {
      * plus the next generation's header; writing and renaming. */
     int64_t cost_workers_us, cost_render_us, cost_write_us;
     int64_t renamed_us; /* CLOCK_MONOTONIC us when the last publish's renames were done */
-    int self_hint;      /* main thread: this pod's slot at the last recompute, -1 = none */
+    /* The recompute in progress measures its publish from here (CLOCK_MONOTONIC us): the
+     * arrival of the earliest change it carries (the last byte of its watch event or
+     * LIST), else, for a retry, the main loop's wake-up. */
+    int64_t publish_from_us;
+    bool publish_from_event;
+    int self_hint; /* main thread: this pod's slot at the last recompute, -1 = none */
     /* Main thread: the worker list of the last recompute and the options it
      * was built with. A recompute that follows only a few pod updates
      * patches it (mesh_workers_patch, O(1) per update) and hands the render

@@ -531,8 +531,10 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
             /* A readiness-only publish is routine: debug level, not one
              * info line per flip. */
             mesh_log(readiness_only ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
-                     "published generation %llu (%zu files rewritten): %s",
-                     (unsigned long long)ctx->generation, written,
+                     "published generation %llu (%zu file%s rewritten, %.1f ms after the %s): %s",
+                     (unsigned long long)ctx->generation, written, written == 1 ? "" : "s",
+                     (double)(ctx->renamed_us - ctx->publish_from_us) / 1000.0,
+                     ctx->publish_from_event ? "change arrived" : "retry began",
                      complete ? "complete"
                               : "incomplete, env files keep the last complete version");
         }
@@ -575,10 +577,12 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t wok
     pthread_mutex_unlock(&ctx->chg_mu);
 
     uint64_t gen = ctx->generation;
+    ctx->publish_from_us = since > 0 ? since : woke_us;
+    ctx->publish_from_event = since > 0;
     int rc = recompute(ctx, now_ms);
     if (ctx->generation != gen) {
         /* Event to file: until the renames, not until this call's cleanup. */
-        int64_t from = since > 0 ? since : woke_us, lat = ctx->renamed_us - from;
+        int64_t from = ctx->publish_from_us, lat = ctx->renamed_us - from;
         mesh_sidecar_note_latency(ctx, lat);
         mesh_debug(MOD,
                    "generation %llu: %lld us from %s (wake-up after %lld us; workers %lld us, "

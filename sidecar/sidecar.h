@@ -159,14 +159,14 @@ struct mesh_sidecar {
     int64_t publish_from_us;
     bool publish_from_event;
     int self_hint; /* main thread: this pod's slot at the last recompute, -1 = none */
-    /* Main thread: the worker list of the last recompute and the options it
+    /* Main thread: the worker list of the last recompute (w.workers == NULL:
+     * none, after a failed build or before the first) and the options it
      * was built with. A recompute that follows only a few pod updates
      * patches it (mesh_workers_patch, O(1) per update) and hands the render
      * cache the changed slots, instead of walking the whole store: at 16,384
      * pods that is ~0.8 ms saved per change. */
     struct mesh_workers w;
     struct mesh_workers_opts w_opts;
-    bool have_w;
     bool w_rendered; /* the render cache's last input was w as it is now */
     /* Updates since the last recompute; the informer thread appends (its
      * callbacks hold the store lock) and recompute takes them under the

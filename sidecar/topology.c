@@ -604,7 +604,7 @@ static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_op
                           size_t *dirty, size_t *ndirty)
 {
     *ndirty = 0;
-    if (!ctx->have_w || ctx->delta_overflow || o->mode != ctx->w_opts.mode ||
+    if (ctx->w.workers == NULL || ctx->delta_overflow || o->mode != ctx->w_opts.mode ||
         o->expected != ctx->w_opts.expected || o->per_slice != ctx->w_opts.per_slice) {
         return false;
     }
@@ -643,7 +643,6 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     } else {
         /* The old list goes first: the peak holds one list, not two. */
         mesh_workers_cleanup(&ctx->w);
-        ctx->have_w = false;
         atomic_fetch_add(&ctx->w_rebuilt, 1);
         struct collect col = {0};
         col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
@@ -666,7 +665,6 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     /* The render cache may compare only the patched slots when its last
      * input was this list before the patch. */
     bool hint = patched && ctx->w_rendered;
-    ctx->have_w = true;
     ctx->w_opts = o;
     ctx->w_rendered = false;
     const struct mesh_workers *w = &ctx->w;
@@ -707,7 +705,6 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
 {
     mesh_workers_cleanup(&ctx->w);
-    ctx->have_w = false;
     drop_deltas(ctx);
     mesh_render_cache_free(ctx->cache);
     ctx->cache = NULL;

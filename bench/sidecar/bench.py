@@ -199,7 +199,7 @@ def run_size(n, events, changes, workdir):
 
         def logtime(key, pred):
             return next((t for t, l in logs[key] if pred(l)), None)
-        c_pub = logtime("c", lambda l: "published generation" in l)
+        c_pub = logtime("c", lambda l: "published generation" in l and l.endswith(": complete"))
         py_pub = logtime("py", lambda l: l.startswith("PUBLISHED") and l.endswith(" %d" % n))
         res["startup_s"] = {"c": (c_pub or float("nan")) - start["c"],
                             "py": (py_pub or float("nan")) - start["py"],

@@ -6,7 +6,8 @@ fixed rate, so every change is its own recompute and publish. Per run it prints:
 
   - CPU milliseconds per change (utime + stime from /proc, ticks of 10 ms),
   - publishes (tpumesh_publishes_total) and how the worker list was brought up to date
-    (tpumesh_worker_list_updates_total: patched in place or rebuilt from the store),
+    (tpumesh_worker_list_updates_total: patched in place or rebuilt from the store; counted
+    since start-up, so the rebuild after the initial LIST is in it),
   - event arrival to files renamed p50 / p90 / p99, from the sidecar's debug line
     "generation N: T us from event arrival (wake-up after .. us; workers .. us, render .. us,
     write .. us)", with the same quantiles of each part.

@@ -24,48 +24,16 @@ LDSAN    :=
 endif
 CPPFLAGS += -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"' -Icommon -I$(BUILD)/gen
 CFLAGS   += $(WARN) $(OPT) -MMD -MP
-# pack-relative-relocs (DT_RELR, glibc >= 2.36): the statically linked
-# OpenSSL's pointer tables need ~19,800 relative relocations; as RELA entries
-# they filled a 464 KiB segment that the loader reads in full at every start
-# (resident for the sidecar's whole life); packed they take 6 KiB.
-LDFLAGS  += -Wl,-z,relro,-z,now,-z,pack-relative-relocs $(LDSAN)
+LDFLAGS  += -Wl,-z,relro,-z,now $(LDSAN)
 
+# Every program links Debian's shared libraries (libcurl4, libwebsockets17,
+# libgrpc29, libssl3, libprotobuf-c1, libcjson1, libyaml-0-2): security fixes
+# reach the image through Debian's packages, and image scanners, which read the
+# package database, see every library the programs load. Never link a private
+# or static copy of a library (scripts/image-test.sh checks the binaries).
 CORE_LIBS := -lprotobuf-c -lcjson -lyaml -lm
 IO_LIBS   := -lcurl -lwebsockets -lgrpc -lgpr -lpthread
-# The two programs link gRPC C core and its dependencies (abseil, re2, c-ares,
-# upb, OpenSSL) statically: loading those ~55 shared libraries cost ~8 ms at
-# every start (bench/init) and ~9 MiB of mapped pages in the sidecar. libcurl
-# then binds to the same OpenSSL copy (the executable exports the symbols it
-# references). libstdc++ is named by soname: the runtime library is all gRPC's
-# C++ internals need, so the build needs no libstdc++-dev. Tests and tools keep
-# the faster dynamic link.
-#
-# libcurl, libwebsockets and OpenSSL are static in the two programs too. Debian's
-# libcurl4 loads 30-odd libraries (LDAP, RTMP -> GnuTLS, SSH, Kerberos, PSL, IDN,
-# nghttp2, ...) we never use: scripts/build-curl.sh builds a minimal libcurl.a from
-# Debian's source of the installed version (its patches applied), once per BUILD
-# into $(BUILD)/third_party (downloads cached in THIRD_PARTY_CACHE). The sidecar's
-# peak RSS fell by ~5 MB, tpumesh-init's start-up from 8.6 to 2.8 ms (bench/init).
-# The objects compile against the system's curl headers (libcurl4-openssl-dev, the
-# same 7.88.1 API); tests, fuzz replays and tools keep linking the shared system
-# libcurl (faster links, ASan builds need no third_party build), while the
-# integration tests run the real programs and so exercise the static one.
-#
-# OpenSSL 3's default provider references every algorithm, so a static link of
-# Debian's libcrypto.a pulls all of it in (2.2 MiB of the sidecar's 3.2 MiB text,
-# all resident over HTTPS). scripts/build-openssl.sh builds a minimal libssl.a and
-# libcrypto.a the same way (Debian's source and patches of the bookworm OpenSSL
-# 3.0, what TLS 1.2/1.3 clients and the libwebsockets server need) before
-# libcurl, which is compiled against it. Both programs link it in place of the
-# -lssl -lcrypto of gRPC's pkg-config list (never next to Debian's: two copies of
-# libcrypto's internals would mix); tests and tools keep the system's shared one.
-THIRD_PARTY       := $(BUILD)/third_party
-THIRD_PARTY_CACHE ?= $(THIRD_PARTY)
-CURL_A      := $(THIRD_PARTY)/curl/lib/libcurl.a
-OPENSSL_A   := $(THIRD_PARTY)/openssl/lib/libssl.a $(THIRD_PARTY)/openssl/lib/libcrypto.a
-GRPC_STATIC := $(filter-out -lssl -lcrypto,$(shell pkg-config --static --libs grpc))
-BIN_LIBS  := $(CURL_A) -Wl,-Bstatic -lwebsockets -lcap $(GRPC_STATIC) $(OPENSSL_A) -lz \
-             -Wl,-Bdynamic -l:libstdc++.so.6 -lpthread
+BIN_LIBS  := $(IO_LIBS)
 
 PROTOS     := $(shell find proto -name '*.proto' 2>/dev/null | sort)
 GEN_C      := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
@@ -152,23 +120,11 @@ $(BUILD)/core-pure.ok: $(CORE_LIB)
 	    { echo "common/core must not depend on curl, lws or grpc (see errors above)"; exit 1; }
 	@touch $@
 
-# The minimal static OpenSSL and libcurl (see BIN_LIBS); OpenSSL first, libcurl compiles
-# against it. Each script keeps its own cache key (its checksum, the pins, the compiler;
-# libcurl's also the OpenSSL build's stamp): when it has nothing to do, only the timestamps
-# move. A grouped target (&:): one run of build-openssl.sh makes both archives.
-$(OPENSSL_A) &: scripts/build-openssl.sh scripts/debian-source.sh
-	CC="$(CC)" scripts/build-openssl.sh $(THIRD_PARTY) $(THIRD_PARTY_CACHE)
-	@touch $(OPENSSL_A)
-
-$(CURL_A): scripts/build-curl.sh scripts/debian-source.sh $(OPENSSL_A)
-	CC="$(CC)" scripts/build-curl.sh $(THIRD_PARTY) $(THIRD_PARTY_CACHE)
-	@touch $@
-
-$(BUILD)/bin/tpumesh-init: $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB) $(CURL_A) $(OPENSSL_A)
+$(BUILD)/bin/tpumesh-init: $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) $(CORE_LIBS)
 
-$(BUILD)/bin/tpumesh-sidecar: $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB) $(CURL_A) $(OPENSSL_A)
+$(BUILD)/bin/tpumesh-sidecar: $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) $(CORE_LIBS)
 

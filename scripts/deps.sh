@@ -1,10 +1,6 @@
 #!/bin/sh
 # Install the Debian packages tpumesh builds and tests with (DESIGN.md §3),
-# only those that are missing. curl, patch and xz-utils fetch and patch the
-# minimal libcurl and OpenSSL (scripts/build-curl.sh, build-openssl.sh; perl
-# runs OpenSSL's Configure); libssl-dev, zlib1g-dev and
-# libcap-dev give the static archives the programs link (the -dev packages
-# above pull them in as well; named so the link does not rest on that). Idempotent; needs root (or sudo) on Debian
+# only those that are missing. Idempotent; needs root (or sudo) on Debian
 # bookworm when something is missing.
 set -eu
 

@@ -17,6 +17,7 @@
 
 #include "core/cleanup.h"
 #include "core/json.h"
+#include "core/names.h"
 #include "core/accel.h"
 #include "io/k8s_client.h"
 #include "io/log.h"
@@ -153,7 +154,7 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
     }
     snprintf(ctx->pod_name, sizeof(ctx->pod_name), "%s", ctx->opts.pod_name);
     const char *ns = ctx->opts.ns ? ctx->opts.ns : mesh_k8s_client_namespace(client);
-    if (!mesh_k8s_is_dns_label(ns, strlen(ns))) {
+    if (!mesh_names_is_dns_label(ns, strlen(ns))) {
         return mesh_err_set(err, MESH_E_CONFIG, 0, "namespace '%s' is not an RFC 1123 label", ns);
     }
     snprintf(ctx->ns, sizeof(ctx->ns), "%s", ns);
@@ -243,7 +244,7 @@ static void load_topology(struct mesh_sidecar *ctx, const char *path)
     /* DTensor's defaults ("localhost" for one client, "worker" otherwise)
      * are not a choice worth keeping: the worker count may differ now. */
     const char *jn = mesh_json_str(j, "jobName");
-    if (ctx->opts.job_name == NULL && jn != NULL && mesh_render_is_job_name(jn) &&
+    if (ctx->opts.job_name == NULL && jn != NULL && mesh_names_is_job_name(jn) &&
         strcmp(jn, "localhost") != 0 && strcmp(jn, "worker") != 0) {
         snprintf(ctx->job_name, sizeof(ctx->job_name), "%s", jn);
     }
@@ -252,7 +253,7 @@ static void load_topology(struct mesh_sidecar *ctx, const char *path)
 int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
 {
     if (ctx->opts.job_name != NULL) {
-        if (!mesh_render_is_job_name(ctx->opts.job_name)) {
+        if (!mesh_names_is_job_name(ctx->opts.job_name)) {
             return mesh_err_set(
                 err, MESH_E_CONFIG, 0,
                 "--job-name '%s' is not a TensorFlow job name ([A-Za-z][A-Za-z0-9_]*)",

@@ -13,7 +13,7 @@
 #include "cleanup.h"
 #include "json.h"
 #include "mem.h"
-#include "tpuenv.h"
+#include "names.h"
 
 /* Mark the record invalid with the reason "<what> '<val>' <tail>"; the first
  * reason found is kept. what and tail are ours, val comes from the pod. */
@@ -33,48 +33,6 @@ static void set_invalid(struct mesh_k8s_pod *p, const char *what, const char *va
     }
     shown[n] = '\0';
     snprintf(p->reason, sizeof(p->reason), "%s '%s' %s", what, shown, tail);
-}
-
-static bool is_lower_alnum(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-bool mesh_k8s_is_dns_label(const char *s, size_t len)
-{
-    if (len == 0 || len > 63 || !is_lower_alnum(s[0]) || !is_lower_alnum(s[len - 1])) {
-        return false;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if (!is_lower_alnum(s[i]) && s[i] != '-') {
-            return false;
-        }
-    }
-    return true;
-}
-
-bool mesh_k8s_is_dns_subdomain(const char *s, size_t len)
-{
-    /* The core's one DNS-name checker, lower case only (tpuenv.h). */
-    return mesh_tpuenv_is_dns_name(s, len, true, false);
-}
-
-/* Label values (k8s: <= 63, [A-Za-z0-9._-], alnum at both ends, or empty).
- * We only keep non-empty ones. */
-static bool is_label_value(const char *s)
-{
-    size_t len = strlen(s);
-    if (len == 0 || len > 63) {
-        return false;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (!alnum && ((i == 0 || i == len - 1) || (c != '-' && c != '_' && c != '.'))) {
-            return false;
-        }
-    }
-    return true;
 }
 
 /* Copy a string that has already been validated to fit. */
@@ -113,7 +71,7 @@ static void read_label(struct mesh_k8s_pod *p, const cJSON *labels, const char *
     if (v == NULL) {
         return;
     }
-    if (!is_label_value(v)) {
+    if (!mesh_names_is_label_value(v, strlen(v))) {
         set_invalid(p, key, v, "is not a valid label value");
         return;
     }
@@ -124,7 +82,7 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
 {
     const char *ns = mesh_json_str(md, "namespace");
     if (ns != NULL) {
-        if (mesh_k8s_is_dns_label(ns, strlen(ns))) {
+        if (mesh_names_is_dns_label(ns, strlen(ns))) {
             copy_str(p->ns, sizeof(p->ns), ns);
         } else {
             set_invalid(p, "metadata.namespace", ns, "is not an RFC 1123 label");
@@ -211,7 +169,7 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
         const char *kind = mesh_json_str(o, "kind");
         const char *name = mesh_json_str(o, "name");
         if (kind != NULL && name != NULL && strlen(kind) < sizeof(p->owner_kind) &&
-            is_label_value(name)) {
+            mesh_names_is_label_value(name, strlen(name))) {
             copy_str(p->owner_kind, sizeof(p->owner_kind), kind);
             copy_str(p->owner_name, sizeof(p->owner_name), name);
         }
@@ -229,7 +187,7 @@ static void read_spec(struct mesh_k8s_pod *p, const cJSON *spec)
         if (v == NULL || v[0] == '\0') {
             continue;
         }
-        if (!mesh_k8s_is_dns_label(v, strlen(v))) {
+        if (!mesh_names_is_dns_label(v, strlen(v))) {
             set_invalid(p, paths[i], v, "is not an RFC 1123 DNS label");
             continue;
         }
@@ -304,7 +262,7 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
     /* Pod names are RFC 1123 subdomains (<= 253). Anything else is hostile
      * or corrupt: keep a truncated copy for the log and leave the pod out. */
     copy_str(out->name, sizeof(out->name), name);
-    if (!mesh_k8s_is_dns_subdomain(name, strlen(name))) {
+    if (!mesh_names_is_k8s_name(name, strlen(name))) {
         set_invalid(out, "metadata.name", name, "is not an RFC 1123 subdomain");
     }
     read_metadata(out, md);

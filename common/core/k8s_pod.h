@@ -186,9 +186,4 @@ static inline bool mesh_k8s_pod_rec_has(const struct mesh_k8s_pod_rec *r, unsign
     return (r->flags & flag) != 0;
 }
 
-/* Is s (len bytes) an RFC 1123 DNS label (1-63 of [a-z0-9-], alnum at both
- * ends)? Is it an RFC 1123 subdomain (labels joined by '.', <= 253)? */
-bool mesh_k8s_is_dns_label(const char *s, size_t len);
-bool mesh_k8s_is_dns_subdomain(const char *s, size_t len);
-
 #endif

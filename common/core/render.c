@@ -13,7 +13,6 @@
  * writers that copy known lengths into one pre-sized block per file; no
  * JSON tree, no per-entry printf. Linear in the workers.
  */
-#include <arpa/inet.h>
 #include <float.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,8 +23,8 @@
 
 #include "cleanup.h"
 #include "mem.h"
+#include "names.h"
 #include "render.h"
-#include "tpuenv.h"
 
 /* "[" + IPv6 + "]:" + port, or a 253-byte host name + ":65535". */
 #define ADDR_MAX (MESH_HOST_MAX + 16)
@@ -60,68 +59,23 @@ void mesh_render_out_cleanup(struct mesh_render_out *out)
 
 /* ---- validation -------------------------------------------------------- */
 
-static bool is_alnum(char c)
+/* C-string forms of the names.h checks, as workers and slices hold their
+ * values: each reads at most its field's bound. A dotted-digits host name is
+ * syntactically fine here: every character is safe in an env file, and
+ * tpumesh-init refuses such host names earlier. */
+static bool is_hostname(const char *s)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    return s != NULL && mesh_names_is_dns_name(s, strnlen(s, MESH_HOST_MAX), false, false);
 }
 
-/* RFC 1123 names (tpuenv.h has the one checker; pod names are lower case).
- * Here a dotted-digits name is syntactically fine: every character is safe in
- * an env file, and tpumesh-init refuses such host names earlier. */
-static bool is_dns_name(const char *s, bool lower_only)
+static bool is_ip(const char *s, bool *out_v6)
 {
-    return s != NULL && mesh_tpuenv_is_dns_name(s, strnlen(s, 254), lower_only, false);
+    return s != NULL && mesh_names_is_ip(s, strnlen(s, MESH_IP_MAX), out_v6);
 }
 
-bool mesh_render_is_hostname(const char *s)
+static bool is_pod_name(const char *s)
 {
-    return is_dns_name(s, false);
-}
-
-bool mesh_render_is_pod_name(const char *s)
-{
-    return is_dns_name(s, true);
-}
-
-bool mesh_render_is_ip(const char *s, bool *out_v6)
-{
-    unsigned char addr[16];
-    if (s == NULL || strnlen(s, MESH_IP_MAX) >= MESH_IP_MAX) {
-        return false;
-    }
-    if (inet_pton(AF_INET, s, addr) == 1) {
-        if (out_v6 != NULL) {
-            *out_v6 = false;
-        }
-        return true;
-    }
-    if (inet_pton(AF_INET6, s, addr) == 1) {
-        if (out_v6 != NULL) {
-            *out_v6 = true;
-        }
-        return true;
-    }
-    return false;
-}
-
-bool mesh_render_is_job_name(const char *s)
-{
-    if (s == NULL) {
-        return false;
-    }
-    size_t n = strnlen(s, MESH_JOB_NAME_MAX);
-    if (n == 0 || n >= MESH_JOB_NAME_MAX) {
-        return false;
-    }
-    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z'))) {
-        return false;
-    }
-    for (size_t i = 1; i < n; i++) {
-        if (!is_alnum(s[i]) && s[i] != '_') {
-            return false;
-        }
-    }
-    return true;
+    return s != NULL && mesh_names_is_k8s_name(s, strnlen(s, MESH_POD_MAX));
 }
 
 /* A printable, bounded rendition of an untrusted value for error messages:
@@ -169,16 +123,15 @@ int mesh_render_check_worker(const struct mesh_worker *w, struct mesh_err *err)
         strnlen(w->pod, MESH_POD_MAX) >= MESH_POD_MAX) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "worker %d: a field is not terminated", w->index);
     }
-    if (w->host[0] != '\0' && !mesh_render_is_hostname(w->host) &&
-        !mesh_render_is_ip(w->host, NULL)) {
+    if (w->host[0] != '\0' && !is_hostname(w->host) && !is_ip(w->host, NULL)) {
         return bad_field(err, w->index, "host", w->host, MESH_HOST_MAX,
                          "a valid RFC 1123 host name or IP address; fix the pod's "
                          "hostname/subdomain or TPU_WORKER_HOSTNAMES");
     }
-    if (w->ip[0] != '\0' && !mesh_render_is_ip(w->ip, NULL)) {
+    if (w->ip[0] != '\0' && !is_ip(w->ip, NULL)) {
         return bad_field(err, w->index, "ip", w->ip, MESH_IP_MAX, "an IPv4 or IPv6 address");
     }
-    if (w->pod[0] != '\0' && !mesh_render_is_pod_name(w->pod)) {
+    if (w->pod[0] != '\0' && !is_pod_name(w->pod)) {
         return bad_field(err, w->index, "pod", w->pod, MESH_POD_MAX,
                          "a valid Kubernetes pod name (RFC 1123 subdomain)");
     }
@@ -231,7 +184,7 @@ static int host_port(const char *host, int port, char *out, size_t out_size, str
 {
     bool v6 = false;
     int n;
-    if (mesh_render_is_ip(host, &v6) && v6) {
+    if (is_ip(host, &v6) && v6) {
         n = snprintf(out, out_size, "[%s]:%d", host, port);
     } else {
         n = snprintf(out, out_size, "%s:%d", host, port);
@@ -299,35 +252,6 @@ static void prep_cleanup(struct prep *p)
     p->f = NULL;
 }
 
-/* A dotted quad in the only form inet_pton(AF_INET) accepts: four decimal
- * parts 0..255 without leading zeros. A false here is not a verdict: the
- * caller then asks inet_pton. */
-static bool is_plain_ipv4(const char *s, size_t n)
-{
-    if (n < 7 || n > 15) {
-        return false;
-    }
-    size_t i = 0;
-    for (int part = 0; part < 4; part++) {
-        if (part > 0) {
-            if (i >= n || s[i] != '.') {
-                return false;
-            }
-            i++;
-        }
-        size_t start = i;
-        unsigned v = 0;
-        while (i < n && i - start < 3 && s[i] >= '0' && s[i] <= '9') {
-            v = v * 10 + (unsigned)(s[i] - '0');
-            i++;
-        }
-        if (i == start || v > 255 || (i - start > 1 && s[start] == '0')) {
-            return false;
-        }
-    }
-    return i == n;
-}
-
 /* mesh_render_check_worker's verdict plus the worker's facts. The common
  * case (a pod name, an RFC 1123 host name, a dotted-quad IP) is settled by
  * the same name checker on lengths measured once; anything else goes to
@@ -339,13 +263,14 @@ static int check_worker_facts(const struct mesh_worker *w, struct wfacts *f, str
     size_t pl = strnlen(w->pod, MESH_POD_MAX);
     bool ok = hl < MESH_HOST_MAX && il < MESH_IP_MAX && pl < MESH_POD_MAX;
     if (ok && hl > 0) {
-        ok = mesh_tpuenv_is_dns_name(w->host, hl, false, false) || is_plain_ipv4(w->host, hl);
+        ok = mesh_names_is_dns_name(w->host, hl, false, false) ||
+             mesh_names_is_plain_ipv4(w->host, hl);
     }
     if (ok && il > 0) {
-        ok = is_plain_ipv4(w->ip, il);
+        ok = mesh_names_is_plain_ipv4(w->ip, il);
     }
     if (ok && pl > 0) {
-        ok = mesh_tpuenv_is_dns_name(w->pod, pl, true, false);
+        ok = mesh_names_is_dns_name(w->pod, pl, true, false);
     }
     f->pod_len = (uint16_t)pl;
     f->host_len = (uint16_t)hl;
@@ -395,7 +320,7 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
     if (in->mode != MESH_ADDR_AUTO && in->mode != MESH_ADDR_DNS && in->mode != MESH_ADDR_IP) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "unknown address mode %d", (int)in->mode);
     }
-    if (in->job_name != NULL && in->job_name[0] != '\0' && !mesh_render_is_job_name(in->job_name)) {
+    if (in->job_name != NULL && in->job_name[0] != '\0' && !mesh_names_is_job_name(in->job_name)) {
         char shown[96];
         escape_for_msg(in->job_name, MESH_JOB_NAME_MAX, shown, sizeof(shown));
         return mesh_err_set(err, MESH_E_INVAL, 0,
@@ -507,7 +432,7 @@ static int prepare_complete(const struct mesh_render_input *in, struct prep *p,
  * tokens. */
 static int check_slice_tokens(const struct mesh_slice *s, struct mesh_err *err)
 {
-    if (!mesh_render_is_hostname(s->accelerator_type) || !mesh_render_is_hostname(s->topology)) {
+    if (!is_hostname(s->accelerator_type) || !is_hostname(s->topology)) {
         return mesh_err_set(err, MESH_E_INVAL, 0,
                             "slice accelerator type or topology is "
                             "not a plain token");
@@ -1271,7 +1196,7 @@ int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t 
         if (h == NULL) {
             return mesh_err_set(err, MESH_E_INVAL, 0, "TPU endpoint %zu has no address", i);
         }
-        if (!mesh_render_is_ip(h, NULL) && !mesh_render_is_hostname(h)) {
+        if (!is_ip(h, NULL) && !is_hostname(h)) {
             char shown[96];
             escape_for_msg(h, strnlen(h, MESH_HOST_MAX), shown, sizeof(shown));
             return mesh_err_set(err, MESH_E_INVAL, 0,

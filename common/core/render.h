@@ -103,21 +103,6 @@ void mesh_render_out_cleanup(struct mesh_render_out *out);
 /* ---- validation (used by the renderers; exported for resolve and the
  * sidecar, which reject or leave out bad input before rendering) ---- */
 
-/* RFC 1123 host name: 1..253 characters, dot-separated labels of 1..63
- * [A-Za-z0-9-] that neither start nor end with '-'; no trailing dot. */
-bool mesh_render_is_hostname(const char *s);
-/* An IPv4 or IPv6 literal accepted by inet_pton (no brackets, no zone);
- * *out_v6 (may be NULL) tells which. */
-bool mesh_render_is_ip(const char *s, bool *out_v6);
-/* A Kubernetes pod name: RFC 1123 subdomain, lower case, <= 253. */
-bool mesh_render_is_pod_name(const char *s);
-/* A TensorFlow job name: [A-Za-z][A-Za-z0-9_]*, <= 63 characters. TF's
- * device-name parser (tensorflow/core/util/device_name_utils.cc,
- * ConsumeJobName) accepts [A-Za-z][A-Za-z0-9_]* in older versions and
- * [A-Za-z0-9_]+ in newer ones; we take the rule both accept. The length
- * cap is ours. */
-bool mesh_render_is_job_name(const char *s);
-
 /* Check one worker: host (a host name or an IP literal, GKE's
  * TPU_WORKER_HOSTNAMES may carry either, spec §4.5), ip and pod, each when
  * non-empty. Each string must end within its bound (MESH_HOST_MAX,

@@ -10,131 +10,11 @@
 
 #include "json.h"
 #include "mem.h"
+#include "names.h"
 #include "workers.h"
 
 /* Longest piece of offending input quoted in an error message. */
 #define SHOW_MAX 64
-
-static bool is_alnum(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-bool mesh_tpuenv_is_ip(const char *s, size_t len)
-{
-    char tmp[MESH_IP_MAX];
-    unsigned char bin[16];
-    if (s == NULL || len == 0 || len >= sizeof(tmp) || memchr(s, '\0', len) != NULL) {
-        return false;
-    }
-    memcpy(tmp, s, len);
-    tmp[len] = '\0';
-    return inet_pton(AF_INET, tmp, bin) == 1 || inet_pton(AF_INET6, tmp, bin) == 1;
-}
-
-/* Character classes for DNS names, one bit each: a character is allowed
- * in a label when its bit for the mode is set. Every other byte (NUL,
- * space, >= 0x80) has no bit; '.' has only DNS_DOT. */
-enum {
-    DNS_LOWER = 1, /* [a-z0-9-]: Kubernetes object names */
-    DNS_ANY = 2,   /* [A-Za-z0-9-] */
-    DNS_DIGIT = 4, /* [0-9] */
-    DNS_DOT = 8,   /* '.', a label separator, allowed in no label */
-};
-
-static const unsigned char dns_class[256] = {
-    ['-'] = DNS_LOWER | DNS_ANY,
-    ['.'] = DNS_DOT,
-#define D(c) [c] = DNS_LOWER | DNS_ANY | DNS_DIGIT
-    D('0'),
-    D('1'),
-    D('2'),
-    D('3'),
-    D('4'),
-    D('5'),
-    D('6'),
-    D('7'),
-    D('8'),
-    D('9'),
-#undef D
-#define L(c) [c] = DNS_LOWER | DNS_ANY, [c - 'a' + 'A'] = DNS_ANY
-    L('a'),
-    L('b'),
-    L('c'),
-    L('d'),
-    L('e'),
-    L('f'),
-    L('g'),
-    L('h'),
-    L('i'),
-    L('j'),
-    L('k'),
-    L('l'),
-    L('m'),
-    L('n'),
-    L('o'),
-    L('p'),
-    L('q'),
-    L('r'),
-    L('s'),
-    L('t'),
-    L('u'),
-    L('v'),
-    L('w'),
-    L('x'),
-    L('y'),
-    L('z'),
-#undef L
-};
-
-/* One label p[0..n) of a DNS name: 1..63 allowed bytes, no '-' at either
- * end. acc: the AND of the label's byte classes. */
-static bool dns_label_ok(const unsigned char *p, size_t n, unsigned acc, unsigned allow)
-{
-    return n > 0 && n <= 63 && p[0] != '-' && p[n - 1] != '-' && (acc & allow) != 0;
-}
-
-/* RFC 1123 names (tpuenv.h). A name made only of digits and dots (e.g.
- * "10.0.0") is not a host name: it is a broken IP. One pass: the classes of
- * a label's bytes are ANDed, so the mode's bit survives only when every
- * byte is allowed and DNS_DIGIT only when every byte is a digit; a dot
- * (DNS_DOT, no other bit) closes the label. */
-bool mesh_tpuenv_is_dns_name(const char *s, size_t len, bool lower_only, bool reject_numeric)
-{
-    if (s == NULL || len == 0 || len > 253) {
-        return false;
-    }
-    const unsigned char *p = (const unsigned char *)s;
-    const unsigned allow = lower_only ? DNS_LOWER : DNS_ANY;
-    unsigned digits = DNS_DIGIT, acc = 0xff;
-    size_t start = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned c = dns_class[p[i]];
-        if (c == DNS_DOT) {
-            if (!dns_label_ok(p + start, i - start, acc, allow)) {
-                return false;
-            }
-            digits &= acc;
-            acc = 0xff;
-            start = i + 1;
-        } else {
-            acc &= c;
-        }
-    }
-    if (!dns_label_ok(p + start, len - start, acc, allow)) {
-        return false; /* also a trailing dot: an empty last label */
-    }
-    digits &= acc;
-    return !(reject_numeric && digits != 0);
-}
-
-bool mesh_tpuenv_is_valid_host(const char *s, size_t len)
-{
-    if (s == NULL) {
-        return false;
-    }
-    return mesh_tpuenv_is_ip(s, len) || mesh_tpuenv_is_dns_name(s, len, false, true);
-}
 
 bool mesh_tpuenv_is_grpc(const char *s, size_t len)
 {
@@ -194,14 +74,14 @@ int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
             if (pass == 1) {
                 w[n].index = (int)n;
                 w[n].host = mesh_workers_block_put(&blk, item, ilen);
-                w[n].ip = mesh_tpuenv_is_ip(item, ilen) ? w[n].host : "";
+                w[n].ip = mesh_names_is_ip(item, ilen, NULL) ? w[n].host : "";
                 n++;
                 continue;
             }
             if (n >= max) {
                 return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
             }
-            if (!mesh_tpuenv_is_valid_host(item, ilen)) {
+            if (!mesh_names_is_host(item, ilen)) {
                 if (ilen == 0) {
                     return mesh_err_set(err, MESH_E_CONFIG, 0,
                                         "entry %zu is empty (remove the stray comma)", n);
@@ -277,7 +157,7 @@ static int parse_endpoint(const char *item, size_t ilen, size_t idx,
                                 show_len(ilen), item);
         }
     }
-    if (hlen == 0 || hlen >= MESH_IP_MAX || !mesh_tpuenv_is_valid_host(p, hlen)) {
+    if (hlen == 0 || hlen >= MESH_IP_MAX || !mesh_names_is_host(p, hlen)) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "endpoint %zu '%.*s' is not grpc://HOST[:PORT] with an IPv4 address or "
                             "host name (spaces are not trimmed)",
@@ -466,7 +346,7 @@ static int parse_tpuenv_line(const char *line, size_t llen, size_t lineno, struc
         return 0;
     }
     size_t kstart = i;
-    while (i < llen && (is_alnum(line[i]) || line[i] == '_')) {
+    while (i < llen && (mesh_names_is_alnum(line[i]) || line[i] == '_')) {
         i++;
     }
     size_t klen = i - kstart;
@@ -575,7 +455,7 @@ int mesh_tpuenv_parse_worker_endpoints(const char *s, size_t len, size_t max,
                 return mesh_err_set(err, MESH_E_TOOBIG, 0,
                                     "worker-network-endpoints lists more than %zu workers", max);
             }
-            if (ip == NULL || !mesh_tpuenv_is_ip(ip, iplen)) {
+            if (ip == NULL || !mesh_names_is_ip(ip, iplen, NULL)) {
                 return mesh_err_set(err, MESH_E_PARSE, 0,
                                     "worker-network-endpoints entry %zu '%.*s' is not "
                                     "hostname:uid:IP",

@@ -2,8 +2,8 @@
  * tpuenv.h - parsers for the TPU values that arrive as text: the GKE TPU VM
  * environment (TPU_WORKER_HOSTNAMES, TPU_HOST_BOUNDS, ...), legacy TPU Node
  * gRPC endpoint lists (KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS, --tpu grpc://...),
- * the GCE metadata attributes `tpu-env` and `worker-network-endpoints`, and
- * the host-name / IP validation every published worker goes through.
+ * and the GCE metadata attributes `tpu-env` and `worker-network-endpoints`.
+ * Names and addresses are validated with names.h.
  *
  * Pure (STYLE.md R8): no I/O. Every parser takes (buf, len), never needs a
  * NUL terminator and has limits (R9). Facts: spec/tpu-and-tensorflow.md
@@ -25,23 +25,9 @@
 /* Most keys a tpu-env document may hold. */
 #define MESH_TPUENV_MAX_KEYS 256
 
-/* True when s[0..len) is a valid RFC 1123 host name (labels of 1-63
- * [A-Za-z0-9-] not starting or ending with '-', total <= 253, an optional
- * trailing dot not allowed) or an IPv4/IPv6 literal. */
-bool mesh_tpuenv_is_valid_host(const char *s, size_t len);
-/* True when s[0..len) is a DNS name: dot-separated labels of 1-63
- * [A-Za-z0-9-] not starting or ending with '-', total <= 253, no trailing
- * dot. lower_only: upper-case letters are refused (Kubernetes object names).
- * reject_numeric: a name of only digits and dots ("10.0.0", a broken IP) is
- * refused (host names). The one DNS-name check of the core: render.c uses it
- * too. */
-bool mesh_tpuenv_is_dns_name(const char *s, size_t len, bool lower_only, bool reject_numeric);
-/* True when s[0..len) is an IPv4 or IPv6 literal (no brackets, no zone). */
-bool mesh_tpuenv_is_ip(const char *s, size_t len);
-
 /* Parse a comma list of worker host names or IPs (TPU_WORKER_HOSTNAMES,
  * spec §4.5: ordered and zero-indexed by TPU_WORKER_ID). Each entry must
- * pass mesh_tpuenv_is_valid_host; no spaces are trimmed. At most max
+ * pass mesh_names_is_host; no spaces are trimmed. At most max
  * entries. On success *out_workers is an array of *out_n workers (owned by
  * caller: one block holding the array and its strings, one mesh_free) with
  * index = position and host = the entry; an IP entry is also the ip. Errors: -MESH_E_CONFIG naming

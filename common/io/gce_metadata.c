@@ -17,6 +17,7 @@
 #include "core/buf.h"
 #include "core/cleanup.h"
 #include "core/json.h"
+#include "core/names.h"
 #include "core/mem.h"
 
 #define DEFAULT_HOST "metadata.google.internal"
@@ -217,7 +218,7 @@ int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out_value, s
     if (rc < 0) {
         return rc;
     }
-    if (!mesh_tpuenv_is_ip(v, strlen(v))) {
+    if (!mesh_names_is_ip(v, strlen(v), NULL)) {
         mesh_free(v);
         return mesh_err_set(err, MESH_E_API, 0,
                             "metadata instance/network-interfaces/0/ip is not an IP address");

@@ -15,6 +15,7 @@
 #include "core/buf.h"
 #include "core/cleanup.h"
 #include "core/json.h"
+#include "core/names.h"
 #include "core/mem.h"
 #include "io/log.h"
 
@@ -178,7 +179,7 @@ static int parse_ep(const cJSON *o, size_t idx, struct mesh_tpuenv_endpoint *ep,
 {
     const char *ip = mesh_json_str(o, "ipAddress");
     long long port = MESH_TPUENV_DEFAULT_PORT;
-    if (ip == NULL || strlen(ip) >= MESH_IP_MAX || !mesh_tpuenv_is_valid_host(ip, strlen(ip))) {
+    if (ip == NULL || strlen(ip) >= MESH_IP_MAX || !mesh_names_is_host(ip, strlen(ip))) {
         return mesh_err_set(err, MESH_E_PARSE, 0,
                             "networkEndpoints[%zu].ipAddress is missing or not an IP address", idx);
     }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "core/mem.h"
+#include "core/names.h"
 #include "core/tpuenv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -33,6 +34,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     int b[3];
     (void)mesh_tpuenv_parse_bounds("B", s, size, b, &err);
-    (void)mesh_tpuenv_is_valid_host(s, size);
+    (void)mesh_names_is_host(s, size);
     return 0;
 }

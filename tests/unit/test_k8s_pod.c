@@ -300,41 +300,12 @@ static void test_tpumesh_annotations(void **state)
     }
 }
 
-static void test_dns_names(void **state)
-{
-    (void)state;
-    static const struct {
-        const char *s;
-        bool label, subdomain;
-    } cases[] = {
-        {"a", true, true},
-        {"trainer-3", true, true},
-        {"w-10.svc", false, true},
-        {"-a", false, false},
-        {"a-", false, false},
-        {"A", false, false},
-        {"a..b", false, false},
-        {"a.", false, false},
-        {"", false, false},
-        {"a_b", false, false},
-        {". dtensor.env", false, false},
-        {"$(reboot)", false, false},
-        {"0123456789012345678901234567890123456789012345678901234567890123", false, false},
-        {"012345678901234567890123456789012345678901234567890123456789012", true, true},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const char *s = cases[i].s;
-        assert_int_equal(mesh_k8s_is_dns_label(s, strlen(s)), cases[i].label);
-        assert_int_equal(mesh_k8s_is_dns_subdomain(s, strlen(s)), cases[i].subdomain);
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),   cmocka_unit_test(test_equal_ignores_irrelevant),
         cmocka_unit_test(test_malformed),  cmocka_unit_test(test_tpumesh_annotations),
-        cmocka_unit_test(test_dns_names),  cmocka_unit_test(test_pack_fixtures),
+          cmocka_unit_test(test_pack_fixtures),
         cmocka_unit_test(test_pack_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * render_oracle.h - the reference renderer for the differential test
  * (tests/unit/test_render_json.c) and fuzz target
  * (tests/fuzz/fuzz_render_json.c): the renderer tpumesh shipped before the
- * direct writers, kept verbatim in behaviour. It checks every worker in
+ * direct writers, kept verbatim in behaviour, with validity rules of its own
+ * (not core/names.c's). It checks every worker in
  * every renderer, builds topology.json and tf_config.json as cJSON trees
  * printed with cJSON_Print / cJSON_PrintUnformatted, and assembles the env
  * files in a mesh_buf with mesh_render_shell_quote. Same signatures and
@@ -13,6 +14,7 @@
 #ifndef MESH_TEST_RENDER_ORACLE_H
 #define MESH_TEST_RENDER_ORACLE_H
 
+#include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +49,82 @@ static void oracle_escape(const char *s, size_t max_in, char *out, size_t out_si
     if (more && o + 4 < out_size) {
         memcpy(out + o, "...", 4);
     }
+}
+
+/* The oracle's own validity rules, written from RFC 1123 and TensorFlow's
+ * job-name rule byte by byte, independent of core/names.c: the renderer's
+ * verdicts are checked against these, not against themselves. */
+static bool oracle_is_dns_name(const char *s, size_t max, bool lower_only)
+{
+    size_t n = strnlen(s, max + 1);
+    if (n == 0 || n > 253) {
+        return false;
+    }
+    size_t label = 0;
+    for (size_t i = 0; i <= n; i++) {
+        char c = i < n ? s[i] : '.';
+        if (c == '.') {
+            if (label == 0 || label > 63 || s[i - 1] == '-' || s[i - label] == '-') {
+                return false;
+            }
+            label = 0;
+            continue;
+        }
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                  (!lower_only && c >= 'A' && c <= 'Z');
+        if (!ok) {
+            return false;
+        }
+        label++;
+    }
+    return true;
+}
+
+static bool render_oracle_is_hostname(const char *s)
+{
+    return oracle_is_dns_name(s, MESH_HOST_MAX - 1, false);
+}
+
+static bool oracle_is_ip(const char *s)
+{
+    unsigned char bin[16];
+    return strnlen(s, MESH_IP_MAX) < MESH_IP_MAX &&
+           (inet_pton(AF_INET, s, bin) == 1 || inet_pton(AF_INET6, s, bin) == 1);
+}
+
+static bool oracle_is_job_name(const char *s)
+{
+    size_t n = strnlen(s, MESH_JOB_NAME_MAX);
+    if (n == 0 || n >= MESH_JOB_NAME_MAX || !((s[0] | 0x20) >= 'a' && (s[0] | 0x20) <= 'z')) {
+        return false;
+    }
+    for (size_t i = 1; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A worker's verdict by the oracle's rules. The wording of the error is the
+ * renderer's (mesh_render_check_worker), but only when both agree that the
+ * worker is invalid; a disagreement is an error whose message no renderer
+ * produces, so the differential comparison fails on it. */
+static int o_check_worker(const struct mesh_worker *w, struct mesh_err *err)
+{
+    bool ok = strnlen(w->host, MESH_HOST_MAX) < MESH_HOST_MAX &&
+              strnlen(w->pod, MESH_POD_MAX) < MESH_POD_MAX;
+    ok = ok && (w->host[0] == '\0' || render_oracle_is_hostname(w->host) || oracle_is_ip(w->host));
+    ok = ok && (w->ip[0] == '\0' || oracle_is_ip(w->ip));
+    ok = ok && (w->pod[0] == '\0' || oracle_is_dns_name(w->pod, MESH_POD_MAX - 1, true));
+    int rc = mesh_render_check_worker(w, err);
+    if (ok != (rc == 0)) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "oracle and renderer disagree on worker %d",
+                            w->index);
+    }
+    return rc;
 }
 
 static int o_expected(const struct mesh_render_input *in)
@@ -86,7 +164,7 @@ static int o_check_common(const struct mesh_render_input *in, struct mesh_err *e
     if (in->mode != MESH_ADDR_AUTO && in->mode != MESH_ADDR_DNS && in->mode != MESH_ADDR_IP) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "unknown address mode %d", (int)in->mode);
     }
-    if (in->job_name != NULL && in->job_name[0] != '\0' && !mesh_render_is_job_name(in->job_name)) {
+    if (in->job_name != NULL && in->job_name[0] != '\0' && !oracle_is_job_name(in->job_name)) {
         char shown[96];
         oracle_escape(in->job_name, MESH_JOB_NAME_MAX, shown, sizeof(shown));
         return mesh_err_set(err, MESH_E_INVAL, 0,
@@ -99,7 +177,7 @@ static int o_check_common(const struct mesh_render_input *in, struct mesh_err *e
                             in->self_index);
     }
     for (size_t i = 0; i < in->nworkers; i++) {
-        int rc = mesh_render_check_worker(&in->workers[i], err);
+        int rc = o_check_worker(&in->workers[i], err);
         if (rc < 0) {
             return rc;
         }
@@ -272,8 +350,8 @@ static int o_tpu_env(const struct mesh_render_input *in, char **out_data, size_t
         const int *c = in->slice->chips_per_host_bounds;
         snprintf(hb, sizeof(hb), "%d,%d,%d", h[0], h[1], h[2]);
         snprintf(cb, sizeof(cb), "%d,%d,%d", c[0], c[1], c[2]);
-        if (!mesh_render_is_hostname(in->slice->accelerator_type) ||
-            !mesh_render_is_hostname(in->slice->topology)) {
+        if (!render_oracle_is_hostname(in->slice->accelerator_type) ||
+            !render_oracle_is_hostname(in->slice->topology)) {
             rc = mesh_err_set(err, MESH_E_INVAL, 0,
                               "slice accelerator type or topology is "
                               "not a plain token");

@@ -133,7 +133,34 @@ if grep -q 'GET https://127.0.0.1:[0-9]*/api/v1?timeout' "$TMP/disc.err"; then
 else
     ok "aggregated discovery: no legacy /api/v1 fallback"
 fi
-check_eq "kubectl api-resources" "namespaces pods" "$(K api-resources --no-headers | awk '{print $1}' | tr '\n' ' ' | sed 's/ $//')"
+check_eq "kubectl api-resources" "jobs jobsets namespaces pods statefulsets" \
+    "$(K api-resources --no-headers | awk '{print $1}' | sort | tr '\n' ' ' | sed 's/ $//')"
+
+# --- workloads: Jobs, JobSets, StatefulSets (what tpumesh-sidecar GETs for its worker count) --------
+ctlq make-jobset --namespace "$NS" --name ms --replicas 2 --completions 4
+ctlq make-job --namespace "$NS" --jobset ms --index 1 --completions 4
+ctlq make-job --namespace "$NS" --name solo --completions 3
+ctlq make-statefulset --namespace "$NS" --name db --replicas 5
+check_eq "kubectl get job -o json: an Indexed Job with completions" "Job batch/v1 Indexed 3 3" \
+    "$(K get job solo -o json | "$PY" -c 'import json,sys; j=json.load(sys.stdin); s=j["spec"]; print(j["kind"], j["apiVersion"], s["completionMode"], s["completions"], s["parallelism"])')"
+check_eq "kubectl get jobset -o json: replicas x template completions" "JobSet jobset.x-k8s.io/v1alpha2 slice 2 4" \
+    "$(K get jobset ms -o json | "$PY" -c 'import json,sys; j=json.load(sys.stdin); r=j["spec"]["replicatedJobs"][0]; print(j["kind"], j["apiVersion"], r["name"], r["replicas"], r["template"]["spec"]["completions"])')"
+check_eq "a JobSet's child Job is owned by the JobSet" "JobSet ms true" \
+    "$(K get job ms-slice-1 -o jsonpath='{.metadata.ownerReferences[0].kind} {.metadata.ownerReferences[0].name} {.metadata.ownerReferences[0].controller}')"
+check_eq "kubectl get statefulset -o jsonpath spec.replicas" "5" "$(K get statefulset db -o jsonpath='{.spec.replicas}')"
+check_eq "kubectl get sts (short name, server-side Table)" "db 0/5" "$(K get sts --no-headers | awk '{print $1, $2}')"
+check_eq "kubectl get jobs (Table)" "ms-slice-1 solo" "$(K get jobs --no-headers | awk '{print $1}' | tr '\n' ' ' | sed 's/ $//')"
+check_eq "kubectl get jobs -l (label selector)" "ms-slice-1" "$(K get jobs -l jobset.sigs.k8s.io/jobset-name=ms -o name | sed 's|.*/||')"
+out=$(K get job gone 2>&1)
+check_eq "missing Job: NotFound text" 'Error from server (NotFound): jobs.batch "gone" not found' "$out"
+out=$(K get jobset gone 2>&1)
+check_eq "missing JobSet: NotFound text" 'Error from server (NotFound): jobsets.jobset.x-k8s.io "gone" not found' "$out"
+ctlq forbid --namespace "$NS" --verbs get --resources statefulsets
+out=$(K get statefulset db 2>&1)
+check_eq "forbidden StatefulSet GET: the apiserver's 403 message" \
+    'Error from server (Forbidden): statefulsets.apps "db" is forbidden: User "system:serviceaccount:default:default" cannot get resource "statefulsets" in API group "apps" in the namespace "ml"' \
+    "$out"
+ctlq forbid --clear
 
 # --- selectors ----------------------------------------------------------------------------------
 check_eq "label selector in (...)" "pod/trainer-1-k1111 pod/trainer-2-k2222" \

@@ -36,6 +36,9 @@ import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402  (Jobs, StatefulSets, JobSets: GET and LIST)
+
 SIM_VERSION = "1.0"
 
 # ---------------------------------------------------------------------------
@@ -544,7 +547,8 @@ class State:
             self._reload_token_file()
         self.auth = bool(self.tokens) or bool(args.token_file)
         self.faults = []
-        self.forbid = []  # (namespace or "*", set of verbs)
+        self.forbid = []  # (namespace or "*", set of verbs, set of resources: empty = pods)
+        self.workloads = workloads.Store()
         self.stall_until = 0.0
         self.unavailable_until = 0.0
         self.unavailable_start = 0.0
@@ -1367,6 +1371,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _api(self, method, path, q):
         st = self.st
+        wl = workloads.resource_of(path)
+        if wl is not None and not (wl[0] == "jobsets" and not st.workloads.jobset_crd):
+            return self._workload(method, path, q, wl)
         verb, m = self._verb_of(path, q, method)
         if path in ("/version", "/healthz", "/livez", "/readyz") or path.startswith(("/healthz/", "/livez/",
                                                                                       "/readyz/")):
@@ -1507,17 +1514,105 @@ class Handler(BaseHTTPRequestHandler):
         det = details_obj(retry_after=rule.retry_after) if rule.retry_after else None
         raise ApiError(status_obj(rule.code, reason, rule.message or msg, det), hdr)
 
-    def _authorize(self, user, verb, ns, name):
-        for fns, verbs in self.st.forbid:
-            if (fns == "*" or fns == ns) and (not verbs or verb in verbs):
+    def _authorize(self, user, verb, ns, name, resource="pods"):
+        for fns, verbs, resources in self.st.forbid:
+            if ((fns == "*" or fns == ns) and (not verbs or verb in verbs)
+                    and (resource in resources or (not resources and resource == "pods"))):
                 break
         else:
             if user != "system:anonymous":
                 return
+        group = workloads.RESOURCES[resource]["group"] if resource in workloads.RESOURCES else ""
+        qual = workloads.qualified(resource) if group else resource
         scope = 'in the namespace "%s"' % ns if ns is not None else "at the cluster scope"
-        who = 'pods "%s" is forbidden' % name if name else "pods is forbidden"
-        msg = '%s: User "%s" cannot %s resource "pods" in API group "" %s' % (who, user, verb, scope)
-        raise ApiError(status_obj(403, "Forbidden", msg, details_obj(name=name, kind="pods")))
+        who = '%s "%s" is forbidden' % (qual, name) if name else "%s is forbidden" % qual
+        msg = '%s: User "%s" cannot %s resource "%s" in API group "%s" %s' % (who, user, verb, resource, group,
+                                                                            scope)
+        raise ApiError(status_obj(403, "Forbidden", msg, details_obj(name=name, group=group or None,
+                                                                     kind=resource)))
+
+    # -- workloads: Jobs, StatefulSets, JobSets (GET and LIST) ----------------
+    def _workload(self, method, path, q, wl):
+        """GET / LIST of batch/v1 Jobs, apps/v1 StatefulSets, jobset.x-k8s.io/v1alpha2 JobSets, as the
+        API server answers them (JSON, Table, PartialObjectMetadata). No watch: 405."""
+        st = self.st
+        resource, ns, name, watch = wl
+        if ns is not None:
+            ns = urllib.parse.unquote(ns)
+        if name is not None:
+            name = urllib.parse.unquote(name)
+        if method not in ("GET", "HEAD"):
+            verb = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}[method]
+        elif watch or parse_bool_param(q, "watch"):
+            verb = "watch"
+        else:
+            verb = "get" if name is not None else "list"
+        st.count(verb + "-" + resource)
+        user = self.server.user
+        if st.auth:
+            ok = st.check_token(self.headers.get("Authorization"))
+            peer = getattr(self.connection, "getpeercert", None)
+            if ok is not True and peer is not None and peer():
+                ok = True
+            if ok is False or (ok is None and not self.server.anonymous):
+                self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
+                return
+            if ok is None:
+                user = "system:anonymous"
+        self._faults(verb + "-" + resource, path)
+        self._authorize(user, verb, ns, name, resource)
+        kind = workloads.RESOURCES[resource]["kind"]
+        if verb not in ("get", "list"):
+            raise ApiError(status_obj(405, "MethodNotAllowed",
+                                      "the server does not allow this method on the requested resource",
+                                      details_obj(group=workloads.RESOURCES[resource]["group"], kind=resource)))
+        table = self._negotiate(self.headers.get("Accept") or "application/json")
+        if table is None:
+            raise ApiError(status_obj(406, "NotAcceptable",
+                                      "only the following media types are accepted: application/json,"
+                                      " application/yaml, application/vnd.kubernetes.protobuf"))
+        include = q.get("includeObject", ["Metadata"])[0] or "Metadata"
+        if verb == "get":
+            if table == "PartialObjectMetadataList":
+                raise ApiError(status_obj(406, "NotAcceptable", "you requested PartialObjectMetadataList, but the "
+                                          "requested object is not a list (*v1.%s)" % kind))
+            with st.cond:
+                obj = st.workloads.get(resource, ns, name)
+            if obj is None:
+                raise ApiError(status_obj(404, "NotFound", '%s "%s" not found' % (workloads.qualified(resource), name),
+                                          details_obj(name=name, group=workloads.RESOURCES[resource]["group"],
+                                                      kind=resource)))
+            if table == "Table":
+                out = workloads.table(resource, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                                      include)
+            elif table == "PartialObjectMetadata":
+                out = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+            else:
+                out = obj
+            self.send_json(200, out)
+            return
+        if table == "PartialObjectMetadata":
+            raise ApiError(status_obj(406, "NotAcceptable", "you requested PartialObjectMetadata, but the requested "
+                                      "object is a list (*v1.%sList)" % kind))
+        sel = q.get("labelSelector", [""])[0]
+        try:
+            reqs = parse_label_selector(sel) if sel else []
+        except ApiError:
+            raise
+        with st.cond:
+            objs = st.workloads.list(resource, ns)
+            rv = str(st.workloads.rv)
+        objs = [o for o in objs if all(r.matches(o["metadata"].get("labels") or {}) for r in reqs)]
+        meta = {"resourceVersion": rv}
+        if table == "Table":
+            out = workloads.table(resource, objs, meta, include)
+        elif table == "PartialObjectMetadataList":
+            out = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+                   "items": [{"metadata": o["metadata"]} for o in objs]}
+        else:
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in objs]
+            out = {"kind": kind + "List", "apiVersion": workloads.gv(resource), "metadata": meta, "items": items}
+        self.send_json(200, out)
 
     def _discovery(self, path):
         accept = self.headers.get("Accept") or ""
@@ -1525,7 +1620,8 @@ class Handler(BaseHTTPRequestHandler):
                 and "as=APIGroupDiscoveryList" in accept and "g=apidiscovery.k8s.io" in accept
                 and "v=v2" in accept.replace("v=v2beta1", "")):
             # Aggregated discovery (apidiscovery.k8s.io/v2, GA 1.30): one document per root.
-            items = [AGGREGATED_CORE] if path == "/api" else []
+            items = ([AGGREGATED_CORE] if path == "/api"
+                     else workloads.aggregated_groups(self.st.workloads.jobset_crd))
             body = gojson_b({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
                              "metadata": {}, "items": items}) + b"\n"
             self.send_body(200, body, ctype="application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
@@ -1535,9 +1631,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % self.server.port}]})
         elif path == "/apis":
-            self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+            self.send_json(200, workloads.group_list(self.st.workloads.jobset_crd))
         elif path == "/api/v1":
             self.send_json(200, API_RESOURCES)
+        elif workloads.group_doc(path, self.st.workloads.jobset_crd) is not None:
+            self.send_json(200, workloads.group_doc(path, self.st.workloads.jobset_crd))
         else:
             raise err_not_found_path()
 
@@ -2227,7 +2325,8 @@ class Control:
     VERBS = ("state", "pods", "get", "create", "make", "update", "delete", "ready", "ip", "labels",
              "annotate", "phase", "cut", "malformed", "oversize", "stall", "token", "fail", "forbid",
              "compact", "restart", "stats", "reset-stats", "bookmark", "chunking", "config", "bulk-create",
-             "churn", "churn-stop", "batch", "clear", "error-event")
+             "churn", "churn-stop", "batch", "clear", "error-event", "make-job", "make-jobset",
+             "make-statefulset", "put-object", "delete-object", "objects")
 
     def __init__(self, server):
         self.server = server
@@ -2569,8 +2668,55 @@ class Control:
             if _as_bool(a.get("clear"), False):
                 st.forbid = []
             else:
-                st.forbid.append((a.get("namespace") or "*", set(_as_list(a.get("verbs")))))
-            return {"rules": [{"namespace": n, "verbs": sorted(v)} for n, v in st.forbid]}
+                resources = set(_as_list(a.get("resources")))
+                bad = resources - set(workloads.RESOURCES) - {"pods"}
+                if bad:
+                    raise ValueError("resources must be among pods, %s" % ", ".join(sorted(workloads.RESOURCES)))
+                st.forbid.append((a.get("namespace") or "*", set(_as_list(a.get("verbs"))), resources))
+            return {"rules": [{"namespace": n, "verbs": sorted(v), "resources": sorted(r) or ["pods"]}
+                              for n, v, r in st.forbid]}
+
+    # -- workload objects (Jobs, StatefulSets, JobSets) -------------------------
+    def v_make_job(self, a):
+        st = self.st
+        with st.cond:
+            return {"object": st.workloads.put(workloads.make_job(str(a.get("namespace") or "default"), a))}
+
+    def v_make_jobset(self, a):
+        st = self.st
+        with st.cond:
+            return {"object": st.workloads.put(workloads.make_jobset(str(a.get("namespace") or "default"), a))}
+
+    def v_make_statefulset(self, a):
+        st = self.st
+        with st.cond:
+            return {"object": st.workloads.put(workloads.make_statefulset(str(a.get("namespace") or "default"),
+                                                                          a))}
+
+    def v_put_object(self, a):
+        obj = a.get("object")
+        if isinstance(obj, str):
+            obj = json.loads(obj)
+        st = self.st
+        with st.cond:
+            return {"object": st.workloads.put(obj)}
+
+    def v_delete_object(self, a):
+        resource = a.get("resource")
+        if resource not in workloads.RESOURCES:
+            raise ValueError("resource must be one of %s" % ", ".join(sorted(workloads.RESOURCES)))
+        ns, name = self._key(a)
+        st = self.st
+        with st.cond:
+            if st.workloads.delete(resource, ns, name) is None:
+                raise KeyError("%s %s/%s" % (resource, ns, name))
+        return {}
+
+    def v_objects(self, a):
+        st = self.st
+        with st.cond:
+            return {"objects": [o for r in sorted(workloads.RESOURCES) for o in st.workloads.list(r, None)],
+                    "jobsetCRD": st.workloads.jobset_crd}
 
     def v_compact(self, a):
         c = self.st.compact(a.get("rv"))
@@ -2659,12 +2805,15 @@ class Control:
                 st.slow_consumer_timeout = float(a["slow_consumer_timeout"])
             if a.get("kubelet_delete_after") is not None:
                 st.kubelet_delete_after = float(a["kubelet_delete_after"])
+            if a.get("jobset_crd") is not None:
+                st.workloads.jobset_crd = _as_bool(a["jobset_crd"])
             st.cond.notify_all()
             return {"bookmarkInterval": st.bookmark_interval, "expiredWatch": st.expired_watch,
                     "futureWatch": st.future_watch,
                     "watchlist": st.watchlist, "history": st.history_cap,
                     "kubeletDeleteAfter": st.kubelet_delete_after, "slowConsumerTimeout": st.slow_consumer_timeout,
-                    "minRequestTimeout": self.server.min_request_timeout}
+                    "minRequestTimeout": self.server.min_request_timeout,
+                    "jobsetCRD": st.workloads.jobset_crd}
 
     def v_bulk_create(self, a):
         """Create `count` Indexed-Job pods (index start..start+count-1), one ADDED event each."""

@@ -279,7 +279,8 @@ int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations 
 /* ---- tpumesh.dev keys ---------------------------------------------------- */
 
 #define KEYS_TEXT                                                                                  \
-    "tpu, zone, project, job-name, port, address-mode, expected-workers, timeout, inject"
+    "tpu, zone, project, job-name, port, address-mode, expected-workers, timeout, inject, "        \
+    "containers"
 
 static bool all_chars(const char *s, const char *extra, bool upper, bool underscore)
 {
@@ -389,7 +390,7 @@ static int config_key(const char *key, const char *name, const char *v,
         }
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "annotation %s=\"%.32s\": accepted values are auto, dns, ip", key, v);
-    } else if (strcmp(name, "inject") != 0) {
+    } else if (strcmp(name, "inject") != 0 && strcmp(name, "containers") != 0) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "unknown annotation %.80s: accepted tpumesh.dev/ keys are " KEYS_TEXT,
                             key);

@@ -18,6 +18,7 @@
 #include "json.h"
 #include "k8s_pod.h"
 #include "mem.h"
+#include "names.h"
 
 /* ---- built-in config --------------------------------------------------------
  * The chart's default values rendered through its named templates
@@ -361,7 +362,7 @@ void mesh_inject_config_cleanup(struct mesh_inject_config *c)
 static bool has_name(const cJSON *o)
 {
     const char *n = mesh_json_str(o, "name");
-    return n != NULL && mesh_k8s_is_dns_label(n, strlen(n));
+    return n != NULL && mesh_names_is_dns_label(n, strlen(n));
 }
 
 /* A container: a mapping with a DNS-label name, or (what the named templates
@@ -649,7 +650,7 @@ static int select_containers(const char *list, const cJSON *containers, bool *ma
         while (n > 0 && p[n - 1] == ' ') {
             n--;
         }
-        if (n == 0 || !mesh_k8s_is_dns_label(p, n)) {
+        if (n == 0 || !mesh_names_is_dns_label(p, n)) {
             return verdict(d, MESH_INJECT_DENY,
                            "annotation " MESH_INJECT_ANNOTATION_CONTAINERS "=\"%.64s\" must be a "
                            "comma-separated list of container names (DNS labels)",

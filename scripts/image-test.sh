@@ -4,14 +4,19 @@
 #   make image-test                     (builds the programs first)
 #   BUILD=build-x scripts/image-test.sh [--static]
 #
+# The programs are every $BUILD/bin/tpumesh-* the Makefile builds (BINS); the
+# Dockerfile must copy each of them.
 # 1. Parses the runtime stage of ./Dockerfile (base image, the `apt-get install`
-#    package list, USER, ENTRYPOINT, the COPY of both programs); checks it installs
+#    package list, USER, ENTRYPOINT, the COPY of the programs); checks it installs
 #    no build tools and runs as 65532:65532.
 # 2. Maps every shared library the built programs load (`ldd`) to the Debian
 #    package that ships it (`dpkg -S`). A library the programs link directly
 #    (DT_NEEDED) must come from a package the runtime stage lists; one loaded
 #    indirectly must come from a listed package or from the dependency closure
 #    of the list (`apt-cache depends --recurse`), which apt installs with it.
+#    No program embeds a private copy of OpenSSL, libcurl, zlib, libwebsockets
+#    or gRPC: none defines their entry points (symbol table and dynamic symbols)
+#    or carries their version banners (the bytes of the file).
 # 3. (skipped with --static) Runs the build stage: debootstrap of its base suite
 #    plus its package list, the source tree copied in, its RUN (`make`) in a
 #    chroot. Then builds the runtime root file system with
@@ -19,9 +24,11 @@
 #    exactly the parsed package list, from the Debian mirror configured in
 #    /etc/apt/sources.list*, caching the result as a tarball under
 #    $BUILD/image-cache keyed by suite, mirror and package list. Copies the
-#    build stage's programs in where the Dockerfile puts them and runs, through the image's
-#    ENTRYPOINT and as the image's USER, `tpumesh-init --version` and
-#    `tpumesh-sidecar --help` with chroot.
+#    build stage's programs in where the Dockerfile puts them, runs `ldd` on
+#    them inside the root and `dpkg -S` (the root's package database) on every
+#    path it names: each belongs to a package installed in the image. Then runs,
+#    through the image's ENTRYPOINT and as the image's USER, `--version` of
+#    every program and `tpumesh-sidecar --help` with chroot.
 #
 # Prints TAP lines (`ok N - ...`), timings as `# time` comments, and exits
 # non-zero when a check failed. Needs root for step 3 (debootstrap, chroot).
@@ -29,8 +36,6 @@
 #      IMAGE_CACHE (cache directory, default $BUILD/image-cache),
 #      IMAGE_TEST_BUILD=0 (skip the build stage; use $BUILD/bin's programs),
 #      IMAGE_TEST_TREE=HEAD (build the committed tree instead of the working tree).
-#      IMAGE_TEST_FRESH_THIRD_PARTY=1 (build OpenSSL and libcurl again in the build stage
-#      instead of starting from $BUILD/third_party's stamped builds).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -43,7 +48,9 @@ fi
 PY=/usr/bin/python3
 DOCKERFILE=${DOCKERFILE:-$ROOT/Dockerfile}
 CACHE=${IMAGE_CACHE:-$BUILD/image-cache}
-PROGS="tpumesh-init tpumesh-sidecar"
+# Every program the build makes (the Makefile's BINS: tpumesh-init, tpumesh-sidecar, ...).
+PROGS=$(cd "$BUILD/bin" 2>/dev/null && for f in tpumesh-*; do [ -x "$f" ] && echo "$f"; done | tr '\n' ' ')
+PROGS=${PROGS% }
 
 TAP_N=0
 TAP_FAILED=0
@@ -78,7 +85,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for p in $PROGS; do
+for p in tpumesh-init tpumesh-sidecar; do
     if [ ! -x "$BUILD/bin/$p" ]; then
         fail "built program $BUILD/bin/$p exists" "run: make BUILD=${BUILD#"$ROOT"/} all"
         finish
@@ -90,7 +97,8 @@ done
 # ARG defaults, line continuations, FROM ... AS <stage>, RUN with one
 # `apt-get install`, COPY --from, USER and an exec-form ENTRYPOINT. Anything
 # it cannot find is reported as a failed check, never guessed.
-if ! "$PY" - "$DOCKERFILE" >"$WORK/stage.env" 2>"$WORK/stage.err" <<'EOF'
+# shellcheck disable=SC2086 # one argument per program
+if ! "$PY" - "$DOCKERFILE" $PROGS VERSION >"$WORK/stage.env" 2>"$WORK/stage.err" <<'EOF'
 import json, re, shlex, sys
 
 text = open(sys.argv[1], encoding="utf-8").read()
@@ -166,11 +174,16 @@ if not pkgs:
 m = re.match(r"debian:([a-z]+)(-slim)?$", rt["base"])
 if not m:
     sys.exit("runtime base image is not debian:<suite>[-slim]: " + rt["base"])
+# Where each program (and VERSION) comes from in the build stage and goes in the image:
+# `COPY --from=build <file>... <dir>/`, or a directory `<dir>/` copied with all its files.
 dest, srcs = {}, {}
-for c in copies:
-    for src in c[:-1]:
-        dest[src.rsplit("/", 1)[-1]] = c[-1]
-        srcs[src.rsplit("/", 1)[-1]] = src
+for name in sys.argv[2:]:
+    for c in copies:
+        for src in c[:-1]:
+            if src.rsplit("/", 1)[-1] == name:
+                srcs[name], dest[name] = src, c[-1].rstrip("/")
+            elif src.endswith("/") and name != "VERSION":
+                srcs[name], dest[name] = src + name, c[-1].rstrip("/")
 # The build stage: base image, packages, WORKDIR, COPY . <dir>, and the RUN commands after
 # the apt-get one (what `docker build` would run there).
 bs = stages.get("build")
@@ -191,22 +204,20 @@ if bs:
     print("BS_WORKDIR=" + shlex.quote(workdir))
     print("BS_COPIES_TREE=" + ("1" if copied else "0"))
     print("BS_RUN=" + shlex.quote(" && ".join("(%s)" % r for r in runs)))
-print("RT_SRC_INIT=" + shlex.quote(srcs.get("tpumesh-init", "")))
-print("RT_SRC_SIDECAR=" + shlex.quote(srcs.get("tpumesh-sidecar", "")))
-print("RT_SRC_VERSION=" + shlex.quote(srcs.get("VERSION", "")))
+for name in sys.argv[2:]:
+    print("SRC[%s]=%s" % (name, shlex.quote(srcs.get(name, ""))))
+    print("DEST[%s]=%s" % (name, shlex.quote(dest.get(name, ""))))
 print("RT_BASE=" + shlex.quote(rt["base"]))
 print("RT_SUITE=" + shlex.quote(m.group(1)))
 print("RT_PKGS=" + shlex.quote(" ".join(pkgs)))
 print("RT_USER=" + shlex.quote(user))
 print("RT_ENTRY=" + shlex.quote(" ".join(shlex.quote(e) for e in entry)))
-print("RT_DEST_INIT=" + shlex.quote(dest.get("tpumesh-init", "")))
-print("RT_DEST_SIDECAR=" + shlex.quote(dest.get("tpumesh-sidecar", "")))
-print("RT_DEST_VERSION=" + shlex.quote(dest.get("VERSION", "")))
 EOF
 then
     fail "Dockerfile runtime stage parses" "$(cat "$WORK/stage.err")"
     finish
 fi
+declare -A SRC=() DEST=()
 # shellcheck disable=SC1091
 . "$WORK/stage.env"
 ok "Dockerfile runtime stage parses: $RT_BASE, packages: $RT_PKGS"
@@ -220,11 +231,16 @@ case "$RT_ENTRY" in
 *tini*) ok "ENTRYPOINT is tini ($RT_ENTRY)" ;;
 *) fail "ENTRYPOINT is tini" "ENTRYPOINT is '$RT_ENTRY' (STYLE.md R18: tini or shareProcessNamespace)" ;;
 esac
-if [ "${RT_DEST_INIT%/}" != "" ] && [ "$RT_DEST_INIT" = "$RT_DEST_SIDECAR" ]; then
-    ok "runtime stage copies both programs to $RT_DEST_INIT"
+BIN_DEST=${DEST[tpumesh-init]}
+dests=""
+for p in $PROGS; do
+    [ "${DEST[$p]}" = "$BIN_DEST" ] || dests="$dests $p->'${DEST[$p]}'"
+done
+if [ -n "$BIN_DEST" ] && [ -z "$dests" ]; then
+    ok "runtime stage copies every program ($PROGS) to $BIN_DEST"
 else
-    fail "runtime stage copies both programs to one directory" \
-        "tpumesh-init -> '$RT_DEST_INIT', tpumesh-sidecar -> '$RT_DEST_SIDECAR'"
+    fail "runtime stage copies every program to one directory" \
+        "tpumesh-init -> '$BIN_DEST',$dests" "add a COPY --from=build of each program in Dockerfile"
 fi
 tools=""
 for p in $RT_PKGS; do
@@ -339,6 +355,39 @@ else
 fi
 echo "# time: library mapping $(( $(now_ms) - T1 )) ms; packages loaded:$all_pkgs"
 
+# No private copy of a library inside a program: a static OpenSSL, libcurl, zlib,
+# libwebsockets or gRPC defines its entry points in the program (its symbol table, or
+# its dynamic symbols when the program is stripped) and carries its version banner
+# ("OpenSSL 3.0.x", "libcurl/7.88.1", zlib's " deflate 1.2.13 Copyright", ...). The
+# programs only call these libraries, so the names appear as undefined symbols at most.
+EMBED_SYMS="OpenSSL:OPENSSL_init_ssl,OPENSSL_init_crypto,SSL_CTX_new,EVP_DigestInit_ex
+libcurl:curl_easy_init,curl_version,Curl_open,curl_global_init
+zlib:zlibVersion,deflateInit_,inflateInit2_,inflate
+libwebsockets:lws_create_context,lws_service
+gRPC:grpc_init,grpc_channel_create,gpr_now"
+EMBED_TEXT='OpenSSL [0-9]+\.[0-9]+\.[0-9]+|libcurl/[0-9]+\.[0-9]+|(de|in)flate [0-9]+\.[0-9]+(\.[0-9]+)* Copyright|LWS_[0-9]+\.[0-9]+|grpc-c/[0-9]+\.[0-9]+'
+for prog in $PROGS; do
+    bin=$BUILD/bin/$prog
+    defined=$( { nm --defined-only "$bin" 2>/dev/null; nm -D --defined-only "$bin" 2>/dev/null; } |
+        awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort -u)
+    found=""
+    while IFS=: read -r lib syms; do
+        hits=""
+        for sym in ${syms//,/ }; do
+            if grep -qx -- "$sym" <<<"$defined"; then hits="$hits $sym"; fi
+        done
+        [ -z "$hits" ] || found="$found $lib (defines$hits);"
+    done <<<"$EMBED_SYMS"
+    banners=$(grep -aoE -- "$EMBED_TEXT" "$bin" | sort -u | tr '\n' ';')
+    [ -z "$banners" ] || found="$found version text: $banners"
+    if [ -z "$found" ]; then
+        ok "$prog embeds no private OpenSSL, libcurl, zlib, libwebsockets or gRPC"
+    else
+        fail "$prog embeds no private OpenSSL, libcurl, zlib, libwebsockets or gRPC" "found:$found" \
+            "link Debian's shared library instead (Makefile: IO_LIBS, CORE_LIBS; no -Wl,-Bstatic, no lib*.a)"
+    fi
+done
+
 if [ "$STATIC" = 1 ]; then
     echo "# time: total $(( $(now_ms) - T_START )) ms (static checks only)"
     finish
@@ -408,8 +457,9 @@ make_rootfs() {
 # a fresh clone has them) in WORKDIR, then the stage's RUN commands, as root.
 # Its programs are what the runtime stage copies (COPY --from=build). Skip with
 # IMAGE_TEST_BUILD=0; the runtime checks then use $BUILD/bin.
-init_src=$BUILD/bin/tpumesh-init
-side_src=$BUILD/bin/tpumesh-sidecar
+# Where each program comes from: this build, or the build stage's root once it ran.
+declare -A FROM=()
+for p in $PROGS; do FROM[$p]=$BUILD/bin/$p; done
 if [ "${IMAGE_TEST_BUILD:-1}" != 0 ] && [ -n "${BS_PKGS:-}" ]; then
     buildfs=$WORK/buildfs
     if [ -z "$BS_SUITE" ] || [ "$BS_COPIES_TREE" != 1 ] || [ -z "$BS_RUN" ]; then
@@ -425,27 +475,12 @@ if [ "${IMAGE_TEST_BUILD:-1}" != 0 ] && [ -n "${BS_PKGS:-}" ]; then
             tar -C "$ROOT" --exclude='./build*' --exclude=./.git --exclude='*/node_modules' -cf - . |
                 tar -C "$buildfs$BS_WORKDIR" -xf -
         fi
-        # The stage's minimal OpenSSL and libcurl (build-openssl.sh, build-curl.sh) from this
-        # run's $BUILD, as docker's layer cache would hold them: each script rebuilds when its
-        # stamp key (script checksums, pins, compiler version) differs from the stamp, and
-        # tests/integration/test_build_{openssl,curl}.sh test the builds themselves. Saves
-        # ~4 min of the 15-minute CI budget; IMAGE_TEST_FRESH_THIRD_PARTY=1 builds them again.
-        if [ "${IMAGE_TEST_FRESH_THIRD_PARTY:-0}" != 1 ]; then
-            for lib in openssl curl; do
-                if [ -f "$BUILD/third_party/$lib/.stamp" ]; then
-                    mkdir -p "$buildfs$BS_WORKDIR/build/third_party"
-                    cp -a "$BUILD/third_party/$lib" "$buildfs$BS_WORKDIR/build/third_party/"
-                    echo "# build stage: $lib from $BUILD/third_party (stamp: $(cut -d' ' -f1 "$BUILD/third_party/$lib/.stamp"))"
-                fi
-            done
-        fi
         t=$(now_ms)
         if timeout 900 chroot "$buildfs" /usr/bin/env -i \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             /bin/sh -c "cd '$BS_WORKDIR' && $BS_RUN" >"$WORK/build-stage.log" 2>&1; then
             ok "build stage: $BS_RUN (in $BS_BASE + build packages)"
-            init_src=$buildfs$RT_SRC_INIT
-            side_src=$buildfs$RT_SRC_SIDECAR
+            for p in $PROGS; do FROM[$p]=$buildfs${SRC[$p]}; done
         else
             fail "build stage: $BS_RUN (in $BS_BASE + build packages)" \
                 "$(tail -n 8 "$WORK/build-stage.log")"
@@ -453,12 +488,15 @@ if [ "${IMAGE_TEST_BUILD:-1}" != 0 ] && [ -n "${BS_PKGS:-}" ]; then
         echo "# time: build stage make $(( $(now_ms) - t )) ms"
     fi
 fi
-if [ -x "$init_src" ] && [ -x "$side_src" ]; then
-    ok "the runtime stage gets the programs from ${init_src%/*}"
+absent=""
+for p in $PROGS; do
+    [ -x "${FROM[$p]}" ] || absent="$absent ${SRC[$p]}"
+done
+if [ -z "$absent" ]; then
+    ok "the runtime stage gets the programs ($PROGS) from ${FROM[tpumesh-init]%/*}"
 else
-    fail "the build stage produced ${RT_SRC_INIT} and ${RT_SRC_SIDECAR}" "missing under the build root"
-    init_src=$BUILD/bin/tpumesh-init
-    side_src=$BUILD/bin/tpumesh-sidecar
+    fail "the build stage produced every program" "missing under the build root:$absent"
+    for p in $PROGS; do FROM[$p]=$BUILD/bin/$p; done
 fi
 
 # ---- 3b. the runtime stage -------------------------------------------------
@@ -492,10 +530,48 @@ else
 fi
 
 # COPY --from=build ... as the Dockerfile does.
-install -m 0755 "$init_src" "$rootfs$RT_DEST_INIT/tpumesh-init"
-install -m 0755 "$side_src" "$rootfs$RT_DEST_SIDECAR/tpumesh-sidecar"
-if [ -n "$RT_DEST_VERSION" ]; then
-    install -D -m 0644 VERSION "$rootfs$RT_DEST_VERSION"
+for p in $PROGS; do
+    install -D -m 0755 "${FROM[$p]}" "$rootfs${DEST[$p]}/$p"
+done
+if [ -n "${DEST[VERSION]}" ]; then
+    install -D -m 0644 VERSION "$rootfs${DEST[VERSION]}/VERSION"
+fi
+
+# Inside the image: ldd of every program, and dpkg -S (the image's own package
+# database) on every path it names. dpkg -S answers only for files of installed
+# packages, so every library the programs load belongs to a package in the image.
+in_image_paths=""
+for p in $PROGS; do
+    chroot "$rootfs" /usr/bin/ldd "${DEST[$p]}/$p" >"$WORK/ldd-$p.out" 2>&1
+    in_image_paths="$in_image_paths $(ldd_pairs <"$WORK/ldd-$p.out" | cut -d' ' -f2 | tr '\n' ' ')"
+done
+# Every spelling of each path inside the root (see spellings() above), then one
+# dpkg-query -S on the image's database for all of them.
+# shellcheck disable=SC2016 # expanded by the shell inside the root
+chroot "$rootfs" /bin/sh -c 'for f in "$@"; do r=$(readlink -f "$f");
+    printf "%s %s\n" "$f" "$f" "$f" "$r" "$f" "/usr$f" "$f" "${f#/usr}" "$f" "/usr$r" "$f" "${r#/usr}"; done' \
+    sh $(echo "$in_image_paths" | tr ' ' '\n' | sed '/^$/d' | sort -u) >"$WORK/spellings" 2>/dev/null
+declare -A IMG_OWNER=()
+while IFS= read -r line; do
+    case "$line" in *": /"*) IMG_OWNER[${line#*: }]=${line%%:*} ;; esac
+done < <(cut -d' ' -f2 "$WORK/spellings" | sort -u |
+    xargs dpkg-query --admindir="$rootfs/var/lib/dpkg" -S 2>/dev/null)
+unowned=""
+owners=""
+for f in $(cut -d' ' -f1 "$WORK/spellings" | sort -u); do
+    o=""
+    while read -r _ c; do
+        if [ -n "${IMG_OWNER[$c]+x}" ]; then o=${IMG_OWNER[$c]}; break; fi
+    done < <(awk -v f="$f" '$1 == f' "$WORK/spellings")
+    if [ -n "$o" ]; then owners="$owners $o"; else unowned="$unowned $f"; fi
+done
+owners=$(echo "$owners" | tr ' ' '\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
+n_paths=$(echo "$in_image_paths" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)
+if [ -n "$in_image_paths" ] && [ -z "$unowned" ]; then
+    ok "inside the image every library the programs load ($n_paths files) belongs to an installed package: $owners"
+else
+    fail "inside the image every library the programs load belongs to an installed package" \
+        "dpkg -S in the image knows no package for:$unowned"
 fi
 
 # The environment a container runtime gives: the image's PATH and nothing else.
@@ -516,20 +592,21 @@ if [ "$check_uid" = "${RT_USER%%:*}" ]; then
 else
     fail "chroot runs as UID ${RT_USER%%:*}" "id -u said: $check_uid"
 fi
-if chroot "$rootfs" /usr/bin/ldd "$RT_DEST_INIT/tpumesh-init" "$RT_DEST_SIDECAR/tpumesh-sidecar" \
-    >"$WORK/ldd.out" 2>&1 && ! grep -q "not found" "$WORK/ldd.out"; then
+if cat "$WORK"/ldd-*.out >"$WORK/ldd.out" && ! grep -q "not found" "$WORK/ldd.out"; then
     ok "every library resolves inside the image"
 else
     fail "every library resolves inside the image" "$(grep 'not found' "$WORK/ldd.out")"
 fi
 version=$(cat VERSION)
-run_in_image "$WORK/init.out" tpumesh-init --version
-rc=$?
-if [ "$rc" -eq 0 ] && grep -q "$version" "$WORK/init.out"; then
-    ok "tpumesh-init --version in the image as ${RT_USER}: $(head -n 1 "$WORK/init.out")"
-else
-    fail "tpumesh-init --version in the image as ${RT_USER}" "exit $rc" "$(head -n 5 "$WORK/init.out")"
-fi
+for p in $PROGS; do
+    run_in_image "$WORK/$p.version" "$p" --version
+    rc=$?
+    if [ "$rc" -eq 0 ] && grep -q "$version" "$WORK/$p.version"; then
+        ok "$p --version in the image as ${RT_USER}: $(head -n 1 "$WORK/$p.version")"
+    else
+        fail "$p --version in the image as ${RT_USER}" "exit $rc" "$(head -n 5 "$WORK/$p.version")"
+    fi
+done
 run_in_image "$WORK/sidecar.out" tpumesh-sidecar --help
 rc=$?
 if [ "$rc" -eq 0 ] && grep -qi "usage" "$WORK/sidecar.out"; then

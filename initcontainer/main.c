@@ -66,8 +66,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (cli.action == MESH_INIT_ACTION_VERSION) {
-        /* Second line: the libraries that talk to the network (the static
-         * libcurl of scripts/build-curl.sh names its TLS and zlib versions). */
+        /* Second line: the libraries that talk to the network (libcurl
+         * names itself and the TLS, zlib, ... libraries it loads). */
         printf("tpumesh-init %s\n%s\n", MESH_VERSION, curl_version());
         mesh_init_cleanup(&ctx);
         return 0;

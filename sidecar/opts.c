@@ -186,8 +186,8 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
             return 1;
         }
         if (strcmp(a, "--version") == 0) {
-            /* Second line: the libraries that talk to the network (the static
-             * libcurl of scripts/build-curl.sh names its TLS and zlib versions). */
+            /* Second line: the libraries that talk to the network (libcurl
+             * names itself and the TLS, zlib, ... libraries it loads). */
             printf("tpumesh-sidecar %s\n%s\n", MESH_VERSION, curl_version());
             return 1;
         }

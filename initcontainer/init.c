@@ -3,7 +3,6 @@
  * exit-code table (init.h, DESIGN.md §6).
  */
 #include <string.h>
-#include <time.h>
 
 #include "core/mem.h"
 #include "init.h"
@@ -66,11 +65,4 @@ int mesh_init_exit_code(int code)
     default:
         return 1;
     }
-}
-
-int64_t mesh_init_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

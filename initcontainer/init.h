@@ -89,9 +89,6 @@ struct mesh_init {
     int64_t deadline_ms;
 };
 
-/* CLOCK_MONOTONIC now in milliseconds. */
-int64_t mesh_init_now_ms(void);
-
 void mesh_init_init(struct mesh_init *ctx);
 void mesh_init_cleanup(struct mesh_init *ctx);
 

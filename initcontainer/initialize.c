@@ -33,6 +33,7 @@
 #include "core/mem.h"
 #include "core/topo.h"
 #include "io/log.h"
+#include "io/sys.h"
 #include "io/tf_master.h"
 #include "init.h"
 
@@ -385,7 +386,7 @@ static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
     int64_t timeout_ms = (int64_t)(ctx->opts.timeout_s > 0 ? ctx->opts.timeout_s : 600) * 1000;
     if (ctx->deadline_ms > 0) {
         /* What is left of --timeout after resolve (e.g. waiting for READY). */
-        int64_t left = ctx->deadline_ms - mesh_init_now_ms();
+        int64_t left = ctx->deadline_ms - mesh_sys_now_ms();
         timeout_ms = left > 1 ? left : 1;
     }
     uint8_t *topo = NULL;

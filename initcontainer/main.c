@@ -12,6 +12,7 @@
 #include "core/logfmt.h"
 #include "init.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "init"
 
@@ -28,7 +29,7 @@ static int run(struct mesh_init *ctx)
     mesh_err_clear(&err);
     mesh_info(MOD, "tpumesh-init %s: out-dir=%s skip-init=%s", MESH_VERSION, ctx->opts.out_dir,
               ctx->opts.skip_init ? "true" : "false");
-    ctx->deadline_ms = mesh_init_now_ms() + (int64_t)ctx->opts.timeout_s * 1000;
+    ctx->deadline_ms = mesh_sys_now_ms() + (int64_t)ctx->opts.timeout_s * 1000;
     if (mesh_init_resolve(ctx, &err) < 0) {
         return fail("resolve", &err);
     }

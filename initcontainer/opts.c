@@ -22,6 +22,7 @@
 #include "core/mem.h"
 #include "init.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 enum opt_kind {
     K_STR,    /* char * field of struct mesh_init_opts */
@@ -282,35 +283,17 @@ static int load_annotations(const char *path, struct mesh_annotations *out,
 {
     memset(out, 0, sizeof(*out));
     memset(out_cfg, 0, sizeof(*out_cfg));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
-        return 0;
-    }
-    if (fd < 0) {
-        return mesh_err_set(err, MESH_E_CONFIG, errno, "annotations file '%.128s'", path);
-    }
     struct mesh_buf b;
     mesh_buf_init(&b, MESH_ANNOTATIONS_MAX_INPUT);
-    char chunk[4096];
-    int rc = 0;
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR) {
-            continue;
+    struct mesh_err rerr;
+    int rc = mesh_sys_read_file(path, MESH_ANNOTATIONS_MAX_INPUT, &b, &rerr);
+    if (rc < 0) {
+        mesh_buf_cleanup(&b);
+        if (rerr.sys_errno == ENOENT) {
+            return 0;
         }
-        if (n < 0) {
-            rc = mesh_err_set(err, MESH_E_CONFIG, errno, "annotations file '%.128s'", path);
-            break;
-        }
-        if (n == 0) {
-            break;
-        }
-        rc = mesh_buf_append(&b, chunk, (size_t)n, err);
-        if (rc < 0) {
-            break;
-        }
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "annotations file: %s", rerr.msg);
     }
-    close(fd);
     if (rc == 0) {
         rc = mesh_annotations_parse(b.data ? b.data : "", b.len, out, err);
     }

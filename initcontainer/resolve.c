@@ -29,6 +29,7 @@
 #include "init.h"
 #include "io/gce_metadata.h"
 #include "io/log.h"
+#include "io/sys.h"
 #include "io/tpu_api.h"
 
 #define MOD "resolve"
@@ -668,7 +669,7 @@ static int api_session_open(struct mesh_init *ctx, struct api_session *s, struct
      * deadline when main set one (--timeout covers resolve + initialize). */
     s->api.deadline_ms = ctx->deadline_ms > 0
                              ? (long long)ctx->deadline_ms
-                             : (long long)mesh_init_now_ms() + s->api.timeout_s * 1000LL;
+                             : (long long)mesh_sys_now_ms() + s->api.timeout_s * 1000LL;
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "core/accel.h"
 #include "io/k8s_client.h"
 #include "io/log.h"
+#include "io/sys.h"
 #include "io/publish.h"
 #include "sidecar.h"
 
@@ -137,13 +138,6 @@ static int derive_selector(struct mesh_sidecar *ctx, const cJSON *pod, struct me
                         ctx->pod_name, MESH_K8S_KEY_JOBSET_NAME, MESH_K8S_KEY_JOB_NAME);
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
-}
-
 int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
                           volatile int *stop, struct mesh_err *err)
 {
@@ -178,7 +172,7 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
             snprintf(last, sizeof(last), "%s", e.msg);
         }
         for (long waited = 0; waited < delay && !*stop; waited += 50) {
-            sleep_ms(50);
+            mesh_sys_sleep_ms(50);
         }
         if (*stop) {
             return mesh_err_set(err, MESH_E_IO, 0, "stopped while reading own pod");

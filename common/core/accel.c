@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "accel.h"
-#include "json.h"
+#include "core/json.h"
 
 /* Per-generation facts (spec §8.1, §8.2, §5.5; gke-and-peers.md §2.2). */
 struct gen_info {

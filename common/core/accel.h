@@ -12,8 +12,8 @@
 
 #include <stddef.h>
 
-#include "err.h"
-#include "model.h"
+#include "core/err.h"
+#include "core/model.h"
 
 /* Upper bounds accepted by the parsers (input limits, STYLE.md R9). The
  * largest real slices are around 9216 chips (TPU7x pod); 65536 leaves room

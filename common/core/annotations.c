@@ -7,8 +7,8 @@
 
 #include <string.h>
 
-#include "json.h"
-#include "mem.h"
+#include "core/json.h"
+#include "core/mem.h"
 
 static int hexval(char c)
 {

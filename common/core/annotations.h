@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
-#include "model.h"
+#include "core/err.h"
+#include "core/model.h"
 
 /* Kubernetes caps all annotations of an object at 256 KiB. */
 #define MESH_ANNOTATIONS_MAX_INPUT (256 * 1024)

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mem.h"
+#include "core/mem.h"
 
 void mesh_buf_init(struct mesh_buf *b, size_t max)
 {

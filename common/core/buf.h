@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
+#include "core/err.h"
 
 struct mesh_buf {
     char *data; /* owned; NULL until the first append */

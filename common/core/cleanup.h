@@ -15,7 +15,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "mem.h"
+#include "core/mem.h"
 
 static inline void mesh_cleanup_free_(void *p)
 {

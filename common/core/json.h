@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
+#include "core/err.h"
 
 /* Parse exactly len bytes of buf (no NUL needed). Fails with -MESH_E_TOOBIG
  * above max bytes and -MESH_E_PARSE on malformed JSON or trailing garbage.

@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "json.h"
-#include "mem.h"
-#include "names.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "core/names.h"
 
 /* Mark the record invalid with the reason "<what> '<val>' <tail>"; the first
  * reason found is kept. what and tail are ours, val comes from the pod. */

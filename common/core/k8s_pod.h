@@ -33,8 +33,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "err.h"
-#include "model.h"
+#include "core/err.h"
+#include "core/model.h"
 
 #define MESH_K8S_NS_MAX 64               /* RFC 1123 label (63) + NUL */
 #define MESH_K8S_LABEL_MAX 64            /* label values and DNS labels: <= 63 + NUL */

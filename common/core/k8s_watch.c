@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "json.h"
+#include "core/cleanup.h"
+#include "core/json.h"
 
 /* ---- framer ------------------------------------------------------------ */
 

@@ -28,8 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "err.h"
+#include "core/buf.h"
+#include "core/err.h"
 
 /* Default bound of one watch event / one list page. An etcd object is at
  * most 1.5 MB (spec §7); the event envelope adds little. */

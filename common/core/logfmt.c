@@ -10,7 +10,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "cleanup.h"
+#include "core/cleanup.h"
 
 int mesh_logfmt_parse_level(const char *s, enum mesh_log_level *out_level)
 {

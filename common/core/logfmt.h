@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "core/buf.h"
 
 enum mesh_log_level {
     MESH_LOG_DEBUG = 0,

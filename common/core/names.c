@@ -6,7 +6,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "model.h"
+#include "core/model.h"
 
 bool mesh_names_is_alnum(char c)
 {

@@ -21,9 +21,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "cleanup.h"
-#include "mem.h"
-#include "names.h"
+#include "core/cleanup.h"
+#include "core/mem.h"
+#include "core/names.h"
 #include "render.h"
 
 /* "[" + IPv6 + "]:" + port, or a 253-byte host name + ":65535". */

@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "err.h"
-#include "model.h"
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/model.h"
 
 /* Largest worker list a renderer accepts (one entry per TPU VM host; a
  * multi-slice JobSet lists the hosts of every slice, hence above 4096). */

@@ -13,7 +13,7 @@
 
 #include "tensorflow/core/protobuf/master.pb-c.h"
 
-#include "mem.h"
+#include "core/mem.h"
 #include "tf_graph.h"
 
 /* Pack any message into a fresh buffer (owned by the caller). */

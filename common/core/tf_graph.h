@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "core/err.h"
 
 /* The node (and op type) of the init graph; the fetch is "<node>:0" (spec §3.4). */
 #define MESH_TF_CONFIGURE_OP "ConfigureDistributedTPU"

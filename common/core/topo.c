@@ -17,7 +17,7 @@
 
 #include "tensorflow/core/protobuf/tpu/topology.pb-c.h"
 
-#include "mem.h"
+#include "core/mem.h"
 #include "topo.h"
 
 static void *pb_alloc(void *data, size_t n)

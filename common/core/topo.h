@@ -27,9 +27,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "accel.h"
-#include "err.h"
-#include "model.h"
+#include "core/accel.h"
+#include "core/err.h"
+#include "core/model.h"
 
 /* Largest serialized TopologyProto accepted by mesh_topo_parse. */
 #define MESH_TOPO_PB_MAX (4u << 20)

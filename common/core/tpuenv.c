@@ -8,10 +8,10 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "json.h"
-#include "mem.h"
-#include "names.h"
-#include "workers.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "core/names.h"
+#include "core/workers.h"
 
 /* Longest piece of offending input quoted in an error message. */
 #define SHOW_MAX 64

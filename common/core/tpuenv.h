@@ -15,8 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
-#include "model.h"
+#include "core/err.h"
+#include "core/model.h"
 
 /* TensorFlow's default TPU Node port (spec §3.1 _DEFAULT_ENDPOINT_PORT). */
 #define MESH_TPUENV_DEFAULT_PORT 8470

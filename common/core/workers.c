@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "mem.h"
+#include "core/buf.h"
+#include "core/mem.h"
 
 int mesh_workers_name_cmp(const char *a, const char *b)
 {

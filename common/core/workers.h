@@ -29,9 +29,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
-#include "k8s_pod.h"
-#include "model.h"
+#include "core/err.h"
+#include "core/k8s_pod.h"
+#include "core/model.h"
 
 #define MESH_WORKERS_MAX 65536      /* most workers one topology may hold */
 #define MESH_WORKERS_REASON_MAX 512 /* bytes of the /readyz reason line */

@@ -19,6 +19,7 @@
 #include "core/json.h"
 #include "core/names.h"
 #include "core/mem.h"
+#include "io/sys.h"
 
 #define DEFAULT_HOST "metadata.google.internal"
 
@@ -88,13 +89,6 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* One GET. Returns 0 with *out_status set, or -MESH_E_API (transport) /
  * -MESH_E_TOOBIG. */
 static int get_once(const struct mesh_gce_metadata *md, const char *url, struct mesh_buf *body,
@@ -144,7 +138,7 @@ int mesh_gce_metadata_get(const struct mesh_gce_metadata *md, const char *path, 
         bool flavor = false;
         mesh_buf_init(&body, MESH_GCE_METADATA_MAX);
         if (i > 0) {
-            sleep_ms(md->retry_delay_ms);
+            mesh_sys_sleep_ms(md->retry_delay_ms);
         }
         rc = get_once(md, url, &body, &status, &flavor, err);
         if (rc == -MESH_E_TOOBIG) {

@@ -27,12 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/buf.h"
-#include "../core/cleanup.h"
-#include "../core/json.h"
-#include "../core/mem.h"
-#include "kubeconfig.h"
-#include "log.h"
+#include "core/buf.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "io/kubeconfig.h"
+#include "io/log.h"
+#include "io/sys.h"
 
 extern char **environ;
 
@@ -95,51 +96,16 @@ static void curl_init_once(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* ---- small file helpers --------------------------------------------------- */
 
 /* Read a whole small file (<= max bytes) into an owned string. */
 static char *read_small_file(const char *path, size_t max, struct mesh_err *err)
 {
-    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        mesh_err_set(err, MESH_E_IO, errno, "open '%s'", path);
-        return NULL;
-    }
     struct mesh_buf b;
     mesh_buf_init(&b, max);
-    char chunk[4096];
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0) {
-            mesh_buf_cleanup(&b);
-            mesh_err_set(err, MESH_E_IO, errno, "read '%s'", path);
-            return NULL;
-        }
-        if (n == 0) {
-            break;
-        }
-        if (mesh_buf_append(&b, chunk, (size_t)n, NULL) < 0) {
-            mesh_buf_cleanup(&b);
-            mesh_err_set(err, MESH_E_TOOBIG, 0, "'%s' is larger than %zu bytes", path, max);
-            return NULL;
-        }
+    if (mesh_sys_read_file(path, max, &b, err) < 0) {
+        mesh_buf_cleanup(&b);
+        return NULL;
     }
     return mesh_buf_steal(&b, NULL);
 }
@@ -175,7 +141,7 @@ static int token_file_read(struct mesh_k8s_client *c, struct mesh_err *err)
 {
     struct mesh_err e2;
     char *t = read_small_file(c->token_file, TOKEN_MAX, &e2);
-    c->token_read_ms = mono_ms();
+    c->token_read_ms = mesh_sys_now_ms();
     if (t == NULL || trim(t)[0] == '\0') {
         mesh_free(t);
         if (c->token != NULL) {
@@ -291,9 +257,9 @@ static void free_strv(char **v)
 static int exec_collect(int fd, pid_t pid, const char *cmd, struct mesh_buf *out,
                         struct mesh_err *err)
 {
-    int64_t deadline = mono_ms() + EXEC_TIMEOUT_MS;
+    int64_t deadline = mesh_sys_now_ms() + EXEC_TIMEOUT_MS;
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - mesh_sys_now_ms();
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0) {
             kill(pid, SIGKILL);
@@ -401,7 +367,7 @@ static int exec_run(struct mesh_k8s_client *c, struct mesh_err *err)
     mesh_free(c->token);
     c->token = tok;
     c->token_expiry_s = exp;
-    c->token_read_ms = mono_ms();
+    c->token_read_ms = mesh_sys_now_ms();
     mesh_info(MOD, "credential plugin %s returned a token%s", ex->command,
               exp ? " with an expiry" : "");
     return 0;
@@ -413,7 +379,7 @@ static int token_refresh(struct mesh_k8s_client *c, bool force, struct mesh_err 
     switch (c->auth) {
     case AUTH_FILE:
         if (force || c->token == NULL ||
-            mono_ms() - c->token_read_ms >= (int64_t)c->token_reload_s * 1000) {
+            mesh_sys_now_ms() - c->token_read_ms >= (int64_t)c->token_reload_s * 1000) {
             return token_file_read(c, err);
         }
         return 0;
@@ -764,7 +730,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *userp)
 {
     struct xfer *x = userp;
     size_t len = size * n;
-    x->last_byte_ms = mono_ms();
+    x->last_byte_ms = mesh_sys_now_ms();
     /* A new status line (e.g. after a 100 Continue) resets what we know. */
     if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
         x->retry_after = 0;
@@ -798,7 +764,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *userp)
 {
     struct xfer *x = userp;
     size_t len = size * n;
-    x->now_us = mono_us();
+    x->now_us = mesh_sys_now_us();
     x->last_byte_ms = x->now_us / 1000;
     long code = 0;
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -909,7 +875,7 @@ static int drive(struct mesh_k8s_client *c, struct xfer *x, long stall_ms)
             result = -1;
             break;
         }
-        int64_t now = mono_ms();
+        int64_t now = mesh_sys_now_ms();
         long wait = 1000;
         if (stall_ms > 0) {
             int64_t left = x->last_byte_ms + stall_ms - now;
@@ -1030,7 +996,7 @@ static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, l
     for (int attempt = 0; attempt < 2; attempt++) {
         char errbuf[CURL_ERROR_SIZE] = "";
         struct curl_slist *hdrs = make_headers(c);
-        x->last_byte_ms = mono_ms();
+        x->last_byte_ms = mesh_sys_now_ms();
         x->retry_after = 0;
         setup_easy(c, x, url, hdrs, errbuf, cto);
         int res = drive(c, x, stall_ms);

@@ -36,8 +36,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../core/err.h"
-#include "../core/k8s_watch.h"
+#include "core/err.h"
+#include "core/k8s_watch.h"
 
 #define MESH_K8S_SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
 

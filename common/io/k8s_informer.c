@@ -19,10 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/cleanup.h"
-#include "../core/json.h"
-#include "../core/mem.h"
-#include "log.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "k8s"
 
@@ -188,13 +189,6 @@ struct mesh_k8s_informer {
     bool streaming_off; /* the server rejected sendInitialEvents: use LIST */
     struct table fresh;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* xorshift64*: jitter and watch timeouts only, not security. */
 static double rnd01(struct mesh_k8s_informer *inf)
@@ -760,9 +754,9 @@ static void on_block(void *ctx)
 /* Sleep up to ms, returning early on stop. */
 static void nap(struct mesh_k8s_informer *inf, int64_t ms)
 {
-    int64_t end = mono_ms() + ms;
+    int64_t end = mesh_sys_now_ms() + ms;
     while (!atomic_load(&inf->stop)) {
-        int64_t left = end - mono_ms();
+        int64_t left = end - mesh_sys_now_ms();
         if (left <= 0) {
             return;
         }
@@ -773,7 +767,7 @@ static void nap(struct mesh_k8s_informer *inf, int64_t ms)
 
 static void backoff_wait(struct mesh_k8s_informer *inf, const char *what, const char *why)
 {
-    int64_t d = mesh_k8s_watch_backoff_next(&inf->backoff, mono_ms(), rnd01(inf));
+    int64_t d = mesh_k8s_watch_backoff_next(&inf->backoff, mesh_sys_now_ms(), rnd01(inf));
     pthread_mutex_lock(&inf->lock);
     inf->stats.failures++;
     pthread_mutex_unlock(&inf->lock);
@@ -835,7 +829,7 @@ static enum next after_watch(struct mesh_k8s_informer *inf, int rc, int64_t star
         return after_stream_error(inf, err);
     }
     long status = mesh_k8s_client_last_status(inf->client);
-    bool very_short = inf->watch_events == 0 && mono_ms() - started_ms < 1000;
+    bool very_short = inf->watch_events == 0 && mesh_sys_now_ms() - started_ms < 1000;
     if (inf->watch_events > 0) {
         *stalls = 0;
     }
@@ -963,7 +957,7 @@ static bool stream_list(struct mesh_k8s_informer *inf, int *stalls, bool *need_l
     struct mesh_err e;
     mesh_err_clear(&e);
     inf->initial = true;
-    int64_t started = mono_ms();
+    int64_t started = mesh_sys_now_ms();
     int rc = do_watch(inf, true, &e);
     bool synced = !inf->initial;
     if (inf->initial) {
@@ -1009,7 +1003,7 @@ int mesh_k8s_informer_run(struct mesh_k8s_informer *inf, struct mesh_err *err)
             need_list = false;
             stalls = 0;
         }
-        int64_t started = mono_ms();
+        int64_t started = mesh_sys_now_ms();
         int rc = do_watch(inf, false, &e);
         if (atomic_load(&inf->stop)) {
             break;

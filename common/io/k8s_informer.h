@@ -58,8 +58,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/err.h"
-#include "k8s_client.h"
+#include "core/err.h"
+#include "io/k8s_client.h"
 
 /* Make a caller-owned record from one object (borrowed, valid for the
  * call only). Called on run's thread without the store lock. Return NULL to leave the object out of

@@ -16,10 +16,11 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "../core/buf.h"
-#include "../core/cleanup.h"
-#include "../core/json.h"
-#include "../core/mem.h"
+#include "core/buf.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "io/sys.h"
 
 #define MAX_ENTRIES 4096 /* clusters/users/contexts/args/env entries */
 
@@ -597,33 +598,19 @@ int mesh_kubeconfig_load(const char *path, const char *context, struct mesh_kube
                          struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
-    mesh_autoclose int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return mesh_err_set(err, MESH_E_CONFIG, errno,
-                            "kubeconfig %s: cannot open it; pass --kubeconfig or set KUBECONFIG "
-                            "to a readable file",
-                            path);
-    }
     struct mesh_buf b;
     mesh_buf_init(&b, MESH_KUBECONFIG_MAX_BYTES);
-    char chunk[8192];
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0) {
-            mesh_buf_cleanup(&b);
-            return mesh_err_set(err, MESH_E_CONFIG, errno, "kubeconfig %s: read", path);
-        }
-        if (n == 0) {
-            break;
-        }
-        if (mesh_buf_append(&b, chunk, (size_t)n, NULL) < 0) {
-            mesh_buf_cleanup(&b);
+    struct mesh_err rerr;
+    if (mesh_sys_read_file(path, MESH_KUBECONFIG_MAX_BYTES, &b, &rerr) < 0) {
+        mesh_buf_cleanup(&b);
+        if (rerr.code == MESH_E_TOOBIG) {
             return mesh_err_set(err, MESH_E_CONFIG, 0, "kubeconfig %s: larger than %zu bytes", path,
                                 MESH_KUBECONFIG_MAX_BYTES);
         }
+        return mesh_err_set(err, MESH_E_CONFIG, rerr.sys_errno,
+                            "kubeconfig %s: cannot open it; pass --kubeconfig or set KUBECONFIG "
+                            "to a readable file",
+                            path);
     }
     int rc = mesh_kubeconfig_parse(b.data ? b.data : "", b.len, path, context, out, err);
     mesh_buf_cleanup(&b);

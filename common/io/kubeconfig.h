@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/err.h"
+#include "core/err.h"
 
 #define MESH_KUBECONFIG_MAX_BYTES ((size_t)1 << 20)
 

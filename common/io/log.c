@@ -2,13 +2,13 @@
  * log.c - writes formatted log lines to stderr with one write(2) each, so
  * lines from several threads never interleave within a line.
  */
-#include "log.h"
+#include "io/log.h"
 
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/buf.h"
+#include "core/buf.h"
 
 enum mesh_log_level mesh_log_threshold = MESH_LOG_INFO;
 static enum mesh_log_format log_format = MESH_LOG_TEXT;

@@ -13,7 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#include "../core/logfmt.h"
+#include "core/logfmt.h"
 
 extern enum mesh_log_level mesh_log_threshold;
 

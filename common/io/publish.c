@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/cleanup.h"
-#include "../core/json.h"
-#include "../core/mem.h"
-#include "log.h"
+#include "core/cleanup.h"
+#include "core/json.h"
+#include "core/mem.h"
+#include "io/log.h"
 #include "publish.h"
 
 #define GEN_FILE "topology.json"

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/err.h"
+#include "core/err.h"
 
 /* Temp files of this set older than this many seconds are what a killed
  * publisher left behind and are removed at the next publish. */

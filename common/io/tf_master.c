@@ -23,7 +23,8 @@
 
 #include "core/mem.h"
 #include "core/tf_graph.h"
-#include "log.h"
+#include "io/log.h"
+#include "io/sys.h"
 #include "tf_master.h"
 
 #define MOD "tfmaster"
@@ -48,17 +49,10 @@ struct mesh_tf_master {
     grpc_completion_queue *cq;
 };
 
-int64_t mesh_tf_master_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Absolute monotonic ms -> gRPC deadline. */
 static gpr_timespec deadline_ts(int64_t deadline_ms)
 {
-    int64_t left = deadline_ms - mesh_tf_master_now_ms();
+    int64_t left = deadline_ms - mesh_sys_now_ms();
     if (left < 0) {
         left = 0;
     }
@@ -160,11 +154,11 @@ void mesh_tf_master_free(struct mesh_tf_master *m)
 int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
                                   struct mesh_err *err)
 {
-    int64_t start = mesh_tf_master_now_ms();
+    int64_t start = mesh_sys_now_ms();
     int64_t next_log = start + PROGRESS_MS;
     grpc_connectivity_state st = grpc_channel_check_connectivity_state(m->channel, 1);
     while (st != GRPC_CHANNEL_READY) {
-        int64_t now = mesh_tf_master_now_ms();
+        int64_t now = mesh_sys_now_ms();
         if (now >= deadline_ms) {
             return mesh_err_set(err, MESH_E_NOTREADY, 0,
                                 "TPU server %s unreachable: no connection after %lld s (state "
@@ -278,16 +272,16 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
         goto out;
     }
 
-    int64_t start = mesh_tf_master_now_ms();
+    int64_t start = mesh_sys_now_ms();
     bool cancelled = false;
     for (;;) {
-        int64_t now = mesh_tf_master_now_ms();
+        int64_t now = mesh_sys_now_ms();
         int64_t until = now + PROGRESS_MS;
         grpc_event ev = grpc_completion_queue_pluck(m->cq, &call_tag, deadline_ts(until), NULL);
         if (ev.type == GRPC_OP_COMPLETE) {
             break;
         }
-        now = mesh_tf_master_now_ms();
+        now = mesh_sys_now_ms();
         if (now > deadline_ms + CANCEL_GRACE_MS && !cancelled) {
             /* gRPC should have failed the call at its deadline; make sure. */
             grpc_call_cancel(call, NULL);
@@ -351,8 +345,7 @@ static int deadline_error(struct mesh_tf_master *m, const char *what, int64_t st
     return mesh_err_set(err, MESH_E_TIMEOUT, 0,
                         "TPU server %s accepted the connection but did not answer %s within "
                         "%lld s; check the TPU's health or raise --timeout",
-                        m->target, what,
-                        (long long)((mesh_tf_master_now_ms() - start_ms + 500) / 1000));
+                        m->target, what, (long long)((mesh_sys_now_ms() - start_ms + 500) / 1000));
 }
 
 /* Retry UNAVAILABLE with TF's backoff (spec §5.3: growing 1.3x; we start
@@ -370,7 +363,7 @@ static int call_with_retry(struct mesh_tf_master *m, const char *method, const u
         if (rc < 0 || !retryable(out)) {
             return rc;
         }
-        int64_t now = mesh_tf_master_now_ms();
+        int64_t now = mesh_sys_now_ms();
         if (now + backoff >= deadline_ms) {
             return 0;
         }
@@ -396,7 +389,7 @@ static int call_status_error(struct mesh_tf_master *m, const struct mesh_tf_call
     /* The error below may shorten the server's text; keep all of it here. */
     mesh_debug(MOD, "%s on %s: %s: %s", what, m->target, mesh_tf_graph_code_name(r->status),
                r->message);
-    if (r->status == GRPC_STATUS_DEADLINE_EXCEEDED && mesh_tf_master_now_ms() >= deadline_ms - 50) {
+    if (r->status == GRPC_STATUS_DEADLINE_EXCEEDED && mesh_sys_now_ms() >= deadline_ms - 50) {
         return deadline_error(m, what, start_ms, err);
     }
     return mesh_tf_graph_status_error(r->status, r->message, what, err);
@@ -414,7 +407,7 @@ static void close_session(struct mesh_tf_master *m, const char *handle)
     }
     struct mesh_tf_call_result r;
     int rc = mesh_tf_master_call(m, MESH_TF_METHOD_CLOSE_SESSION, req, len,
-                                 mesh_tf_master_now_ms() + CLOSE_TIMEOUT_MS, &r, &err);
+                                 mesh_sys_now_ms() + CLOSE_TIMEOUT_MS, &r, &err);
     mesh_free(req);
     if (rc < 0) {
         mesh_warn(MOD, "CloseSession on %s failed: %s", m->target, err.msg);
@@ -458,12 +451,12 @@ static bool address_mismatch(const struct mesh_tf_call_result *r)
 static int create_session(struct mesh_tf_master *m, const char *const *tasks, size_t ntasks,
                           int64_t deadline_ms, char **out_handle, struct mesh_err *err)
 {
-    int64_t now = mesh_tf_master_now_ms();
+    int64_t now = mesh_sys_now_ms();
     struct mesh_tf_call_result r;
     memset(&r, 0, sizeof(r));
     int rc = 0;
     for (int option_a = 0; option_a <= 1; option_a++) {
-        struct mesh_tf_session_spec spec = {tasks, ntasks, deadline_ms - mesh_tf_master_now_ms(),
+        struct mesh_tf_session_spec spec = {tasks, ntasks, deadline_ms - mesh_sys_now_ms(),
                                             option_a != 0};
         uint8_t *req = NULL;
         size_t len = 0;
@@ -502,7 +495,7 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
 static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t deadline_ms,
                          uint8_t **out_topology, size_t *out_len, struct mesh_err *err)
 {
-    int64_t now = mesh_tf_master_now_ms();
+    int64_t now = mesh_sys_now_ms();
     int64_t step_ms = deadline_ms - now - RUN_STEP_SLACK_MS;
     if (step_ms < 1000) {
         step_ms = deadline_ms - now > 1 ? deadline_ms - now : 1;
@@ -537,7 +530,7 @@ int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_
     if (tasks == NULL || ntasks == 0) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "no TPU task address to initialize");
     }
-    int64_t start = mesh_tf_master_now_ms();
+    int64_t start = mesh_sys_now_ms();
     int64_t deadline = start + (timeout_ms > 0 ? timeout_ms : 1);
     struct mesh_tf_master *m = mesh_tf_master_new(tasks[0], err);
     if (m == NULL) {
@@ -558,7 +551,7 @@ int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_
     }
     if (rc == 0) {
         mesh_info(MOD, "TPU system initialized through grpc://%s in %lld ms (topology %zu bytes)",
-                  tasks[0], (long long)(mesh_tf_master_now_ms() - start), *out_len);
+                  tasks[0], (long long)(mesh_sys_now_ms() - start), *out_len);
     }
     mesh_free(handle);
     mesh_tf_master_free(m);

@@ -39,7 +39,7 @@ struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *e
 void mesh_tf_master_free(struct mesh_tf_master *m);
 
 /* Wait until the channel is connected, at most until deadline_ms
- * (CLOCK_MONOTONIC milliseconds, see mesh_tf_master_now_ms), logging a
+ * (CLOCK_MONOTONIC milliseconds, see mesh_sys_now_ms), logging a
  * progress line every 10 s. Returns 0, or -MESH_E_NOTREADY naming the target,
  * the last connectivity state and how long we waited. */
 int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
@@ -66,9 +66,6 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
 
 /* Release what a call result owns (the response). */
 void mesh_tf_call_result_cleanup(struct mesh_tf_call_result *r);
-
-/* CLOCK_MONOTONIC in milliseconds (the clock of every deadline here). */
-int64_t mesh_tf_master_now_ms(void);
 
 /* TPU system initialization as `sess.run(tpu.initialize_system())` against
  * the TPU's TensorFlow server: connect to tasks[0], CreateSession with the

@@ -18,6 +18,7 @@
 #include "core/names.h"
 #include "core/mem.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "tpu-api"
 #define URL_MAX 2048
@@ -296,20 +297,6 @@ int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
     return rc;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static bool is_ready(const struct mesh_tpu_api_node *n)
 {
     return strcmp(n->state, "READY") == 0 &&
@@ -319,7 +306,7 @@ static bool is_ready(const struct mesh_tpu_api_node *n)
 int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                             struct mesh_tpu_api_node *out_node, struct mesh_err *err)
 {
-    long long start = now_ms();
+    long long start = mesh_sys_now_ms();
     long long deadline = api->deadline_ms > 0
                              ? api->deadline_ms
                              : start + (long long)(api->timeout_s > 0 ? api->timeout_s : 1) * 1000;
@@ -332,7 +319,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         int retry = 0;
         /* No request may run past the deadline (but give each at least 1 s). */
         struct mesh_tpu_api call = *api;
-        long long left = deadline - now_ms();
+        long long left = deadline - mesh_sys_now_ms();
         long long per = api->request_timeout_ms > 0 ? api->request_timeout_ms : 10000;
         call.request_timeout_ms = left < 1000 ? 1000 : (left < per ? left : per);
         int rc = mesh_tpu_api_get_node(&call, name, &node, &retry, &lerr);
@@ -373,7 +360,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         } else {
             mesh_warn(MOD, "TPU \"%s\": %s; retrying", name, lerr.msg);
         }
-        long long now = now_ms();
+        long long now = mesh_sys_now_ms();
         if (now >= deadline) {
             break;
         }
@@ -381,7 +368,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         if (now + wait > deadline) {
             wait = deadline - now;
         }
-        sleep_ms(wait);
+        mesh_sys_sleep_ms(wait);
         pause = pause * 2 > 10000 ? 10000 : pause * 2;
     }
     if (last_transport) {

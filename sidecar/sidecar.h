@@ -8,6 +8,7 @@
  *               container's topology.json (slice, job name, generation)
  *   topology.c  store -> workers -> render -> publish, only when outputs change;
  *               transition logs; the status the HTTP server serves
+ *   metrics.c   the /metrics text and the publish-latency ring behind it
  *   http.c      libwebsockets server: /healthz /readyz /metrics /topology
  *               (room for WebSocket /watch: a second protocol in its table)
  *

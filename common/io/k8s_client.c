@@ -724,6 +724,7 @@ struct xfer {
     void (*on_block)(void *ctx);
     int cb_rc; /* set when a callback stopped the transfer */
     struct mesh_err cb_err;
+    const char *post; /* create only: the JSON body POSTed (borrowed) */
 };
 
 static size_t on_header(char *data, size_t size, size_t n, void *userp)
@@ -847,6 +848,10 @@ static void setup_easy(struct mesh_k8s_client *c, struct xfer *x, const char *ur
     if (connect_to != NULL) {
         curl_easy_setopt(e, CURLOPT_CONNECT_TO, connect_to);
     }
+    if (x->post != NULL) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->post);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(x->post));
+    }
     set_tls(c, e);
 }
 
@@ -965,9 +970,12 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
 
 /* Headers for one attempt: Accept and, when there is one, the bearer
  * token (never logged). */
-static struct curl_slist *make_headers(const struct mesh_k8s_client *c)
+static struct curl_slist *make_headers(const struct mesh_k8s_client *c, bool post)
 {
     struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
+    if (post) {
+        h = curl_slist_append(h, "Content-Type: application/json");
+    }
     if (c->token != NULL) {
         char *auth = mesh_asprintf("Authorization: Bearer %s", c->token);
         h = curl_slist_append(h, auth);
@@ -995,7 +1003,7 @@ static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, l
     struct curl_slist *cto = c->connect_to ? curl_slist_append(NULL, c->connect_to) : NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         char errbuf[CURL_ERROR_SIZE] = "";
-        struct curl_slist *hdrs = make_headers(c);
+        struct curl_slist *hdrs = make_headers(c, x->post != NULL);
         x->last_byte_ms = mesh_sys_now_ms();
         x->retry_after = 0;
         setup_easy(c, x, url, hdrs, errbuf, cto);
@@ -1112,6 +1120,34 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
         if (j == NULL || !cJSON_IsObject(j)) {
             cJSON_Delete(j);
             mesh_err_prefix(err, "GET %s: reply", name);
+            set_last_error(c, "malformed");
+            rc = -MESH_E_PARSE;
+        } else {
+            *out_obj = j;
+        }
+    }
+    mesh_buf_cleanup(&x.body);
+    return rc;
+}
+
+int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const char *body,
+                           cJSON **out_obj, struct mesh_err *err)
+{
+    mesh_autofree char *url = mesh_asprintf("%s%s", c->url_base, path);
+    struct xfer x;
+    xfer_init(&x, c, MESH_K8S_EVENT_MAX_DEFAULT);
+    x.post = body;
+    int rc = request(c, &x, url, 0, err);
+    if (rc == 0 && c->last_status != 200 && c->last_status != 201) {
+        char what[320];
+        snprintf(what, sizeof(what), "POST %.300s", path);
+        rc = http_failure(c, c->last_status, &x.body, what, err);
+    }
+    if (rc == 0) {
+        cJSON *j = mesh_json_parse(x.body.data ? x.body.data : "", x.body.len, x.body.max, err);
+        if (j == NULL || !cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            mesh_err_prefix(err, "POST %.300s: reply", path);
             set_last_error(c, "malformed");
             rc = -MESH_E_PARSE;
         } else {

@@ -134,6 +134,13 @@ struct mesh_k8s_query {
 int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *q, const char *name,
                         cJSON **out_obj, struct mesh_err *err);
 
+/* POST body (a JSON object, borrowed) to path under the server's base URL
+ * ("/apis/authorization.k8s.io/v1/subjectaccessreviews") to create an
+ * object. *out_obj = the owned reply (cJSON_Delete) on 200/201. Errors as
+ * above (403 says what was refused). */
+int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const char *body,
+                           cJSON **out_obj, struct mesh_err *err);
+
 /* LIST one page, streamed: every element of the page's "items" goes to fn
  * as its exact JSON bytes (mesh_k8s_list_item_fn, borrowed for the call)
  * while the body arrives, so memory holds one item, not the page. limit 0

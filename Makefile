@@ -1,7 +1,7 @@
 # tpumesh - build, test and demo. `make help` lists the targets.
 #
 # Layout (DESIGN.md §2): common/core -> libmeshcore.a (pure; links without
-# curl, lws or grpc), common/io -> libmeshio.a, initcontainer/ and sidecar/ ->
+# curl, lws or grpc), common/io -> libmeshio.a, initcontainer/, sidecar/ and injector/ ->
 # build/bin/. Sources are discovered with wildcards: adding a module is adding
 # its .c/.h pair; adding a test is adding tests/unit/test_<mod>.c,
 # tests/fuzz/fuzz_<target>.c (+ tests/fuzz/corpus/<target>/) or
@@ -44,6 +44,7 @@ CORE_SRC   := $(sort $(wildcard common/core/*.c))
 IO_SRC     := $(sort $(wildcard common/io/*.c))
 INIT_SRC   := $(sort $(wildcard initcontainer/*.c))
 SIDE_SRC   := $(sort $(wildcard sidecar/*.c))
+INJ_SRC    := $(sort $(wildcard injector/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
@@ -53,7 +54,7 @@ CORE_OBJ   := $(call obj,$(CORE_SRC)) $(patsubst %.c,%.o,$(subst $(BUILD)/gen,$(
 IO_OBJ     := $(call obj,$(IO_SRC))
 CORE_LIB   := $(BUILD)/lib/libmeshcore.a
 IO_LIB     := $(BUILD)/lib/libmeshio.a
-BINS       := $(BUILD)/bin/tpumesh-init $(BUILD)/bin/tpumesh-sidecar
+BINS       := $(BUILD)/bin/tpumesh-init $(BUILD)/bin/tpumesh-sidecar $(BUILD)/bin/tpumesh-injector
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
@@ -68,7 +69,7 @@ all: $(BINS) check-core-pure
 
 help:
 	@echo "make deps        install the Debian packages the build and tests need (idempotent)"
-	@echo "make             build build/bin/tpumesh-init and build/bin/tpumesh-sidecar"
+	@echo "make             build build/bin/tpumesh-init, tpumesh-sidecar and tpumesh-injector"
 	@echo "make test        deps + build + unit, fuzz-corpus replay and integration tests"
 	@echo "make demo        deps + build + run the whole flow on the simulators"
 	@echo "make asan        unit tests and corpus replay under AddressSanitizer + UBSan (clang)"
@@ -127,6 +128,12 @@ $(BUILD)/bin/tpumesh-init: $(call obj,$(INIT_SRC)) $(IO_LIB) $(CORE_LIB)
 $(BUILD)/bin/tpumesh-sidecar: $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) $(CORE_LIBS)
+
+# The injector checks its certificate/key pair with OpenSSL before handing
+# it to libwebsockets (which links the same libssl3).
+$(BUILD)/bin/tpumesh-injector: $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) -lssl -lcrypto $(CORE_LIBS)
 
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/tests/test_%: $(BUILD)/obj/tests/unit/test_%.o $(IO_LIB) $(CORE_LIB)

@@ -68,7 +68,8 @@ TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 all: $(BINS) check-core-pure
 
 help:
-	@echo "make deps        install the Debian packages the build and tests need (idempotent)"
+	@echo "make deps        install the Debian packages the build and tests need, and Helm 3 and 4"
+	@echo "                 for the chart tests into \$$(BUILD)/helm (idempotent; offline once there)"
 	@echo "make             build build/bin/tpumesh-init, tpumesh-sidecar and tpumesh-injector"
 	@echo "make test        deps + build + unit, fuzz-corpus replay and integration tests"
 	@echo "make demo        deps + build + run the whole flow on the simulators"
@@ -80,7 +81,7 @@ help:
 	@echo "make image-test  prove the Dockerfile's runtime stage (debootstrap + chroot, root)"
 
 deps:
-	@scripts/deps.sh
+	@BUILD=$(BUILD) scripts/deps.sh
 
 # ---- protobuf-c code generation (never committed) -------------------------
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto

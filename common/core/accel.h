@@ -4,8 +4,8 @@
  * struct mesh_slice (model.h) from whatever subset of them is known.
  *
  * Pure (libmeshcore): no I/O, no allocation that outlives a call.
- * Facts: ../shared/spec/tpu-and-tensorflow.md §5.5, §8.1-8.6, §10.12;
- * ../shared/spec/gke-and-peers.md §2.2.
+ * Facts from TensorFlow (tpu/topology.py, the v2/v3 host-bounds table), Google's
+ * xpk machine table (system_characteristics.py) and GKE's TPU node labels.
  */
 #ifndef MESH_ACCEL_H
 #define MESH_ACCEL_H
@@ -15,7 +15,7 @@
 #include "core/err.h"
 #include "core/model.h"
 
-/* Upper bounds accepted by the parsers (input limits, STYLE.md R9). The
+/* Upper bounds accepted by the parsers (input limits, docs/STYLE.md R9). The
  * largest real slices are around 9216 chips (TPU7x pod); 65536 leaves room
  * while keeping a TopologyProto for the slice bounded. */
 #define MESH_ACCEL_CHIPS_MAX 65536
@@ -27,7 +27,7 @@
 #define MESH_ACCEL_BOUNDS_MAX 40
 
 /* Parse an accelerator type: "v2-N", "v3-N", "v4-N", "v5p-N", "v5litepod-N",
- * "v6e-N" or "tpu7x-N" (spec §8.1). Strict: lower case, no spaces, N a
+ * "v6e-N" or "tpu7x-N". Strict: lower case, no spaces, N a
  * positive decimal integer without sign or leading zeros, N <=
  * MESH_ACCEL_SUFFIX_MAX. N is the raw suffix (TensorCores for
  * v2/v3/v4/v5p/tpu7x, chips for v5litepod/v6e); its consistency with the
@@ -42,7 +42,7 @@ int mesh_accel_parse_type(const char *s, enum mesh_tpu_gen *out_gen, int *out_su
 /* Map a GKE node label value (cloud.google.com/gke-tpu-accelerator) to its
  * generation: "tpu-v4-podslice" v4, "tpu-v5-lite-podslice" v5e,
  * "tpu-v5p-slice" v5p, "tpu-v6e-slice" v6e, "tpu7x" tpu7x, "tpu-v3-slice" and
- * "tpu-v3-device" v3 (spec §8.5; gke-and-peers.md §2.2). Exact match.
+ * "tpu-v3-device" v3. Exact match.
  * label: borrowed. Returns 0, or -MESH_E_INVAL listing the known values. */
 int mesh_accel_gen_from_gke_label(const char *label, enum mesh_tpu_gen *out_gen,
                                   struct mesh_err *err);
@@ -58,7 +58,7 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
  * field optional). Fills every field of *out on success; *out is untouched
  * on failure.
  *
- * Rules (spec §8):
+ * Rules:
  *  - generation from the accelerator type and/or the GKE label; both given
  *    must agree. Neither given: -MESH_E_CONFIG.
  *  - chips from the type (suffix/2 for v2/v3/v4/v5p/tpu7x, suffix for
@@ -66,18 +66,18 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
  *    that are given must agree.
  *  - chips per host: the given value; else chips / hosts when hosts is
  *    given; else the default: 4 for v2/v3/v4/v5p, and for v5e/v6e/tpu7x
- *    xpk's rule "1 if the slice has 1 chip, else 4" (spec §8.4, §10.12:
- *    count GKE VMs, not GCE physical hosts). So v5litepod-8/v6e-8 "2x4" is
+ *    xpk's rule "1 if the slice has 1 chip, else 4" (it
+ *    counts GKE VMs, not GCE physical hosts). So v5litepod-8/v6e-8 "2x4" is
  *    2 hosts of 4 chips unless chips_per_host 8 or hosts 1 says it is one
  *    8-chip VM. Allowed: 4 for v2/v3/v4/v5p, 1/4/8 for v5e/v6e, 1/4 for
  *    tpu7x; 1-chip VMs only for a 1-chip slice (xpk). 8-chip VMs may form
- *    multi-host slices (GCE counts v5e hosts of 8 chips: spec §8.4).
+ *    multi-host slices (GCE counts v5e hosts of 8 chips).
  *  - chips-per-host bounds (the host block): 1 chip 1,1,1; 4 chips 2,2,1;
  *    8 chips 2,4,1. The topology must divide into such blocks; host bounds
- *    = topology / block per axis (spec §8.6).
+ *    = topology / block per axis.
  *  - topology written AxB for v2/v3/v5e/v6e (an "AxBx1" input is accepted
  *    and written AxB) and AxBxC for v4/v5p/tpu7x.
- *  - v2/v3: the type must be in TensorFlow's host-bounds table (spec §8.3);
+ *  - v2/v3: the type must be in TensorFlow's host-bounds table;
  *    topology = host bounds * 2,2,1.
  *  - no topology given: the default is the most compact shape (smallest
  *    max/min dimension ratio, dimensions non-decreasing) among the shapes
@@ -92,7 +92,7 @@ int mesh_accel_parse_topology(const char *s, int out_dims[3], int *out_ndims, st
  *  - devices per chip (TF/JAX devices): 2 for v2/v3 (one per TensorCore),
  *    1 for v4/v5p (megacore) and v5e/v6e, 2 for tpu7x (no megacore; JAX
  *    ChipVersion 7x). devices_per_host = chips_per_host * that;
- *    mesh_shape = [x, y, z, devices per chip] (spec §5.5).
+ *    mesh_shape = [x, y, z, devices per chip].
  * Inconsistent input is -MESH_E_CONFIG with a message saying what would be
  * consistent, e.g. "v4-32 has 16 chips but topology 2x2x2 has 8; v4-32 uses
  * 2x2x4 (or 2x4x2, 4x2x2)". Unparseable strings are -MESH_E_INVAL.

@@ -2,7 +2,7 @@
  * annotations.h - the pod annotations file a downward-API volume projects
  * (`metadata.annotations`), and tpumesh's configuration keys in it.
  *
- * File format (spec/gke-and-peers.md §5.2; kubernetes pkg/fieldpath
+ * File format (kubernetes pkg/fieldpath
  * FormatMap): one line per annotation, sorted by key, written with Go's
  * `%v=%q`: the key verbatim, '=', then the value as a Go double-quoted string
  * literal (escapes \a \b \f \n \r \t \v \\ \" \xNN \uNNNN \UNNNNNNNN; octal
@@ -10,7 +10,7 @@
  * '\n' with no newline after the last; we also accept a trailing newline,
  * CRLF and blank lines.
  *
- * Pure (STYLE.md R8): the caller reads the file and hands over (buf, len).
+ * Pure (docs/STYLE.md R8): the caller reads the file and hands over (buf, len).
  */
 #ifndef MESH_ANNOTATIONS_H
 #define MESH_ANNOTATIONS_H
@@ -52,7 +52,7 @@ void mesh_annotations_cleanup(struct mesh_annotations *a);
  * into an owned NUL-terminated string. -MESH_E_PARSE with the reason. */
 int mesh_annotations_unquote(const char *s, size_t len, char **out_value, struct mesh_err *err);
 
-/* The prefix of our keys and the legacy TPU Node key (spec §1.1, gke §2.1). */
+/* The prefix of our keys and the legacy TPU Node key. */
 #define MESH_ANNOTATION_PREFIX "tpumesh.dev/"
 #define MESH_ANNOTATION_TF_VERSION "tf-version.cloud-tpus.google.com"
 

@@ -1,5 +1,5 @@
 /*
- * buf.h - bounded growable byte buffer (curl dynbuf style, STYLE.md R6/R9).
+ * buf.h - bounded growable byte buffer (curl dynbuf style, docs/STYLE.md R6/R9).
  *
  * A buffer has a hard maximum set at init; appends beyond it fail with
  * -MESH_E_TOOBIG and leave the content unchanged. The content is always

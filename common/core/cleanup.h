@@ -1,5 +1,5 @@
 /*
- * cleanup.h - cleanup attributes for locals (STYLE.md R5).
+ * cleanup.h - cleanup attributes for locals (docs/STYLE.md R5).
  *
  * Initialise every such local to NULL (or -1 for fds). Hand ownership out
  * with `*out = p; p = NULL;`. The library-specific helpers are defined only

@@ -1,5 +1,5 @@
 /*
- * err.c - fixed-size, caller-owned error records (STYLE.md R4).
+ * err.c - fixed-size, caller-owned error records (docs/STYLE.md R4).
  */
 #include "err.h"
 

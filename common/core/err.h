@@ -1,5 +1,5 @@
 /*
- * err.h - the one error convention of tpumesh (STYLE.md R4).
+ * err.h - the one error convention of tpumesh (docs/STYLE.md R4).
  *
  * A function that can fail returns 0 (or a count, or an fd) on success and a
  * negative -MESH_E_* code on failure, and takes `struct mesh_err *err` as its

@@ -1,7 +1,7 @@
 /*
  * k8s_pod.c - extract the few Pod fields the sidecar uses into a fixed-size
  * record, validating every value that may later reach a published file
- * (DESIGN.md §4: nothing is ever written raw). Pure: no I/O, no logging.
+ * (docs/DESIGN.md §4: nothing is ever written raw). Pure: no I/O, no logging.
  */
 #include "k8s_pod.h"
 
@@ -98,8 +98,8 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
     const cJSON *annos = cJSON_GetObjectItemCaseSensitive(md, "annotations");
 
-    /* Indexed Jobs: the annotation always, the label since 1.28
-     * (spec/kubernetes-api.md §3.6). Both present must agree. */
+    /* Indexed Jobs: the annotation always, the label since 1.28.
+     * Both present must agree. */
     int from_anno = -1, from_label = -1;
     read_index(p, annos, MESH_K8S_KEY_COMPLETION_INDEX, &from_anno);
     read_index(p, labels, MESH_K8S_KEY_COMPLETION_INDEX, &from_label);
@@ -131,7 +131,7 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
         }
     }
     /* The same keys and accepted values as tpumesh-init's annotation layer
-     * (DESIGN.md §6), so init and sidecar publish the same addresses. */
+     * (docs/DESIGN.md §6), so init and sidecar publish the same addresses. */
     const char *port = mesh_json_str(annos, MESH_K8S_KEY_PORT);
     if (port != NULL) {
         long long n = 0;
@@ -214,7 +214,7 @@ static void read_status(struct mesh_k8s_pod *p, const cJSON *status)
 {
     const char *ip = mesh_json_str(status, "podIP");
     if (ip == NULL || ip[0] == '\0') {
-        /* podIPs[0] == podIP when both exist (spec §3.3); use it when podIP is absent. */
+        /* podIPs[0] == podIP when both exist; use it when podIP is absent. */
         const cJSON *ips = cJSON_GetObjectItemCaseSensitive(status, "podIPs");
         ip = cJSON_IsArray(ips) ? mesh_json_str(cJSON_GetArrayItem(ips, 0), "ip") : NULL;
     }

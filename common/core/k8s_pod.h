@@ -1,9 +1,9 @@
 /*
  * k8s_pod.h - Pod JSON -> a small fixed-size record holding only what the
- * sidecar needs to order workers and address them (STYLE.md R8: pure).
+ * sidecar needs to order workers and address them (docs/STYLE.md R8: pure).
  *
- * Field paths read (spec/kubernetes-api.md §3.1-§3.3, §3.5-§3.7;
- * spec/gke-and-peers.md §2.4, §3.5):
+ * Field paths read (Kubernetes core/v1 Pod; labels and annotations as the Job,
+ * JobSet and StatefulSet controllers set them):
  *   metadata.name, .namespace, .uid, .deletionTimestamp (non-null = leaving)
  *   metadata.labels / metadata.annotations:
  *     batch.kubernetes.io/job-completion-index   (annotation, or label since 1.28)
@@ -132,7 +132,7 @@ struct mesh_k8s_pod_rec {
 #define MESH_K8S_REC_IP_V6 0x10u       /* ip is IPv6 */
 
 /* Pack p (borrowed) into a new record: owned by caller, free with
- * mesh_free (one block). Never fails (allocation aborts, STYLE.md R6). */
+ * mesh_free (one block). Never fails (allocation aborts, docs/STYLE.md R6). */
 struct mesh_k8s_pod_rec *mesh_k8s_pod_pack(const struct mesh_k8s_pod *p);
 
 /* Fill *out (zeroed first) from r (borrowed): the kept fields exactly, the

@@ -1,7 +1,7 @@
 /*
  * k8s_watch.c - pure Kubernetes list/watch protocol pieces: newline framer,
  * event / list / Status decoders, resourceVersion comparison, backoff.
- * No I/O, clocks or randomness (STYLE.md R8): time and jitter come in as
+ * No I/O, clocks or randomness (docs/STYLE.md R8): time and jitter come in as
  * arguments. Wire facts are cited in k8s_watch.h.
  */
 #include "k8s_watch.h"
@@ -220,8 +220,7 @@ static int event_type(const char *s, enum mesh_k8s_event_type *out)
     return -MESH_E_PARSE;
 }
 
-/* BOOKMARK of a streaming list: metadata.annotations["k8s.io/initial-events-end"] == "true"
- * (spec §2.6). */
+/* BOOKMARK of a streaming list: metadata.annotations["k8s.io/initial-events-end"] == "true". */
 static bool is_initial_events_end(const cJSON *obj)
 {
     const cJSON *ann = mesh_json_path(obj, "metadata.annotations");

@@ -5,19 +5,19 @@
  * arithmetic. No I/O, no clock, no randomness: callers pass `now_ms` and a
  * random number in.
  *
- * Wire facts (../shared/spec/kubernetes-api.md):
- * - §2.2: a watch body is a sequence of compact JSON objects
+ * Wire facts (Kubernetes API):
+ * - a watch body is a sequence of compact JSON objects
  *   {"type":...,"object":{...}} each followed by exactly one '\n'; HTTP
  *   chunk boundaries are NOT event boundaries (several events per chunk,
  *   one event over several chunks).
- * - §2.3: types ADDED, MODIFIED, DELETED, BOOKMARK, ERROR; ERROR carries a
+ * - types ADDED, MODIFIED, DELETED, BOOKMARK, ERROR; ERROR carries a
  *   Status; BOOKMARK objects carry only metadata.resourceVersion.
- * - §1.2: PodList = {kind, apiVersion, metadata{resourceVersion, continue,
+ * - PodList = {kind, apiVersion, metadata{resourceVersion, continue,
  *   remainingItemCount}, items[]}; the streaming encoder writes the keys in
  *   that order, but a client must not rely on it (items before metadata is
  *   valid JSON and handled).
- * - §1.4/§4.4: Status = {kind:"Status", status, message, reason, code}.
- * - §2.9: client-go backoff 0.8 s doubling to 30 s, jitter x[1,2), reset
+ * - Status = {kind:"Status", status, message, reason, code}.
+ * - client-go backoff 0.8 s doubling to 30 s, jitter x[1,2), reset
  *   after 2 min without backoff.
  */
 #ifndef MESH_K8S_WATCH_H
@@ -32,7 +32,7 @@
 #include "core/err.h"
 
 /* Default bound of one watch event / one list page. An etcd object is at
- * most 1.5 MB (spec §7); the event envelope adds little. */
+ * most 1.5 MB; the event envelope adds little. */
 #define MESH_K8S_EVENT_MAX_DEFAULT ((size_t)4 << 20)
 #define MESH_K8S_LIST_MAX_DEFAULT ((size_t)256 << 20)
 
@@ -87,7 +87,7 @@ enum mesh_k8s_event_type {
     MESH_K8S_EV_ERROR,
 };
 
-/* A decoded metav1.Status (spec §1.4, §2.7, §4.4). code 0 = absent. */
+/* A decoded metav1.Status. code 0 = absent. */
 struct mesh_k8s_watch_status {
     int code;           /* HTTP-like code: 410, 401, 500, ... */
     char reason[64];    /* "Expired", "Gone", "Unauthorized", ... ("" if absent) */
@@ -103,7 +103,7 @@ struct mesh_k8s_watch_event {
     char rv[MESH_K8S_RV_MAX];            /* object.metadata.resourceVersion ("" for ERROR) */
     char key[MESH_K8S_KEY_MAX];          /* "namespace/name" ("" for BOOKMARK/ERROR; "/name"
                                             for cluster-scoped objects) */
-    bool initial_events_end;             /* BOOKMARK with k8s.io/initial-events-end=true (§2.6) */
+    bool initial_events_end;             /* BOOKMARK with k8s.io/initial-events-end=true */
     struct mesh_k8s_watch_status status; /* ERROR only */
     int64_t recv_us; /* set by the I/O layer: CLOCK_MONOTONIC us at which the event's last
                         byte was read (0 from the decoder) */
@@ -112,7 +112,7 @@ struct mesh_k8s_watch_event {
 /* Decode one event line of at most max bytes (0 = default). Checks: a
  * JSON object, a known "type", an object "object"; for ADDED/MODIFIED/
  * DELETED a metadata.name and metadata.resourceVersion; for BOOKMARK a
- * resourceVersion (the object is otherwise not validated, §2.3); for
+ * resourceVersion (the object is otherwise not validated); for
  * ERROR a Status. On success *out is filled (release with
  * mesh_k8s_watch_event_cleanup); on failure *out is untouched and
  * -MESH_E_PARSE / -MESH_E_TOOBIG / -MESH_E_INVAL names the problem. */
@@ -123,7 +123,7 @@ void mesh_k8s_watch_event_cleanup(struct mesh_k8s_watch_event *ev);
 
 /* Decode a Status JSON body (HTTP error replies, ERROR events). Returns 0,
  * or -MESH_E_PARSE when the body is not a Status (e.g. APF's plain-text
- * 429, spec §4.4). body borrowed, need not be NUL-terminated. */
+ * 429). body borrowed, need not be NUL-terminated. */
 int mesh_k8s_watch_decode_status(const char *body, size_t len, struct mesh_k8s_watch_status *out,
                                  struct mesh_err *err);
 /* The same from a parsed object (borrowed). */
@@ -131,12 +131,12 @@ int mesh_k8s_watch_status_from_json(const cJSON *obj, struct mesh_k8s_watch_stat
                                     struct mesh_err *err);
 
 /* True for a Status meaning "resourceVersion too old": code 410 or reason
- * Expired/Gone (client-go isExpiredError, spec §2.7). */
+ * Expired/Gone (client-go isExpiredError). */
 bool mesh_k8s_watch_status_is_expired(const struct mesh_k8s_watch_status *st);
 
 /* ---- streaming list scanner ---------------------------------------------- */
 
-/* A LIST page (spec §1.2) is one JSON object whose "items" array may be
+/* A LIST page is one JSON object whose "items" array may be
  * megabytes long. The scanner validates the document as it arrives, in
  * chunks split anywhere, and hands out each element of the top-level
  * "items" array as its exact bytes, so the caller can parse and drop one
@@ -236,7 +236,7 @@ void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m);
 /* ---- metadata.managedFields ------------------------------------------------ */
 
 /* Server-side-apply bookkeeping (metadata.managedFields) is often half of a
- * Pod's JSON ("large; candidates for client-side stripping", spec §3.1) and
+ * Pod's JSON ("large; candidates for client-side stripping") and
  * nothing here reads it; client-go informers drop
  * it too (TransformStripManagedFields). These find and cut it out of the
  * text before the full parse, which then costs half as much. */
@@ -269,13 +269,13 @@ const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len, bo
 int mesh_k8s_watch_object_key(const cJSON *obj, char out_key[MESH_K8S_KEY_MAX],
                               char out_rv[MESH_K8S_RV_MAX], struct mesh_err *err);
 
-/* Compare two resourceVersions. RVs are opaque (spec §3.1), but etcd
+/* Compare two resourceVersions. RVs are opaque, but etcd
  * revisions are decimal integers; when both are, returns -1/0/1 as
  * numbers; otherwise 0 when equal as strings and 2 ("incomparable").
- * Used only to detect an apiserver whose RVs went backwards (§6). */
+ * Used only to detect an apiserver whose RVs went backwards. */
 int mesh_k8s_watch_rv_cmp(const char *a, const char *b);
 
-/* ---- backoff (client-go reflector numbers, spec §2.9 / §6) ------------ */
+/* ---- backoff (client-go reflector numbers) ------------ */
 
 struct mesh_k8s_watch_backoff {
     int64_t initial_ms;   /* 800 */
@@ -298,7 +298,7 @@ int64_t mesh_k8s_watch_backoff_next(struct mesh_k8s_watch_backoff *b, int64_t no
 void mesh_k8s_watch_backoff_reset(struct mesh_k8s_watch_backoff *b);
 
 /* Parse a Retry-After header value: delta-seconds only (what the
- * apiserver sends, spec §4.4), clamped to [0, cap_s]. Returns seconds or
+ * apiserver sends), clamped to [0, cap_s]. Returns seconds or
  * -MESH_E_INVAL for an HTTP-date or junk. value borrowed (len bytes). */
 long mesh_k8s_watch_parse_retry_after(const char *value, size_t len, long cap_s);
 

@@ -1,5 +1,5 @@
 /*
- * logfmt.c - pure formatting of log lines (DESIGN.md §7). No clock, no I/O:
+ * logfmt.c - pure formatting of log lines (docs/DESIGN.md §7). No clock, no I/O:
  * the time is passed in and the line is appended to a caller's buffer.
  */
 #include "logfmt.h"

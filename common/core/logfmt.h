@@ -1,5 +1,5 @@
 /*
- * logfmt.h - the log line format of DESIGN.md §7, as a pure function.
+ * logfmt.h - the log line format of docs/DESIGN.md §7, as a pure function.
  *
  * text: 2026-01-02T03:04:05.678Z INFO  k8s  watch restarted rv=123
  * json: {"time":"2026-01-02T03:04:05.678Z","level":"info","mod":"k8s","msg":"...","rv":"123"}

@@ -1,5 +1,5 @@
 /*
- * mem.c - the only file that calls malloc/free directly (STYLE.md R6).
+ * mem.c - the only file that calls malloc/free directly (docs/STYLE.md R6).
  */
 #include "mem.h"
 

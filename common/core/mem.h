@@ -1,5 +1,5 @@
 /*
- * mem.h - allocation wrappers with one OOM policy (STYLE.md R6).
+ * mem.h - allocation wrappers with one OOM policy (docs/STYLE.md R6).
  *
  * Every wrapper writes one line to stderr and abort()s when memory runs out:
  * a pod with a memory limit is OOM-killed anyway, and aborting keeps every

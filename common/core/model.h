@@ -5,7 +5,7 @@
  * The slice structs are plain values with fixed-size strings. A worker
  * borrows its strings (see struct mesh_worker for who owns them), so a
  * worker list of 16,384 entries costs its string bytes plus 40 B a worker.
- * Facts: ../shared/spec/tpu-and-tensorflow.md §5.5, §8; DESIGN.md §4-§5.
+ * Facts: ../shared/spec/tpu-and-tensorflow.md §5.5, §8; docs/DESIGN.md §4-§5.
  */
 #ifndef MESH_MODEL_H
 #define MESH_MODEL_H
@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* TPU generations (spec §8.1-8.2). */
+/* TPU generations. */
 enum mesh_tpu_gen {
     MESH_GEN_UNKNOWN = 0,
     MESH_GEN_V2,
@@ -56,7 +56,7 @@ struct mesh_slice {
     int mesh_shape[4];            /* TopologyProto mesh_shape [x, y, z, devices per chip] */
 };
 
-/* Address modes of DESIGN.md §5. */
+/* Address modes of docs/DESIGN.md §5. */
 enum mesh_addr_mode {
     MESH_ADDR_AUTO = 0,
     MESH_ADDR_DNS,

@@ -1,5 +1,5 @@
 /*
- * render.c - renderers for the files of the shared volume (DESIGN.md §4-§5)
+ * render.c - renderers for the files of the shared volume (docs/DESIGN.md §4-§5)
  * and the validation and shell quoting that make them safe to source.
  *
  * Scope: pure transforms from struct mesh_render_input to bytes. Every value
@@ -164,7 +164,7 @@ enum mesh_addr_mode mesh_render_effective_mode(enum mesh_addr_mode mode,
     if (mode != MESH_ADDR_AUTO) {
         return mode;
     }
-    /* DESIGN.md §5: dns for the whole job only when every worker has one. */
+    /* docs/DESIGN.md §5: dns for the whole job only when every worker has one. */
     for (size_t i = 0; i < n; i++) {
         if (workers[i].host[0] == '\0') {
             return MESH_ADDR_IP;
@@ -218,7 +218,7 @@ static const char *job_name_of(const struct mesh_render_input *in)
     if (in->job_name != NULL && in->job_name[0] != '\0') {
         return in->job_name;
     }
-    /* spec §6 / §10.10: DTensor's own default, "localhost" for exactly one
+    /* DTensor's own default, "localhost" for exactly one
      * client, else "worker"; every client must agree, so derive it from
      * the job size, which all pods share. */
     return expected_of(in) == 1 ? "localhost" : "worker";
@@ -391,7 +391,7 @@ static int check_complete(const struct prep *p, struct mesh_err *err)
     if (n == 0 || (size_t)n != in->nworkers) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "%zu of %d workers known", in->nworkers, n);
     }
-    /* spec §6: DTENSOR_CLIENT_ID must satisfy 0 <= id < num_clients. */
+    /* DTensor: DTENSOR_CLIENT_ID must satisfy 0 <= id < num_clients. */
     if (in->self_index < 0 || in->self_index >= n) {
         return mesh_err_set(err, MESH_E_INVAL, 0,
                             "own worker index %d is outside 0..%d: check TPU_WORKER_ID or the "
@@ -584,7 +584,7 @@ static void env_line_int(struct wr *w, const char *key, long long v)
  * A list of addresses (KEY='<addr>,<addr>,...') needs no quoting: addresses
  * are validated host names and IP literals. */
 
-/* dtensor.env (spec §6, §10.9-10.10):
+/* dtensor.env:
  *   DTENSOR_JOBS        host:port per client in index order, never empty
  *   DTENSOR_CLIENT_ID   0 <= id < len(DTENSOR_JOBS)
  *   DTENSOR_JOB_NAME    explicit, else DTensor's default
@@ -633,8 +633,8 @@ static void env_line_bounds(struct wr *w, const char *key, const int v[3])
     WR_LIT(w, "'\n");
 }
 
-/* tpu.env: what GKE's TPU webhook injects and libtpu/JAX/torch_xla read
- * (spec §4.5, §4.6): the worker id indexes the host name list. The slice's
+/* tpu.env: what GKE's TPU webhook injects and libtpu/JAX/torch_xla read:
+ * the worker id indexes the host name list. The slice's
  * tokens have passed check_slice_tokens. */
 static size_t tpu_hint(const struct prep *p)
 {
@@ -671,8 +671,8 @@ static void tpu_suffix(struct wr *w, const struct prep *p)
 }
 
 /* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE it takes worker 0
- * on port 8476 as coordinator and TPU_WORKER_ID as process id (spec §4.5,
- * §10.13; gke-and-peers.md §3.2). JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
+ * on port 8476 as coordinator and TPU_WORKER_ID as process id.
+ * JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
  * conventional names for jax.distributed.initialize(num_processes=,
  * process_id=) that launchers pass; we write the same values GKE implies. */
 static size_t jax_hint(const struct prep *p)
@@ -839,7 +839,7 @@ static void wr_json_generation(struct wr *w, uint64_t v)
     wr_mem(w, num, strlen(num));
 }
 
-/* tf_config.json (spec §7.1, §10.14): the TF_CONFIG value,
+/* tf_config.json: the TF_CONFIG value,
  * {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}. */
 static size_t tf_hint(const struct prep *p)
 {
@@ -946,7 +946,7 @@ static void write_worker_json(struct wr *w, const struct prep *p, size_t i)
  * used to size the block. */
 #define WORKER_JSON_FIXED 160
 
-/* topology.json (DESIGN.md §4): what is known, complete or not. Keys in this
+/* topology.json (docs/DESIGN.md §4): what is known, complete or not. Keys in this
  * order: generation, complete, slice, jobName, clientId, numClients,
  * coordinator, workers[] {index, pod, host, ip, address, ready}. Unknown
  * values are null. */
@@ -982,7 +982,7 @@ static void topo_prefix(struct wr *w, const struct prep *p)
     }
     WR_LIT(w, ",\n\t\"numClients\":\t");
     wr_int(w, expected_of(in));
-    /* The coordinator is DTENSOR_JOBS[0] (spec §6: the coordination service
+    /* The coordinator is DTENSOR_JOBS[0] (the coordination service
      * and collective leader are task 0), when worker 0 is known. */
     WR_LIT(w, ",\n\t\"coordinator\":\t");
     const char *bare = NULL;
@@ -1176,7 +1176,7 @@ static int print_json(cJSON *root, char **out_data, size_t *out_len, struct mesh
     return 0;
 }
 
-/* cluster_spec() of the legacy TPU Node path (spec §2.5-§2.6, §10.5):
+/* cluster_spec() of the legacy TPU Node path:
  * job "worker", tasks 0..n-1 = the endpoints in order, dense list. */
 int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t n, char **out_data,
                              size_t *out_len, struct mesh_err *err)

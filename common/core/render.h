@@ -1,6 +1,6 @@
 /*
  * render.h - the exact bytes of every text file on the shared volume
- * (DESIGN.md §4-§5): topology.json, dtensor.env, tf_config.json, tpu.env,
+ * (docs/DESIGN.md §4-§5): topology.json, dtensor.env, tf_config.json, tpu.env,
  * jax.env, and TensorFlow's cluster_spec for the legacy TPU Node path.
  *
  * Pure: no I/O, no clock, no logging. Everything a worker carries is
@@ -8,9 +8,10 @@
  * names, integers) and every env value is single-quoted for sh, so sourcing
  * a published env file can never execute anything.
  *
- * Facts: spec/tpu-and-tensorflow.md §6 (DTensor variables and defaults),
- * §7 (TF_CONFIG), §2.5-§2.6 (cluster_spec), §4.5 and §10.13 (GKE worker
- * identity, JAX coordinator port 8476); spec/gke-and-peers.md §3.2 (JAX).
+ * Formats are the ones their readers define: DTensor's DTENSOR_* variables
+ * and defaults, TensorFlow's TF_CONFIG and TPUClusterResolver.cluster_spec(),
+ * GKE's TPU_WORKER_* identity, JAX's coordinator (worker 0, port 8476).
+ * docs/shared-volume.md shows every file.
  */
 #ifndef MESH_RENDER_H
 #define MESH_RENDER_H
@@ -26,14 +27,14 @@
 /* Largest worker list a renderer accepts (one entry per TPU VM host; a
  * multi-slice JobSet lists the hosts of every slice, hence above 4096). */
 #define MESH_RENDER_MAX_WORKERS 16384
-/* JAX's coordinator port on Cloud TPU (spec §4.5, §9, §10.13). */
+/* JAX's coordinator port on Cloud TPU. */
 #define MESH_RENDER_JAX_PORT 8476
-/* TensorFlow's TPU Node gRPC port (spec §2.5). */
+/* TensorFlow's TPU Node gRPC port. */
 #define MESH_RENDER_TPU_NODE_PORT 8470
 /* Largest generation we write: JSON numbers are exact up to 2^53. */
 #define MESH_RENDER_GENERATION_MAX ((uint64_t)9007199254740991ULL)
 
-/* The files of DESIGN.md §4, in the order the publisher writes them
+/* The files of docs/DESIGN.md §4, in the order the publisher writes them
  * (topology.json last, so a reader that sees a new generation finds the
  * matching env files already in place). */
 enum mesh_render_file_id {
@@ -58,10 +59,10 @@ const char *mesh_render_file_name(enum mesh_render_file_id id);
  *   expected   the job's worker count; 0 = nworkers
  *   self_index this pod's worker index (DTENSOR_CLIENT_ID = TPU_WORKER_ID =
  *              JAX process id); -1 = unknown (only allowed while incomplete)
- *   job_name   DTENSOR_JOB_NAME; NULL or "" = DTensor's default (spec §6:
- *              "localhost" for exactly one client, else "worker")
+ *   job_name   DTENSOR_JOB_NAME; NULL or "" = DTensor's default
+ *              ("localhost" for exactly one client, else "worker")
  *   port       DTensor port of every worker, 1..65535
- *   mode       address mode (DESIGN.md §5); auto = dns for the whole job when
+ *   mode       address mode (docs/DESIGN.md §5); auto = dns for the whole job when
  *              every worker has a host name, else ip
  *   generation topology.json "generation", <= MESH_RENDER_GENERATION_MAX
  *   complete   the worker list is the whole job; env files are rendered only
@@ -104,7 +105,7 @@ void mesh_render_out_cleanup(struct mesh_render_out *out);
  * sidecar, which reject or leave out bad input before rendering) ---- */
 
 /* Check one worker: host (a host name or an IP literal, GKE's
- * TPU_WORKER_HOSTNAMES may carry either, spec §4.5), ip and pod, each when
+ * TPU_WORKER_HOSTNAMES may carry either), ip and pod, each when
  * non-empty. Each string must end within its bound (MESH_HOST_MAX,
  * MESH_IP_MAX, MESH_POD_MAX, NUL included): only that many bytes are read.
  * On failure returns -MESH_E_INVAL with a message naming the worker index,
@@ -158,7 +159,7 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
                                size_t *out_key_len);
 
 /* Render the set: topology.json always; dtensor.env, tf_config.json, tpu.env
- * and jax.env only when in->complete (DESIGN.md §5: an incomplete job keeps
+ * and jax.env only when in->complete (docs/DESIGN.md §5: an incomplete job keeps
  * the last complete versions). topology.pb is binary and not rendered here.
  * out must be initialised; on failure it is left empty. The bytes and the
  * errors (first failure wins) are those of calling the five renderers in
@@ -167,7 +168,7 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
 int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
                     struct mesh_err *err);
 
-/* Legacy TPU Node path (DESIGN.md §6, spec §2.6): TensorFlow's cluster_spec
+/* Legacy TPU Node path (docs/DESIGN.md §6): TensorFlow's cluster_spec
  * {"worker": ["ip:port", ...]} for the TPU's gRPC endpoints in task order,
  * compact JSON plus a newline. hosts[i] is an IP literal or host name
  * (borrowed), ports[i] 1..65535 (NULL = 8470 for all). */

@@ -3,9 +3,9 @@
  * initialization (tf_graph.h). Pure: protobuf-c packing and unpacking only,
  * no I/O, no clock, no logging.
  *
- * Wire facts: ../shared/spec/tf-master-grpc.md §2 (field numbers; the
- * generated code comes from our proto/tensorflow/... files), §4 (what TF's
- * own client sends), §5.2 (test vectors, checked in tests/unit/test_tf_graph.c).
+ * Wire facts: field numbers are TensorFlow's (the generated code comes from
+ * our proto/tensorflow/... files); requests are what TF's own graph-mode
+ * client sends; tests/unit/test_tf_graph.c checks them against protoc.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,7 +28,7 @@ static void pack_message(const ProtobufCMessage *m, uint8_t **out_buf, size_t *o
 }
 
 /* Task addresses end up in the cluster_def and in the target string, which
- * the server compares byte for byte (spec §4.1): allow host names, IPv4,
+ * the server compares byte for byte: allow host names, IPv4,
  * bracketed IPv6 and the port. */
 static bool task_addr_ok(const char *s)
 {
@@ -94,7 +94,7 @@ int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec
     config.cluster_def = spec->server_cluster ? NULL : &cluster;
 
     /* One NodeDef without attrs: the server fills its own defaults, and an
-     * attr its OpDef lacks would be rejected (spec §3.2). */
+     * attr its OpDef lacks would be rejected. */
     Tensorflow__NodeDef node = TENSORFLOW__NODE_DEF__INIT;
     node.name = (char *)MESH_TF_CONFIGURE_OP;
     node.op = (char *)MESH_TF_CONFIGURE_OP;
@@ -111,12 +111,12 @@ int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec
     graph.versions = &versions;
 
     /* target minus "grpc://" must equal exactly one task address of the
-     * cluster_def: that task is the master (spec §4.1). */
+     * cluster_def: that task is the master. */
     char *target = mesh_asprintf("grpc://%s", spec->tasks[0]);
     Tensorflow__CreateSessionRequest req = TENSORFLOW__CREATE_SESSION_REQUEST__INIT;
     req.graph_def = &graph;
     req.config = &config;
-    /* target is only consulted together with a cluster_def (spec §4.2). */
+    /* target is only consulted together with a cluster_def. */
     req.target = spec->server_cluster ? (char *)"" : target;
 
     pack_message(&req.base, out_buf, out_len);
@@ -144,7 +144,7 @@ int mesh_tf_graph_run_step_request(const char *handle, const char *fetch, int64_
     req.fetch = fetches;
     req.options = &options;
     /* Errors come back as gRPC OK + status_code in the body, so long
-     * messages are not cut by metadata limits (spec §2.7). */
+     * messages are not cut by metadata limits. */
     req.store_errors_in_response_body = true;
     pack_message(&req.base, out_buf, out_len);
     return 0;
@@ -228,7 +228,7 @@ static bool get_varint32(const uint8_t *p, size_t len, size_t *pos, uint32_t *ou
 
 /* The scalar string of a fetched tensor: tensor_content is
  * varint32(len) || bytes for one element (port::EncodeStringList), else
- * string_val[0] (spec §2.3, §5.4). */
+ * string_val[0]. */
 static int scalar_string(const Tensorflow__TensorProto *t, const char *name, uint8_t **out_value,
                          size_t *out_len, struct mesh_err *err)
 {
@@ -309,7 +309,7 @@ int mesh_tf_graph_parse_run_step_response(const uint8_t *buf, size_t len, const 
     const Tensorflow__NamedTensorProto *found = NULL;
     if ((int)resp->status_code != MESH_TF_OK) {
         /* The step failed and the server put the status in the body because
-         * we asked it to (store_errors_in_response_body, spec §2.7). */
+         * we asked it to (store_errors_in_response_body). */
         rc = mesh_tf_graph_status_error((int)resp->status_code, resp->status_error_message,
                                         "RunStep", err);
         goto out;
@@ -319,7 +319,7 @@ int mesh_tf_graph_parse_run_step_response(const uint8_t *buf, size_t len, const 
         const char *name = nt != NULL && nt->name != NULL ? nt->name : "";
         if (strcmp(name, fetch) != 0) {
             /* TF's client rejects these too ("Received response for
-             * unrequested fetch", spec §5.1). */
+             * unrequested fetch"). */
             rc = mesh_err_set(err, MESH_E_PARSE, 0,
                               "RunStep response holds tensor '%.80s' that was not requested", name);
             goto out;
@@ -380,7 +380,7 @@ int mesh_tf_graph_status_error(int code, const char *msg, const char *what, stru
     case MESH_TF_INVALID_ARGUMENT:
     case MESH_TF_NOT_FOUND:
         /* TensorFlow's initialize_tpu_system turns InvalidArgument into
-         * NotFound with exactly this prefix (spec §5.1 step 5). */
+         * NotFound with exactly this prefix. */
         /* TF's messages run long (a device or kernel list): keep the first
          * MSG_KEEP characters so the code, the call and the advice fit. */
         return mesh_err_set(err, MESH_E_NOTFOUND, 0,

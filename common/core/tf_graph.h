@@ -4,8 +4,9 @@
  * serialized CreateSessionRequest / RunStepRequest / CloseSessionRequest and
  * decode CreateSessionResponse / RunStepResponse with protobuf-c.
  *
- * Facts: ../shared/spec/tf-master-grpc.md (§2 messages, §3 the TPU ops, §4
- * what a client must send, §5.1 the sequence) and tpu-and-tensorflow.md §5.
+ * Facts: TensorFlow's master protocol (tensorflow/core/protobuf/master.proto,
+ * the TPU ops ConfigureDistributedTPU / ShutdownDistributedTPU, the
+ * CreateSession -> RunStep -> CloseSession sequence of tpu_strategy_util.py).
  * The transport (gRPC) lives in common/io/tf_master.{c,h}.
  */
 #ifndef MESH_TF_GRAPH_H
@@ -17,18 +18,18 @@
 
 #include "core/err.h"
 
-/* The node (and op type) of the init graph; the fetch is "<node>:0" (spec §3.4). */
+/* The node (and op type) of the init graph; the fetch is "<node>:0". */
 #define MESH_TF_CONFIGURE_OP "ConfigureDistributedTPU"
 #define MESH_TF_CONFIGURE_FETCH "ConfigureDistributedTPU:0"
 
 /* The job TensorFlow's TPUClusterResolver names the TPU tasks in the
- * cluster_def it sends (spec §4.1 option B). Never "tpu_worker": that is the
+ * cluster_def it sends. Never "tpu_worker": that is the
  * server's own boot job and CreateSession rejects a cluster_def naming it. */
 #define MESH_TF_CLIENT_JOB "worker"
 #define MESH_TF_SERVER_JOB "tpu_worker"
 
 /* GraphDef versions.producer we claim (TF 2.12's TF_GRAPH_DEF_VERSION; the
- * server accepts any producer >= 0, spec §3.3). */
+ * server accepts any producer >= 0). */
 #define MESH_TF_GRAPH_PRODUCER 1394
 
 /* Limits on what we decode. */
@@ -37,7 +38,7 @@
 #define MESH_TF_MAX_HANDLE 1024
 #define MESH_TF_MAX_TASKS 1024
 
-/* tensorflow.error.Code == gRPC status codes (spec §2.7). */
+/* tensorflow.error.Code == gRPC status codes. */
 enum mesh_tf_code {
     MESH_TF_OK = 0,
     MESH_TF_CANCELLED = 1,
@@ -63,11 +64,11 @@ enum mesh_tf_code {
  *                 grpc:// endpoints without the scheme). Task 0 is the master
  *                 the client talks to and owns the TPU_SYSTEM device.
  *   operation_timeout_ms  ConfigProto.operation_timeout_in_ms (0 = unset).
- * The request follows TensorFlow's graph-mode client (spec §4.1 option B,
- * tpu_strategy_util.py): ConfigProto{allow_soft_placement, cluster_def
+ * The request follows TensorFlow's graph-mode client
+ * (tpu_strategy_util.py): ConfigProto{allow_soft_placement, cluster_def
  * {job "worker": tasks}}, target "grpc://<task 0>", one attr-less NodeDef
  * ConfigureDistributedTPU on /job:worker/replica:0/task:0/device:TPU_SYSTEM:0.
- *   server_cluster  when true, option A instead (spec §4.1): no cluster_def
+ *   server_cluster  when true, option A instead: no cluster_def
  *                 and no target; the node goes to the server's own boot job,
  *                 /job:tpu_worker/replica:0/task:0/device:TPU_SYSTEM:0. This
  *                 works when the address we dial is not the one the server
@@ -90,7 +91,7 @@ int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec
                                          size_t *out_len, struct mesh_err *err);
 
 /* Serialize RunStepRequest{session_handle, fetch, options.timeout_in_ms,
- * store_errors_in_response_body: true} (spec §4.2; request_id 0 like TF's
+ * store_errors_in_response_body: true} (request_id 0 like TF's
  * C++ client). handle and fetch borrowed; timeout_ms <= 0 leaves the
  * server's default. *out_buf owned by caller. -MESH_E_INVAL on an empty
  * handle or fetch. */
@@ -110,10 +111,10 @@ int mesh_tf_graph_parse_create_session_response(const uint8_t *buf, size_t len, 
                                                 struct mesh_err *err);
 
 /* Decode a RunStepResponse and extract the scalar DT_STRING tensor named
- * fetch: tensor_content = varint32(n) || n bytes (spec §2.3), string_val[0]
+ * fetch: tensor_content = varint32(n) || n bytes, string_val[0]
  * as fallback. On success *out_value (owned by caller, mesh_free; never NULL,
  * may be empty) holds *out_len bytes.
- * A non-OK status_code in the body (spec §2.7) is mapped with
+ * A non-OK status_code in the body is mapped with
  * mesh_tf_graph_status_error (what = "RunStep"). Other errors:
  * -MESH_E_TOOBIG, -MESH_E_PARSE (malformed message, fetch missing, a tensor
  * for a name we did not request, wrong dtype or shape, bad string
@@ -130,7 +131,7 @@ const char *mesh_tf_graph_code_name(int code);
  * tpumesh error, fill err and return the negative code:
  *   INVALID_ARGUMENT, NOT_FOUND -> MESH_E_NOTFOUND with TensorFlow's wording
  *       "TPUs not found in the cluster. Failed in initialization: <msg>"
- *       (tpu_strategy_util.py wraps InvalidArgument that way, spec §5.1);
+ *       (tpu_strategy_util.py wraps InvalidArgument that way);
  *   UNAVAILABLE, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, INTERNAL,
  *   ABORTED, CANCELLED -> MESH_E_NOTREADY;  DEADLINE_EXCEEDED -> MESH_E_TIMEOUT;
  *   UNAUTHENTICATED, PERMISSION_DENIED -> MESH_E_AUTH;

@@ -3,14 +3,13 @@
  * that carries them: build, serialize (protobuf-c), parse and validate.
  *
  * Pure: protobuf-c with an allocator that goes through mesh_malloc, no I/O.
- * Wire format (spec §5.3, proto/tensorflow/core/protobuf/tpu/topology.proto):
+ * Wire format (proto/tensorflow/core/protobuf/tpu/topology.proto):
  *   1 mesh_shape                repeated int32, packed (tag 0x0A, length, varints)
  *   2 num_tasks                 int32 (tag 0x10)
  *   3 num_tpu_devices_per_task  int32 (tag 0x18)
  *   4 device_coordinates        repeated int32, packed (tag 0x22)
  *   5 tpu_hardware_feature      TPUHardwareFeature (tag 0x2A)
- * The validation rules and their texts are TensorFlow's Topology._parse_topology
- * (spec §5.4).
+ * The validation rules and their texts are TensorFlow's Topology._parse_topology.
  */
 #include <stdio.h>
 #include <string.h>
@@ -156,8 +155,8 @@ static const char *format_list(const int32_t *v, size_t n, char *out, size_t cap
     return out;
 }
 
-/* TensorFlow's Topology._parse_topology rules (spec §5.4;
- * tensorflow/python/tpu/topology.py) on the decoded message, in its order
+/* TensorFlow's Topology._parse_topology rules
+ * (tensorflow/python/tpu/topology.py) on the decoded message, in its order
  * and with its texts, then the bounds check that keeps the inverse map
  * (_invert_topology indexes a mesh-shaped array with each coordinate) in
  * range. One deliberate difference: where TensorFlow's shape message says

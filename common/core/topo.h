@@ -6,11 +6,11 @@
  * and tf.tpu.experimental.Topology parses), parses and validates such a
  * proto, and checks a proto returned by a TPU against a known slice.
  *
- * Pure (libmeshcore, protobuf-c). Facts: ../shared/spec/tpu-and-tensorflow.md
- * §5.3 (fields), §5.4 (Topology validation and its texts), §5.5 (mesh
- * shape), §10.8 (bytes).
+ * Pure (libmeshcore, protobuf-c). Fields: proto/tensorflow/core/protobuf/tpu/
+ * topology.proto; validation rules and texts: TensorFlow's
+ * tensorflow/python/tpu/topology.py.
  *
- * Device order (our choice; TensorFlow accepts any order, spec §5.4):
+ * Device order (our choice; TensorFlow accepts any order):
  *  - task t is worker index t (TPU_WORKER_ID = DTENSOR_CLIENT_ID);
  *  - hosts own blocks of chips_per_host_bounds chips (2x2x1 for a 4-chip
  *    VM, 2x4x1 for an 8-chip v5e/v6e VM, 1x1x1 for a 1-chip VM); host t sits
@@ -70,14 +70,14 @@ int mesh_topo_coords(const struct mesh_slice *s, int32_t **out_coords, size_t *o
  * num_tasks = hosts (2), num_tpu_devices_per_task = devices_per_host (3),
  * device_coordinates (4, packed). Field 5 (hardware features) is not
  * written: it cannot be known without the TPU, and TensorFlow's own
- * Topology.serialized() leaves it out too (spec §5.4).
+ * Topology.serialized() leaves it out too.
  * *out_buf is owned by the caller (mesh_free); written only on success.
  * Errors: -MESH_E_INVAL for an inconsistent slice. */
 int mesh_topo_build(const struct mesh_slice *s, uint8_t **out_buf, size_t *out_len,
                     struct mesh_err *err);
 
 /* Parse len bytes of buf (no NUL needed) as a TopologyProto and validate it
- * as tf.tpu.experimental.Topology does (spec §5.4, same texts):
+ * as tf.tpu.experimental.Topology does (same texts):
  *  - "`mesh_shape` must be a vector of size 4 with positive entries; got [..]"
  *  - "`num_tasks` must be >= 0; got N", same for `num_tpu_devices_per_task`
  *  - "`device_coordinates` must have shape num_tasks (..) *

@@ -439,7 +439,7 @@ int mesh_tpuenv_parse_worker_endpoints(const char *s, size_t len, size_t max,
             n = 0;
         }
         while (next_item(s, len, &pos, &done, &item, &ilen)) {
-            /* hostname:uid:ip - take field [2] (spec §4.4). */
+            /* hostname:uid:ip - take field [2]. */
             const char *c1 = memchr(item, ':', ilen);
             const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
             const char *ip = c2 ? c2 + 1 : NULL;

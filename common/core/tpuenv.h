@@ -5,9 +5,10 @@
  * and the GCE metadata attributes `tpu-env` and `worker-network-endpoints`.
  * Names and addresses are validated with names.h.
  *
- * Pure (STYLE.md R8): no I/O. Every parser takes (buf, len), never needs a
- * NUL terminator and has limits (R9). Facts: spec/tpu-and-tensorflow.md
- * §2.5, §4.4, §4.5, §10.2; spec/gke-and-peers.md §2.3.
+ * Pure (docs/STYLE.md R8): no I/O. Every parser takes (buf, len), never needs a
+ * NUL terminator and has limits (R9). Formats: TensorFlow's
+ * TPUClusterResolver (endpoint lists), GKE's TPU VM variables, the GCE
+ * metadata attributes of a TPU VM.
  */
 #ifndef MESH_TPUENV_H
 #define MESH_TPUENV_H
@@ -18,15 +19,15 @@
 #include "core/err.h"
 #include "core/model.h"
 
-/* TensorFlow's default TPU Node port (spec §3.1 _DEFAULT_ENDPOINT_PORT). */
+/* TensorFlow's default TPU Node port (cloud_tpu_client's _DEFAULT_ENDPOINT_PORT). */
 #define MESH_TPUENV_DEFAULT_PORT 8470
 /* Largest value any of these parsers accepts (bytes). */
 #define MESH_TPUENV_MAX_INPUT (256 * 1024)
 /* Most keys a tpu-env document may hold. */
 #define MESH_TPUENV_MAX_KEYS 256
 
-/* Parse a comma list of worker host names or IPs (TPU_WORKER_HOSTNAMES,
- * spec §4.5: ordered and zero-indexed by TPU_WORKER_ID). Each entry must
+/* Parse a comma list of worker host names or IPs (TPU_WORKER_HOSTNAMES:
+ * ordered and zero-indexed by TPU_WORKER_ID). Each entry must
  * pass mesh_names_is_host; no spaces are trimmed. At most max
  * entries. On success *out_workers is an array of *out_n workers (owned by
  * caller: one block holding the array and its strings, one mesh_free) with
@@ -48,7 +49,7 @@ struct mesh_tpuenv_endpoint {
     int port;
 };
 
-/* Parse an endpoint list with TensorFlow's rules (spec §2.5, §10.2): split on
+/* Parse an endpoint list with TensorFlow's rules: split on
  * ',', strip a leading "grpc://" per item, split on ':', host = part 0, port
  * = part 1 or 8470; order = task index; no trimming. Beyond TensorFlow each
  * host must be a valid IPv4 literal or host name that fits MESH_IP_MAX, the
@@ -62,8 +63,8 @@ int mesh_tpuenv_parse_endpoints(const char *s, size_t len, size_t max,
 /* True when s[0..len) starts with "grpc://" (TensorFlow's _use_api test). */
 bool mesh_tpuenv_is_grpc(const char *s, size_t len);
 
-/* A parsed `tpu-env` metadata value: YAML-ish lines `KEY: 'value'` (spec
- * §4.4). Values may be single-quoted ('' is a quote), double-quoted (\\, \",
+/* A parsed `tpu-env` metadata value: YAML-ish lines `KEY: 'value'`.
+ * Values may be single-quoted ('' is a quote), double-quoted (\\, \",
  * \n, \t escapes) or bare (trailing spaces dropped). Blank lines and lines
  * starting with '#' are skipped. */
 struct mesh_tpuenv_kv {
@@ -87,7 +88,7 @@ const char *mesh_tpuenv_get(const struct mesh_tpuenv *env, const char *key);
 void mesh_tpuenv_cleanup(struct mesh_tpuenv *env);
 
 /* Parse the metadata attribute `worker-network-endpoints`: a comma list of
- * `hostname:uid:ip` where consumers take field [2] (spec §4.4); list order =
+ * `hostname:uid:ip` where consumers take field [2]; list order =
  * worker order. Each ip must be an IP literal. *out_workers (owned by caller:
  * one block holding the array and its strings, one mesh_free) get index =
  * position, ip and host = field [2]. Errors:

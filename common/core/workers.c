@@ -1,6 +1,6 @@
 /*
  * workers.c - order pods into workers, decide completeness, explain what is
- * missing (DESIGN.md §5; the rules are listed in workers.h). Pure.
+ * missing (docs/DESIGN.md §5; the rules are listed in workers.h). Pure.
  */
 #include "workers.h"
 

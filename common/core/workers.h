@@ -1,9 +1,9 @@
 /*
- * workers.h - pod records -> the ordered worker list of DESIGN.md §5, with
- * completeness and a one-line reason (STYLE.md R8: pure, no I/O).
+ * workers.h - pod records -> the ordered worker list of docs/DESIGN.md §5, with
+ * completeness and a one-line reason (docs/STYLE.md R8: pure, no I/O).
  *
- * Index sources, in precedence order (DESIGN.md §5; spec/kubernetes-api.md
- * §3.5-§3.6; spec/gke-and-peers.md §2.4, §3.5):
+ * Index sources, in precedence order (docs/DESIGN.md §5,
+ * docs/worker-order.md):
  *   1. batch.kubernetes.io/job-completion-index (Indexed Job, JobSet)
  *   2. apps.kubernetes.io/pod-index (StatefulSet)
  *   3. none on any pod: natural pod-name order ("w-9" before "w-10")
@@ -21,7 +21,7 @@
  *     and reported, and do not block;
  *   - complete = every index 0..expected-1 has a live pod with its address
  *     (an IP; in dns mode also hostname and subdomain) and no conflict above.
- *     Readiness is reported, never required (DESIGN.md §5 explains why).
+ *     Readiness is reported, never required (docs/DESIGN.md §5 explains why).
  */
 #ifndef MESH_WORKERS_H
 #define MESH_WORKERS_H
@@ -37,7 +37,7 @@
 #define MESH_WORKERS_REASON_MAX 512 /* bytes of the /readyz reason line */
 
 struct mesh_workers_opts {
-    enum mesh_addr_mode mode; /* requested mode; AUTO resolves per DESIGN.md §5 */
+    enum mesh_addr_mode mode; /* requested mode; AUTO resolves per docs/DESIGN.md §5 */
     int expected;  /* > 0: the worker count (flag, annotation or slice hosts); 0 = all selected */
     int per_slice; /* hosts per slice for multi-slice JobSets; 0 = max completion index + 1 */
 };

@@ -3,8 +3,7 @@
  * tpumesh-init only when needed: for the Cloud TPU API path (project, zone,
  * access token) and for TPU VM attributes when the environment lacks them.
  *
- * Facts (spec/tpu-and-tensorflow.md §3.3, §3.4, §4.4, §10.3): base URL
- * http://<host>/computeMetadata/v1/<path>; host from the caller's override
+ * Facts: base URL http://<host>/computeMetadata/v1/<path>; host from the caller's override
  * (--metadata-host), else GCE_METADATA_HOST, else GCE_METADATA_IP, else
  * metadata.google.internal; request header `Metadata-Flavor: Google` and the
  * same header is required on the response (a captive proxy or a wrong host
@@ -61,7 +60,7 @@ int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out_value,
 int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value,
                             struct mesh_err *err);
 
-/* TPU VM attributes (instance/attributes/<key>, spec §4.4). Each member is
+/* TPU VM attributes (instance/attributes/<key>). Each member is
  * owned by the struct; a member that the server does not have (404) stays
  * NULL / empty. */
 struct mesh_gce_tpu_vm {

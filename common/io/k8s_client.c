@@ -4,8 +4,8 @@
  * GET / LIST / WATCH calls. Every transfer runs through one curl multi
  * handle so that mesh_k8s_client_cancel() (curl_multi_wakeup) can
  * interrupt it from another thread, and so that a watch that delivers no
- * byte for stall_ms can be declared dead. Protocol facts:
- * ../shared/spec/kubernetes-api.md §1-§4 (cited where they matter).
+ * byte for stall_ms can be declared dead. Protocol facts
+ * (Kubernetes API conventions, client-go behaviour) are noted where they matter.
  */
 #include "k8s_client.h"
 
@@ -135,7 +135,7 @@ static bool file_readable(const char *path)
 /* ---- tokens --------------------------------------------------------------- */
 
 /* Re-read the token file. On failure keep the previous token (the kubelet
- * swaps the file atomically, spec §4.2, so a failure is transient) unless
+ * swaps the file atomically, so a failure is transient) unless
  * there is none. */
 static int token_file_read(struct mesh_k8s_client *c, struct mesh_err *err)
 {
@@ -454,7 +454,7 @@ static int config_in_cluster(struct mesh_k8s_client *c, const struct mesh_k8s_cl
                              const char *host, const char *port, struct mesh_err *err)
 {
     const char *dir = sa_dir_of(o);
-    /* rest.InClusterConfig: "https://" + net.JoinHostPort(host, port) (spec §4.1). */
+    /* rest.InClusterConfig: "https://" + net.JoinHostPort(host, port). */
     bool v6 = strchr(host, ':') != NULL;
     c->server = mesh_asprintf("https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
     c->source = mesh_strdup("in-cluster");
@@ -843,7 +843,7 @@ static void setup_easy(struct mesh_k8s_client *c, struct xfer *x, const char *ur
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     if (!x->watch) {
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->request_timeout_ms);
-        curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* gzip for lists, spec §1.2 */
+        curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* gzip for lists */
     }
     if (connect_to != NULL) {
         curl_easy_setopt(e, CURLOPT_CONNECT_TO, connect_to);
@@ -986,7 +986,7 @@ static struct curl_slist *make_headers(const struct mesh_k8s_client *c, bool pos
 }
 
 /* Run one request (GET or WATCH), refreshing the token and retrying once
- * on 401 (client-go token_source.go + round_trippers.go, spec §4.2).
+ * on 401 (client-go token_source.go + round_trippers.go).
  * Returns 0 with the HTTP status in c->last_status, or an error. */
 static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, long stall_ms,
                    struct mesh_err *err)

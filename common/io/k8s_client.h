@@ -4,11 +4,11 @@
  * file with reload, exec credential plugin, client certificates), and the
  * three calls tpumesh needs: GET one object, LIST one page, WATCH.
  *
- * Configuration order (issue 3; spec kubernetes-api.md §4):
+ * Configuration order (issue 3):
  *   1. opts.apiserver (--apiserver) with opts.token_file / opts.ca_file;
  *   2. in-cluster: KUBERNETES_SERVICE_HOST + KUBERNETES_SERVICE_PORT set
  *      -> https://host:port, token/ca.crt/namespace from opts.sa_dir
- *      (default /var/run/secrets/kubernetes.io/serviceaccount, spec §4.1);
+ *      (default /var/run/secrets/kubernetes.io/serviceaccount);
  *   3. kubeconfig: opts.kubeconfig, else the FIRST path of $KUBECONFIG
  *      (a colon list is not merged), else ~/.kube/config if it exists
  *      (see kubeconfig.h). An explicit opts.kubeconfig wins over the
@@ -16,7 +16,7 @@
  * TLS verification is always on unless a kubeconfig cluster says
  * insecure-skip-tls-verify: true (or opts.insecure_skip_tls_verify).
  *
- * Tokens (spec §4.2): a token file is re-read when older than
+ * Tokens: a token file is re-read when older than
  * opts.token_reload_s (default 60 s) and immediately after a 401, and the
  * request is retried once. An exec plugin's token is cached until its
  * expirationTimestamp (minus 10 s) and re-run after a 401. Tokens and the
@@ -114,7 +114,7 @@ const char *mesh_k8s_client_last_error(const struct mesh_k8s_client *c);
 struct mesh_k8s_query {
     const char *ns;
     const char *resource;       /* NULL = "pods" (core/v1 only) */
-    const char *label_selector; /* "app=x,tier!=db" (spec §1.1) */
+    const char *label_selector; /* "app=x,tier!=db" */
     const char *field_selector; /* "status.phase=Running" */
 };
 
@@ -145,7 +145,7 @@ int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const ch
  * as its exact JSON bytes (mesh_k8s_list_item_fn, borrowed for the call)
  * while the body arrives, so memory holds one item, not the page. limit 0
  * = no limit; cont = continue token or NULL; rv = resourceVersion ("0" =
- * any, NULL = most recent, spec §1.5), only sent when cont is NULL.
+ * any, NULL = most recent), only sent when cont is NULL.
  * max_bytes bounds the page (0 = MESH_K8S_LIST_MAX_DEFAULT), max_item_bytes
  * one item (0 = MESH_K8S_EVENT_MAX_DEFAULT). On success *out_meta is
  * filled (kind, resourceVersion, continue, remainingItemCount, items
@@ -169,12 +169,12 @@ typedef int (*mesh_k8s_event_fn)(void *ctx, const struct mesh_k8s_watch_event *e
                                  struct mesh_err *err);
 
 struct mesh_k8s_watch_opts {
-    const char *rv;         /* resourceVersion to start after (required, spec §2.4) */
+    const char *rv;         /* resourceVersion to start after (required) */
     long timeout_s;         /* timeoutSeconds sent to the server (0 = none) */
     long stall_ms;          /* no byte at all for this long -> dead (0 = off) */
     size_t max_event_bytes; /* bound of one event (0 = MESH_K8S_EVENT_MAX_DEFAULT) */
     bool bookmarks;         /* allowWatchBookmarks=true */
-    /* Streaming list (spec §2.6): sendInitialEvents=true&resourceVersionMatch=NotOlderThan;
+    /* Streaming list: sendInitialEvents=true&resourceVersionMatch=NotOlderThan;
      * rv "" or NULL = consistent read. The server replies with ADDED for every object,
      * then a BOOKMARK with initial_events_end, then live events. A server without the
      * WatchList feature answers HTTP 422 (-MESH_E_API, last_status 422). */

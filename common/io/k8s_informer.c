@@ -1,6 +1,6 @@
 /*
  * k8s_informer.c - reflector (LIST then WATCH, with client-go's recovery
- * rules, spec kubernetes-api.md §2.9 and §6) feeding a compact store:
+ * rules) feeding a compact store:
  * an open-addressing hash table of entries {record, hash, "key\0rv\0"}.
  * The JSON of an object is handed to the caller's extract function and
  * dropped; only the small record stays. The loop, the store and every
@@ -184,7 +184,7 @@ struct mesh_k8s_informer {
     bool notify_pending; /* changes applied since the last notify */
     bool rv_went_back;
     struct mesh_k8s_watch_status stream_error; /* the in-stream ERROR that ended the watch */
-    /* streaming list (sendInitialEvents, spec §2.6) */
+    /* streaming list (sendInitialEvents) */
     bool initial;       /* collecting the initial events into `fresh` */
     bool streaming_off; /* the server rejected sendInitialEvents: use LIST */
     struct table fresh;
@@ -588,7 +588,7 @@ static size_t finish_sync(struct mesh_k8s_informer *inf, struct table *fresh, co
 
 /* One complete, consistent LIST (all pages). An expired continue token
  * restarts the list; after 3 expiries in a row the list is fetched in one
- * request without limit (client-go pager FullListIfExpired, spec §1.3). */
+ * request without limit (client-go pager FullListIfExpired). */
 static int do_list(struct mesh_k8s_informer *inf, struct mesh_err *err)
 {
     struct table fresh = {0};
@@ -656,7 +656,7 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
         return mesh_err_set(err, MESH_E_API, 0, "watch ERROR %d %s: %s", st->code, st->reason,
                             st->message);
     }
-    /* An apiserver restored with lower revisions (spec §6): our RV is in
+    /* An apiserver restored with lower revisions: our RV is in
      * its future, so only a relist gives a consistent picture. */
     if (mesh_k8s_watch_rv_cmp(ev->rv, inf->rv) == -1) {
         inf->rv_went_back = true;
@@ -686,7 +686,7 @@ static int apply_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watc
 /* The initial events of a streaming list: ADDED objects (their RVs are not
  * ordered, so they neither advance nor check the RV) go to `fresh` until
  * the BOOKMARK annotated k8s.io/initial-events-end, which makes them the
- * store exactly as a LIST would (spec §2.6, client-go watch-list). */
+ * store exactly as a LIST would (client-go watch-list). */
 static int on_initial_event(struct mesh_k8s_informer *inf, const struct mesh_k8s_watch_event *ev)
 {
     const struct mesh_k8s_informer_opts *o = &inf->o;
@@ -795,9 +795,9 @@ enum next {
     NEXT_RELIST, /* relist now */
 };
 
-/* An in-stream ERROR other than 410 (spec §2.7, §2.9): 429 -> wait and
+/* An in-stream ERROR other than 410: 429 -> wait and
  * re-watch; 504 "Too large resource version" (a lagging or restored
- * apiserver, spec §1.5, §6) -> relist now; anything else -> back off, then
+ * apiserver) -> relist now; anything else -> back off, then
  * relist. */
 static enum next after_stream_error(struct mesh_k8s_informer *inf, const struct mesh_err *err)
 {
@@ -929,7 +929,7 @@ static int do_watch(struct mesh_k8s_informer *inf, bool streaming, struct mesh_e
         .on_block = on_block,
     };
     if (streaming) {
-        wo.rv = ""; /* consistent read (spec §2.6) */
+        wo.rv = ""; /* consistent read */
     }
     inf->watch_events = 0;
     inf->rv_went_back = false;

@@ -1,6 +1,6 @@
 /*
  * k8s_informer.h - a reflector + local store for one kind of object (Pods),
- * in the manner of client-go's informer (spec kubernetes-api.md §2.9, §6):
+ * in the manner of client-go's informer:
  *
  *   LIST (paginated, limit/continue; an expired continue token restarts
  *   the list; each page is streamed item by item, so memory holds one
@@ -86,14 +86,14 @@ struct mesh_k8s_informer_opts {
     long page_limit;             /* LIST limit, 0 = 500 (client-go pager) */
     int watch_timeout_min_s;     /* 0 = 300 (client-go) */
     int watch_timeout_max_s;     /* 0 = 2 x min */
-    int stall_timeout_s;         /* 0 = 90 (bookmarks come every ~60 s, spec §2.5) */
+    int stall_timeout_s;         /* 0 = 90 (bookmarks come every ~60 s) */
     size_t max_event_bytes;      /* one watch event or list item, 0 = MESH_K8S_EVENT_MAX_DEFAULT */
     size_t max_list_bytes;       /* one page, 0 = MESH_K8S_LIST_MAX_DEFAULT */
     int backoff_initial_ms;      /* 0 = 800 */
     int backoff_max_ms;          /* 0 = 30000 */
     int backoff_reset_ms;        /* 0 = 120000 */
     int retry_after_cap_s;       /* 0 = 30 */
-    /* Sync with a streaming list (sendInitialEvents, spec §2.6) instead of LIST; falls back
+    /* Sync with a streaming list (sendInitialEvents) instead of LIST; falls back
      * to LIST for good when the server rejects it (HTTP 4xx, e.g. 422 WatchList off). */
     bool streaming_list;
     /* false (default): metadata.managedFields (server-side-apply bookkeeping, often half
@@ -129,7 +129,7 @@ struct mesh_k8s_informer_opts {
  *   malformed     an event line that is not a valid watch event: relisted
  *   oversized     an event over max_event_bytes: relisted
  *   rv_backwards  a resourceVersion lower than the last one (the API server
- *                 lost its history, spec §6): relisted */
+ *                 lost its history): relisted */
 enum mesh_k8s_watch_reason {
     MESH_K8S_WATCH_INITIAL = 0,
     MESH_K8S_WATCH_TIMEOUT,

@@ -1,9 +1,8 @@
 /*
  * kubeconfig.c - loads one context of a kubeconfig with libyaml's document
  * API, decodes *-data fields, parses ExecCredential replies. Field names
- * and meanings: client-go tools/clientcmd/api/v1/types.go (spec
- * kubernetes-api.md §4.3). Only the named paths are visited, so YAML
- * aliases cannot make the walk explode.
+ * and meanings: client-go tools/clientcmd/api/v1/types.go. Only the named paths are visited, so
+ * YAML aliases cannot make the walk explode.
  */
 #include "kubeconfig.h"
 

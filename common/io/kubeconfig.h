@@ -1,8 +1,7 @@
 /*
  * kubeconfig.h - the subset of a kubeconfig file (client-go
- * tools/clientcmd/api/v1 types, spec kubernetes-api.md §4.3) that an
- * in-pod client needs, resolved for one context, and the ExecCredential
- * reply of a client.authentication.k8s.io/v1 credential plugin
+ * tools/clientcmd/api/v1 types) that an in-pod client needs, resolved for one context, and the
+ * ExecCredential reply of a client.authentication.k8s.io/v1 credential plugin
  * (gke-gcloud-auth-plugin).
  *
  * Resolution: the context is the caller's override, else current-context;

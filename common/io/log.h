@@ -1,5 +1,5 @@
 /*
- * log.h - the one logging module (STYLE.md R12, DESIGN.md §7).
+ * log.h - the one logging module (docs/STYLE.md R12, docs/DESIGN.md §7).
  *
  * mesh_log(level, mod, fmt, ...) checks the level before evaluating its
  * arguments and writes one line to stderr. The level and format are the only

@@ -1,6 +1,6 @@
 /*
  * publish.h - atomic publisher of the files on the shared volume
- * (DESIGN.md §4).
+ * (docs/DESIGN.md §4).
  *
  * Every file is written to a temp file in the same directory (O_CLOEXEC,
  * mode 0644), fsynced, renamed over its final name, and the directory is
@@ -87,7 +87,7 @@ int mesh_publish_read_file(const char *dir, const char *name, char **out_data, s
 bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len);
 
 /* The "generation" of an existing dir/topology.json, so a restarted
- * process continues the sequence (DESIGN.md §4). *out_generation = 0 when
+ * process continues the sequence (docs/DESIGN.md §4). *out_generation = 0 when
  * the file does not exist. A file that is unreadable, larger than
  * MESH_PUBLISH_MAX_FILE, not JSON, or without a non-negative integer
  * generation is tolerated: a warning is logged and *out_generation = 0.

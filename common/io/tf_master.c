@@ -37,10 +37,10 @@
 #define CANCEL_GRACE_MS 5000
 /* CloseSession always gets its own short budget, even after the overall
  * deadline passed: an abandoned session lives until the server restarts
- * (spec §4.2: the gRPC master runs with session GC disabled). */
+ * (the gRPC master runs with session GC disabled). */
 #define CLOSE_TIMEOUT_MS 5000
 /* RunOptions.timeout_in_ms is this much below our gRPC deadline so that the
- * server's clean DEADLINE_EXCEEDED body status wins (spec §5.3). */
+ * server's clean DEADLINE_EXCEEDED body status wins. */
 #define RUN_STEP_SLACK_MS 2000
 
 struct mesh_tf_master {
@@ -97,7 +97,7 @@ struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *e
     }
     gpr_set_log_function(grpc_log_to_mesh);
     grpc_init();
-    /* Channel settings of TF's own client (spec §5.3): reconnect backoff
+    /* Channel settings of TF's own client: reconnect backoff
      * capped at 1 s, no keepalive. We cap received messages at the size
      * tf_graph accepts instead of INT32_MAX (STYLE R9: limits on everything). */
     grpc_arg args[3];
@@ -247,7 +247,7 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     /* TF's client uses fail_fast=false: wait for the channel instead of
-     * failing while the TPU server boots (spec §5.3). */
+     * failing while the TPU server boots. */
     ops[0].flags =
         GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
@@ -331,7 +331,7 @@ out:
 }
 
 /* UNAVAILABLE, and UNKNOWN "Stream removed" that TF's FromGrpcStatus means
- * to treat as UNAVAILABLE (spec §5.3), are worth another try. */
+ * to treat as UNAVAILABLE, are worth another try. */
 static bool retryable(const struct mesh_tf_call_result *r)
 {
     return r->status == GRPC_STATUS_UNAVAILABLE ||
@@ -348,7 +348,7 @@ static int deadline_error(struct mesh_tf_master *m, const char *what, int64_t st
                         m->target, what, (long long)((mesh_sys_now_ms() - start_ms + 500) / 1000));
 }
 
-/* Retry UNAVAILABLE with TF's backoff (spec §5.3: growing 1.3x; we start
+/* Retry UNAVAILABLE with TF's backoff (growing 1.3x; we start
  * at 100 ms and cap at 2 s). TF stops after 10 retries; an init container's
  * job is to wait for the TPU, so we keep trying until the deadline and log
  * the first retry and then one line every 10 s. */
@@ -435,7 +435,7 @@ static int bad_reply(struct mesh_tf_master *m, int rc, struct mesh_err *err)
 }
 
 /* Option B's address checks failed: the address we dial is not the one the
- * server knows itself by (spec §4.1, Master::CreateSession and
+ * server knows itself by (Master::CreateSession and
  * GrpcServer::WorkerCacheFactory texts). */
 static bool address_mismatch(const struct mesh_tf_call_result *r)
 {
@@ -477,8 +477,8 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
     }
     if (rc == 0 && r.status != GRPC_STATUS_OK) {
         /* With several tasks the master first reaches every task of the
-         * cluster_def and waits for them without a timeout of its own
-         * (spec §5.3): say so, it is the likely cause. */
+         * cluster_def and waits for them without a timeout of its own:
+         * say so, it is the likely cause. */
         const char *what = ntasks > 1 ? "CreateSession (the TPU's master waits until every "
                                         "task of the cluster_def answers: check every endpoint)"
                                       : "CreateSession";
@@ -512,7 +512,7 @@ static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t d
     rc = mesh_tf_master_call(m, MESH_TF_METHOD_RUN_STEP, req, len, deadline_ms, &r, err);
     mesh_free(req);
     if (rc == 0 && r.status != GRPC_STATUS_OK) {
-        /* Both places an error can come back in (spec §2.7): here the gRPC
+        /* Both places an error can come back in: here the gRPC
          * status; the body's status_code is checked by the parser below. */
         rc = call_status_error(m, &r, "RunStep(ConfigureDistributedTPU)", now, deadline_ms, err);
     } else if (rc == 0) {

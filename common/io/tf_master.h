@@ -3,9 +3,9 @@
  * a legacy Cloud TPU Node (grpc://<ip>:8470), on the gRPC C core API, and
  * the TPU system initialization built on it.
  *
- * Facts: ../shared/spec/tf-master-grpc.md §1 (method paths: the server
- * registers "/tensorflow.MasterService/<Method>", not the proto package's
- * "tensorflow.grpc"), §2.7 (errors), §4-§5 (what to send, deadlines). The
+ * Facts: the server registers "/tensorflow.MasterService/<Method>", not the
+ * proto package's "tensorflow.grpc"; errors come back as gRPC status or in
+ * the response body; requests and deadlines follow TF's own client. The
  * messages are built and decoded by common/core/tf_graph.h.
  *
  * Thread use: one struct mesh_tf_master is used by one thread at a time.
@@ -55,8 +55,8 @@ struct mesh_tf_call_result {
 
 /* One unary call of method (e.g. MESH_TF_METHOD_RUN_STEP) with the
  * serialized request req (borrowed) and the absolute deadline deadline_ms.
- * The call waits for the channel to become ready (TF's fail_fast=false,
- * spec §5.3) and logs a progress line every 10 s while it waits.
+ * The call waits for the channel to become ready (TF's fail_fast=false)
+ * and logs a progress line every 10 s while it waits.
  * Returns 0 when the call completed (whatever its gRPC status: look at
  * out->status; out->response is set only for status 0) and -MESH_E_API when
  * gRPC could not start the call or an OK reply carried no message. */

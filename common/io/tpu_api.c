@@ -73,7 +73,7 @@ static bool is_http_url(const char *s)
     return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
 }
 
-/* Replace every {api} and {apiVersion} in tmpl (spec §3.2). */
+/* Replace every {api} and {apiVersion} in tmpl. */
 static char *expand_discovery(const char *tmpl)
 {
     struct mesh_buf b;
@@ -234,7 +234,7 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
             node.nendpoints++;
         }
     } else if (mesh_json_str(j, "ipAddress") != NULL) {
-        /* The deprecated top-level ipAddress/port (spec §3.2). */
+        /* The deprecated top-level ipAddress/port. */
         node.endpoints = mesh_calloc(1, sizeof(*node.endpoints));
         int rc = parse_ep(j, 0, &node.endpoints[0], err);
         if (rc < 0) {
@@ -247,7 +247,7 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
     return 0;
 }
 
-/* TensorFlow's wrapping of a lookup failure (spec §2.9), shortened to fit. */
+/* TensorFlow's wrapping of a lookup failure, shortened to fit. */
 #define LOOKUP_FMT "Could not lookup TPU metadata from name '%s'. Please doublecheck the tpu "
 
 int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
@@ -352,7 +352,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                                     "recover: recreate the TPU)",
                                     name, last_state);
             }
-            /* TensorFlow's wait_for_healthy progress text (spec §2.9). */
+            /* TensorFlow's wait_for_healthy progress text. */
             mesh_info(MOD,
                       "Waiting for TPU \"%s\" with state \"%s\" and health \"%s\" to become "
                       "healthy (poll %d)",
@@ -377,7 +377,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         }
         return mesh_err_prefix(err, "gave up after %d s", api->timeout_s);
     }
-    /* TensorFlow's wait_for_healthy text, then what was seen (spec §2.9). */
+    /* TensorFlow's wait_for_healthy text, then what was seen. */
     if (strcmp(last_state, "READY") == 0) {
         return mesh_err_set(err, MESH_E_TIMEOUT, 0,
                             "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is "

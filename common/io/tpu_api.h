@@ -3,8 +3,7 @@
  * GET {endpoint}/v1/projects/{p}/locations/{z}/nodes/{name} with the metadata
  * server's access token, and a wait until the node is READY and HEALTHY.
  *
- * Facts (spec/tpu-and-tensorflow.md §2.9, §3.2, §10.4): TensorFlow uses API
- * version v1; a node must have state READY (else `TPU "<n>" is not yet
+ * Facts: TensorFlow uses API version v1; a node must have state READY (else `TPU "<n>" is not yet
  * ready; state: "<s>"`); the TF1 resolver also required health HEALTHY when
  * the key is present (`TPU "<n>" is unhealthy: "<h>"`); endpoints come from
  * networkEndpoints[].ipAddress/port, else the deprecated top-level

@@ -1,6 +1,6 @@
 /*
  * init.c - lifecycle of the tpumesh-init context and the error-code to
- * exit-code table (init.h, DESIGN.md §6).
+ * exit-code table (init.h, docs/DESIGN.md §6).
  */
 #include <string.h>
 

@@ -1,13 +1,13 @@
 /*
- * init.h - tpumesh-init's context and its three steps (DESIGN.md §1, §6):
+ * init.h - tpumesh-init's context and its three steps (docs/DESIGN.md §1, §6):
  *   main.c        flags/env/annotations -> struct mesh_init_opts, runs the steps,
  *                 maps errors to exit codes, logs one clear last line
  *   resolve.c     mesh_init_resolve: which TPU, which slice, which workers
  *   initialize.c  mesh_init_initialize: TPU Node ConfigureDistributedTPU over gRPC,
  *                 or TPU VM device/lock preflight
- *   publish.c     mesh_init_publish: the first version of every file of DESIGN.md §4
+ *   publish.c     mesh_init_publish: the first version of every file of docs/DESIGN.md §4
  *
- * Exit codes (DESIGN.md §6) come from the error code a step returns:
+ * Exit codes (docs/DESIGN.md §6) come from the error code a step returns:
  *   MESH_E_CONFIG/INVAL/PARSE/RANGE -> 2, MESH_E_NOTFOUND -> 3,
  *   MESH_E_NOTREADY/TIMEOUT/BUSY -> 4, MESH_E_AUTH/API -> 5, MESH_E_PUBLISH/IO -> 6.
  */
@@ -27,7 +27,7 @@
 /* Options after merging flags > pod annotations > environment (main.c).
  * Strings are owned by the context (freed by mesh_init_cleanup); NULL = not set. */
 struct mesh_init_opts {
-    char *tpu; /* --tpu / tpumesh.dev/tpu (NULL: fall back to env per spec §10.1) */
+    char *tpu; /* --tpu / tpumesh.dev/tpu (NULL: fall back to env, TF's order) */
     char *zone;
     char *project;
     char *accelerator_type;
@@ -49,7 +49,7 @@ struct mesh_init_opts {
     const char *tpu_origin;
 };
 
-/* How the TPU was found (spec §1, §10). */
+/* How the TPU was found. */
 enum mesh_tpu_kind {
     MESH_TPU_NONE = 0,
     MESH_TPU_VM_LOCAL,  /* TPU VM: tpu='local' or GKE TPU_* env (the trainer loads libtpu) */
@@ -118,7 +118,7 @@ struct mesh_init_cli {
  * annotations file (tpumesh.dev/ keys, --annotations-file) and the
  * TPUMESH_<FLAG_UPPER_SNAKE> environment into ctx->opts (flag > annotation >
  * environment; empty environment values count as unset) and apply the
- * defaults of DESIGN.md §6. Logs each effective option and its source at
+ * defaults of docs/DESIGN.md §6. Logs each effective option and its source at
  * debug level. argv is borrowed; strings stored in ctx->opts are owned by
  * ctx. --help/--version set out_cli->action and skip the rest.
  * Returns 0 or -MESH_E_CONFIG with a message naming the flag or variable

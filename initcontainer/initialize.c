@@ -1,8 +1,7 @@
 /*
  * initialize.c - the initialize step of tpumesh-init (init.h).
  *
- * Two very different things hide behind "TPU system initialization"
- * (../shared/spec/tpu-and-tensorflow.md §1):
+ * Two very different things hide behind "TPU system initialization":
  *
  *  - TPU Node (legacy, ctx->kind MESH_TPU_NODE_GRPC/_API): the TPU hosts run
  *    a TensorFlow server; initialization state lives there and survives us.
@@ -11,7 +10,7 @@
  *
  *  - TPU VM (MESH_TPU_VM_LOCAL): the TPU is attached to this host and the
  *    trainer loads libtpu in-process; an initialized TPU does not survive the
- *    process that initialized it (spec §1.3, §10.15). So we only run a
+ *    process that initialized it. So we only run a
  *    preflight: the device nodes are there, as many as the host's chips, and
  *    nobody holds the libtpu lock. We never open a device and never take the
  *    lock: the trainer must get both.
@@ -91,7 +90,7 @@ static int count_numbered(const char *dir, const char *prefix, int *out_n, struc
 }
 
 /* Count the TPU device nodes under dev_dir the way libtpu finds them
- * (spec §4.2: /dev/accel<N>, else /dev/vfio/<N> on newer generations).
+ * (/dev/accel<N>, else /dev/vfio/<N> on newer generations).
  * We only list names: opening a device could race the trainer for it. */
 static int count_tpu_devices(const char *dev_dir, int *out_n, const char **out_kind,
                              struct mesh_err *err)
@@ -145,7 +144,7 @@ static int check_lock_file(const char *path, struct mesh_err *err)
         return 0;
     }
     /* Wording after TensorFlow's own "The TPU is already in use by process
-     * with pid ..." (spec §1.3). l_pid is 0 or -1 when the holder lives in
+     * with pid ...". l_pid is 0 or -1 when the holder lives in
      * another PID namespace or holds an OFD lock. */
     if (fl.l_pid > 0) {
         return mesh_err_set(err, MESH_E_BUSY, 0,
@@ -161,7 +160,7 @@ static int check_lock_file(const char *path, struct mesh_err *err)
                         path);
 }
 
-/* The lock files libtpu uses (spec §4.2): /tmp/libtpu_lockfile, the per-user
+/* The lock files libtpu uses: /tmp/libtpu_lockfile, the per-user
  * /tmp/libtpu_lock_<uid>/libtpu_lockfile of newer XLA (any uid: the trainer
  * need not run as our user) and $HOME/.libtpu_lockfile. TPUMESH_LOCK_DIR
  * replaces /tmp (tests, or a host /tmp mounted elsewhere).
@@ -232,7 +231,7 @@ static bool read_hex_attr(const char *path, long *out)
 }
 
 /* Google TPU chips on the host's PCI bus, the way PyTorch/XLA finds them
- * without libtpu (spec §4.3): vendor 0x1ae0, device 0x0027 (v2/v3), 0x005e
+ * without libtpu: vendor 0x1ae0, device 0x0027 (v2/v3), 0x005e
  * (v4), 0x0063 (v5e), 0x006f (v6e). sysfs attributes only, never a device
  * node. Used to explain a container that sees no TPU device: a host that has
  * TPUs but did not give them to us. TPUMESH_SYS_DIR replaces /sys (tests). */
@@ -278,7 +277,7 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
         ctx->slice.accelerator_type[0] != '\0' ? ctx->slice.accelerator_type : ctx->slice.topology;
 
     /* TensorFlow reports a missing TPU as NotFound "TPUs not found in the
-     * cluster. Failed in initialization: ..." (spec §5.1 step 5). */
+     * cluster. Failed in initialization: ...". */
     if (ndev == 0) {
         int npci = count_tpu_pci();
         if (npci > 0) {
@@ -304,7 +303,7 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
     }
     /* More devices than chips: the TPU this container got is not the slice
      * we were told about (issue 4: "as many as the host's chips", else exit
-     * 3); usually a wrong accelerator type (spec §11.6). */
+     * 3); usually a wrong accelerator type. */
     if (want > 0 && ndev > want) {
         return mesh_err_set(err, MESH_E_NOTFOUND, 0,
                             "TPUs not found in the cluster. Failed in initialization: %d TPU "
@@ -323,8 +322,8 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
 }
 
 /* Validate what the TPU returned as tf.tpu.experimental.Topology would
- * (topo.h, spec §5.4): a TopologyProto TensorFlow rejects must not reach
- * topology.pb. It is published byte for byte as the TPU sent it (DESIGN.md
+ * (topo.h): a TopologyProto TensorFlow rejects must not reach
+ * topology.pb. It is published byte for byte as the TPU sent it (docs/DESIGN.md
  * §6); disagreements with the slice we expected are logged, not fatal: the
  * TPU is the authority on its own topology. */
 static int check_node_topology(const struct mesh_init *ctx, const uint8_t *pb, size_t len,
@@ -363,7 +362,7 @@ static int check_node_topology(const struct mesh_init *ctx, const uint8_t *pb, s
 
 /* Legacy TPU Node: run ConfigureDistributedTPU on the TPU's TensorFlow
  * server (common/io/tf_master.h) and keep the TopologyProto it returns. The
- * endpoints are TensorFlow's task order (spec §10.2): task 0 is the master. */
+ * endpoints are TensorFlow's task order: task 0 is the master. */
 static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
 {
     if (ctx->nendpoints == 0 || ctx->endpoints == NULL) {

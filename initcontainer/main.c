@@ -1,5 +1,5 @@
 /*
- * main.c - tpumesh-init entry point (DESIGN.md §1, §6): options, then the
+ * main.c - tpumesh-init entry point (docs/DESIGN.md §1, §6): options, then the
  * steps resolve -> initialize (unless --skip-init) -> publish, then the exit
  * code of init.h's table. Every failure ends the log with one line that
  * says which step failed, why, and what to do.

@@ -1,5 +1,5 @@
 /*
- * opts.c - tpumesh-init's command line (DESIGN.md §6).
+ * opts.c - tpumesh-init's command line (docs/DESIGN.md §6).
  *
  * Every option is a long flag ("--flag value" or "--flag=value") and also
  * the variable TPUMESH_<FLAG_UPPER_SNAKE>; the flag wins, and an empty
@@ -274,7 +274,7 @@ static int scan_args(int argc, char *const argv[], const char *vals[NOPTS],
     return 0;
 }
 
-/* The pod-annotation layer (DESIGN.md §6: flag > annotation > environment).
+/* The pod-annotation layer (docs/DESIGN.md §6: flag > annotation > environment).
  * Reads the downward-API file at path into *out; a missing file is no
  * layer (0, *out empty), an unreadable or malformed one is a configuration
  * error. tpumesh.dev keys are validated (unknown keys, bad values) here. */

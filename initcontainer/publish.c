@@ -1,6 +1,6 @@
 /*
  * publish.c - the publish step of tpumesh-init (init.h): render the files
- * of DESIGN.md §4 from what resolve (and initialize) found and publish them
+ * of docs/DESIGN.md §4 from what resolve (and initialize) found and publish them
  * atomically into --out-dir.
  *
  * The generation continues from the topology.json already on the volume
@@ -8,7 +8,7 @@
  * content equals what is there, nothing is rewritten and the generation
  * stays. The TPU VM path writes every file; the legacy TPU Node path writes
  * TensorFlow's cluster_spec as tf_config.json, the TopologyProto the TPU
- * returned as topology.pb, and topology.json (DESIGN.md §6).
+ * returned as topology.pb, and topology.json (docs/DESIGN.md §6).
  */
 #include <string.h>
 
@@ -91,7 +91,7 @@ static int render_set(const struct mesh_init *ctx, uint64_t generation, struct m
     return rc;
 }
 
-/* The TopologyProto bytes to publish (DESIGN.md §4, §6): exactly what the
+/* The TopologyProto bytes to publish (docs/DESIGN.md §4, §6): exactly what the
  * TPU returned on the TPU Node path, else the one built from the derived
  * slice (topo.c), else none (slice unknown). *out_built is owned by the
  * caller (mesh_free) and NULL when nothing was built. */

@@ -2,18 +2,17 @@
  * resolve.c - the resolve step of tpumesh-init (init.h): which TPU, which
  * slice, which workers.
  *
- * 1. The `tpu` value and its source, with TensorFlow's precedence
- *    (spec/tpu-and-tensorflow.md §2.3, §10.1): opts.tpu (flag, annotation
- *    tpumesh.dev/tpu or TPUMESH_TPU, merged by opts.c), then
+ * 1. The `tpu` value and its source, with TensorFlow's precedence:
+ *    opts.tpu (flag, annotation tpumesh.dev/tpu or TPUMESH_TPU, merged by opts.c), then
  *    KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (present, even empty), then TPU_NAME,
  *    then TPU_CONFIG (JSON). Beyond TensorFlow, a pod that carries the GKE TPU
- *    VM environment (spec §4.5, gke-and-peers.md §2.3) resolves as `local`
+ *    VM environment resolves as `local`
  *    before TPU_NAME is considered: KubeRay and LWS set TPU_NAME to a pod or
  *    group name on TPU VMs, which is not a Cloud TPU node.
  * 2. The value decides the kind: `local` (TPU VM: GKE TPU_* environment,
  *    checked against the accelerator model), `grpc://` endpoint lists
- *    (legacy TPU Node, spec §2.5/§10.2), or TPU names resolved through the
- *    Cloud TPU API (spec §3.2, §10.3-§10.4).
+ *    (legacy TPU Node), or TPU names resolved through the
+ *    Cloud TPU API.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,17 +33,17 @@
 
 #define MOD "resolve"
 #define MESH_TF_VERSION_KEY "annotation tf-version.cloud-tpus.google.com"
-/* TPU_CONFIG is a small JSON object (spec §2.3). */
+/* TPU_CONFIG is a small JSON object. */
 #define TPU_CONFIG_MAX 16384
 
-/* TensorFlow's text when no source names a TPU (spec §2.3), then ours. */
+/* TensorFlow's text when no source names a TPU, then ours. */
 #define NO_TPU_MSG                                                                                 \
     "Please provide a TPU Name to connect to. Set --tpu (or the pod annotation "                   \
     "tpumesh.dev/tpu): 'local' on a TPU VM, a Cloud TPU name, or grpc://IP:8470; or run on a "     \
     "GKE TPU node pool, which sets TPU_WORKER_ID and TPU_WORKER_HOSTNAMES"
 
 /* The value of an environment variable, or NULL when it is not present.
- * An empty value is returned as "" (presence matters, spec §2.3). */
+ * An empty value is returned as "" (presence matters). */
 static const char *env_get(const char *name)
 {
     return getenv(name);
@@ -75,7 +74,7 @@ static bool have_tpu_vm_env(const struct mesh_init *ctx)
 
 /* A TPU VM value: the environment variable name, else (when the metadata
  * server's tpu-env was read) its tpu-env key - name without a "TPU_" prefix
- * (spec §4.4: HOST_BOUNDS, CHIPS_PER_HOST_BOUNDS, ACCELERATOR_TYPE,
+ * (HOST_BOUNDS, CHIPS_PER_HOST_BOUNDS, ACCELERATOR_TYPE,
  * WORKER_ID, MEGASCALE_*). *used names where the value came from. */
 static const char *vm_get(const struct mesh_tpuenv *tenv, const char *name, const char **used)
 {
@@ -110,7 +109,7 @@ static int env_int(const struct mesh_tpuenv *tenv, const char *name, long long m
 }
 
 /* Bounds from the first present of two variable names (TPU_HOST_BOUNDS or
- * HOST_BOUNDS, gke-and-peers.md §2.3). */
+ * HOST_BOUNDS). */
 static int env_bounds(const struct mesh_tpuenv *tenv, const char *name, const char *alt,
                       bool *found, int out[3], struct mesh_err *err)
 {
@@ -137,8 +136,8 @@ static bool bounds_equal(const int a[3], const int b[3])
     return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
 }
 
-/* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID (multislice, gke-and-peers.md
- * §2.3): validated and logged. *out_slices = the number of slices (1 when
+/* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID (multislice, set by
+ * GKE): validated and logged. *out_slices = the number of slices (1 when
  * unset): TPU_WORKER_HOSTNAMES then names only this slice's VMs. */
 static int check_megascale(const struct mesh_tpuenv *tenv, long long *out_slices,
                            struct mesh_err *err)
@@ -230,8 +229,8 @@ static int resolve_vm_slice(struct mesh_init *ctx, const struct mesh_gce_tpu_vm 
 }
 
 /* This worker's index: TPU_WORKER_ID (or tpu-env WORKER_ID), else the
- * metadata agent-worker-number, else JOB_COMPLETION_INDEX (Indexed Jobs,
- * gke-and-peers.md §2.4; GKE's webhook sets TPU_WORKER_ID from it), else 0
+ * metadata agent-worker-number, else JOB_COMPLETION_INDEX (Indexed Jobs;
+ * GKE's webhook sets TPU_WORKER_ID from it), else 0
  * for a one-worker list. *out_id = -1 when unknown. */
 static int vm_worker_id(const struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
                         long long *out_id, struct mesh_err *err)
@@ -281,7 +280,7 @@ static int vm_worker_id(const struct mesh_init *ctx, const struct mesh_gce_tpu_v
     return 0;
 }
 
-/* GKE names worker i `<hostname>.<subdomain>` (gke-and-peers.md §2.4), so
+/* GKE names worker i `<hostname>.<subdomain>`, so
  * our own entry should start with our host name. A mismatch (wrong
  * TPU_WORKER_ID, hostNetwork pods) is worth a warning: the DTensor client id
  * would point at another pod. */
@@ -346,7 +345,7 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
                             "workers) but TPU_WORKER_HOSTNAMES lists %zu",
                             ctx->opts.expected_workers, ctx->nworkers);
     }
-    /* DESIGN.md §5: a multislice job's workers are slice-major across all
+    /* docs/DESIGN.md §5: a multislice job's workers are slice-major across all
      * slices; this pod only knows its own slice, so the sidecar completes it. */
     ctx->complete = ctx->nworkers > 0 && slices == 1;
     if (ctx->nworkers > 0 && slices > 1) {
@@ -363,8 +362,8 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
 }
 
 /* Without TPU_WORKER_HOSTNAMES, try the GCE metadata server's TPU VM
- * attributes (spec §4.4; a plain TPU VM, not GKE, where they are hidden -
- * spec §4.5). An unreachable server or missing attributes are not fatal
+ * attributes (a plain TPU VM, not GKE, where they are hidden).
+ * An unreachable server or missing attributes are not fatal
  * (returns 0: the worker list stays unknown); malformed attributes are
  * (-MESH_E_API: the server answered with something we must not publish).
  * Returns 1 when out was filled. */
@@ -422,7 +421,7 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
     const struct mesh_gce_tpu_vm *md = NULL;
     int rc = 0;
     /* The TPU device plugin sets TPU_SKIP_MDS_QUERY=true: the GCE metadata
-     * server is not the pod's to ask (gke-and-peers.md §2.3). */
+     * server is not the pod's to ask. */
     const char *skip = env_get("TPU_SKIP_MDS_QUERY");
     bool skip_mds = skip != NULL && (strcasecmp(skip, "true") == 0 || strcmp(skip, "1") == 0);
     if (env_get("TPU_WORKER_HOSTNAMES") == NULL && skip_mds) {
@@ -449,7 +448,7 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
 /* ---- legacy TPU Node: grpc:// endpoints -------------------------------- */
 
 /* On the TPU Node paths the slice comes from --accelerator-type/--topology
- * when given (flag > API, DESIGN.md §6), else from the API's acceleratorType,
+ * when given (flag > API, docs/DESIGN.md §6), else from the API's acceleratorType,
  * else it stays unknown until ConfigureDistributedTPU returns a topology. */
 static int node_slice_from_flags(struct mesh_init *ctx, struct mesh_err *err)
 {
@@ -532,7 +531,7 @@ static bool is_path_word(const char *s, const char *extra, size_t max)
     return true;
 }
 
-/* Project and zone: flag/annotation > TPU_CONFIG > metadata (spec §3.3). */
+/* Project and zone: flag/annotation > TPU_CONFIG > metadata. */
 static int api_location(struct mesh_init *ctx, struct mesh_gce_metadata *md, char **out_project,
                         char **out_zone, struct mesh_err *err)
 {
@@ -707,7 +706,7 @@ static int api_take_node(struct mesh_init *ctx, const char *name,
         return rc;
     }
     /* The legacy GKE annotation names the TensorFlow version the TPU
-     * should run (spec §1.1); a mismatch is worth a warning, not a failure. */
+     * should run; a mismatch is worth a warning, not a failure. */
     if (ctx->opts.tf_version != NULL && node->tensorflow_version[0] != '\0' &&
         strcmp(ctx->opts.tf_version, node->tensorflow_version) != 0) {
         mesh_warn(MOD, "TPU \"%s\" runs TensorFlow %s but the pod asks for %s (%s)", name,
@@ -770,7 +769,7 @@ static int resolve_api(struct mesh_init *ctx, const char *tpu, struct mesh_err *
 
 /* ---- the tpu value and its source -------------------------------------- */
 
-/* TPU_CONFIG (newest cloud_tpu_client, spec §2.3): JSON with tpu_node_name,
+/* TPU_CONFIG (newest cloud_tpu_client): JSON with tpu_node_name,
  * project, zone; explicit values win. Fills *out_name (owned) or leaves it
  * NULL when the JSON names no node. */
 static int read_tpu_config(struct mesh_init *ctx, const char *v, char **out_name,
@@ -808,7 +807,7 @@ static int pick_tpu(struct mesh_init *ctx, char **out_tpu, struct mesh_err *err)
 {
     const char *v;
     *out_tpu = NULL;
-    /* TensorFlow treats tpu='' as unset (spec §2.3), and so do we. */
+    /* TensorFlow treats tpu='' as unset, and so do we. */
     if (ctx->opts.tpu != NULL && ctx->opts.tpu[0] != '\0') {
         set_source(ctx, ctx->opts.tpu_origin ? ctx->opts.tpu_origin : "flag --tpu");
         *out_tpu = mesh_strdup(ctx->opts.tpu);

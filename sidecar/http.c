@@ -1,5 +1,5 @@
 /*
- * http.c - the sidecar's HTTP server on libwebsockets (DESIGN.md §6):
+ * http.c - the sidecar's HTTP server on libwebsockets (docs/DESIGN.md §6):
  *
  *   GET /healthz   200 "ok" while the main loop ticks (every second; 30 s
  *                  without a tick fails) and the Kubernetes API made progress
@@ -10,8 +10,8 @@
  *   GET /topology  the published topology.json (503 before the first publish)
  *
  * These answer kubelet probes (User-Agent kube-probe/<v>: success is any
- * 200..399, the body is read up to 10 KiB, no keep-alive; spec
- * kubernetes-api.md §5.1). lws_service runs on its own thread; handlers
+ * 200..399, the body is read up to 10 KiB, no keep-alive).
+ * lws_service runs on its own thread; handlers
  * copy what they send from ctx->st under ctx->mu, so a response never
  * waits for a recompute. Room for the WebSocket /watch stream of a later
  * issue: it becomes a second entry in `protocols`.

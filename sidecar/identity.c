@@ -2,8 +2,8 @@
  * identity.c - who this pod is, which pods are its peers, how many workers
  * to expect, and what tpumesh-init already published.
  *
- * Selector derivation (issue 5; spec/gke-and-peers.md §2.4, §3.5, §5.5;
- * spec/kubernetes-api.md §3.5-§3.6), first match wins:
+ * Selector derivation (docs/worker-order.md, labels as the Job, JobSet and
+ * StatefulSet controllers set them), first match wins:
  *   JobSet       jobset.sigs.k8s.io/jobset-name=<n>   (all slices, multi-slice)
  *   Indexed Job  batch.kubernetes.io/job-name=<n>
  *   StatefulSet  the pod's template labels (its labels minus the per-pod
@@ -188,7 +188,7 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
     return derive_selector(ctx, pod, err);
 }
 
-/* Slice and job name from an existing topology.json (DESIGN.md §4). */
+/* Slice and job name from an existing topology.json (docs/DESIGN.md §4). */
 static void load_topology(struct mesh_sidecar *ctx, const char *path)
 {
     mesh_autofclose FILE *f = fopen(path, "rbe");

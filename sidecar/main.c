@@ -1,9 +1,9 @@
 /*
  * main.c - tpumesh-sidecar: flags, identity, the informer and HTTP threads,
- * and the main loop (DESIGN.md §1, §6; issue 5).
+ * and the main loop (docs/DESIGN.md §1, §6; issue 5).
  *
  * The main thread polls three things: a signalfd (SIGTERM/SIGINT, blocked
- * in every thread before any is created, STYLE.md R7/R18), the informer's
+ * in every thread before any is created, docs/STYLE.md R7/R18), the informer's
  * notify eventfd (the store changed), and a one-second tick (retry a failed
  * publish, re-check --verify-dns, track API progress for /healthz). On
  * SIGTERM it stops the informer (which cancels its in-flight request within

@@ -1,5 +1,5 @@
 /*
- * opts.c - tpumesh-sidecar's command line (DESIGN.md §6).
+ * opts.c - tpumesh-sidecar's command line (docs/DESIGN.md §6).
  *
  * Every option is "--flag VALUE" or "--flag=VALUE" and also the variable
  * TPUMESH_<FLAG_UPPER_SNAKE>; the flag wins over the variable, the variable

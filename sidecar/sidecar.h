@@ -1,6 +1,6 @@
 /*
  * sidecar.h - tpumesh-sidecar's context and the contracts between its files
- * (DESIGN.md §1, §4-§7; issue 5):
+ * (docs/DESIGN.md §1, §4-§7; issue 5):
  *
  *   main.c      flags -> context, identity, threads, the event loop, SIGTERM
  *   opts.c      command line + TPUMESH_* variables -> struct mesh_sidecar_opts
@@ -107,7 +107,7 @@ struct mesh_sidecar_delta {
     struct mesh_k8s_pod_rec *old;
 };
 
-/* Process context (STYLE.md R7): one per process, created by main. */
+/* Process context (docs/STYLE.md R7): one per process, created by main. */
 struct mesh_sidecar {
     struct mesh_sidecar_opts opts;
 

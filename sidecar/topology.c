@@ -1,7 +1,7 @@
 /*
  * topology.c - the sidecar's core loop step: informer store -> worker list
  * (workers.c) -> rendered files (render.c) -> atomic publish (publish.c),
- * only when an output actually changes (DESIGN.md §4-§5), plus the
+ * only when an output actually changes (docs/DESIGN.md §4-§5), plus the
  * transition log lines and the status the HTTP thread serves.
  *
  * "Changed" is decided on bytes: the render cache (core/render.h) is brought
@@ -211,7 +211,7 @@ static void log_problems(struct mesh_sidecar *ctx, const struct mesh_workers *w)
 
 /* --verify-dns: a worker counts only once <host> resolves to its pod IP
  * (getaddrinfo uses the pod's resolv.conf search path, so the short
- * <hostname>.<subdomain> works in-cluster, spec/kubernetes-api.md §3.5).
+ * <hostname>.<subdomain> works in-cluster).
  * Appends the unresolved indices to *unresolved. */
 static bool dns_matches(const char *host, const char *ip)
 {
@@ -682,7 +682,7 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     log_transition(ctx, complete, reason, w);
 
     if (w->nworkers == 0) {
-        /* Nothing to publish (never an empty DTENSOR_JOBS, DESIGN.md §5). */
+        /* Nothing to publish (never an empty DTENSOR_JOBS, docs/DESIGN.md §5). */
         set_status(ctx, false, reason, w, false, now_ms);
     } else {
         rc =

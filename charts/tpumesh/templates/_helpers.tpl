@@ -86,9 +86,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" $v.image.repository $v.image.tag -}}
 {{- end -}}
 
-{{/* Container securityContext that passes the restricted Pod Security profile
-(spec/gke-and-peers.md §5.7): non-root, read-only root file system, no privilege
-escalation, every capability dropped, RuntimeDefault seccomp. */}}
+{{/* Container securityContext that passes the restricted Pod Security profile: non-root,
+read-only root file system, no privilege escalation, every capability dropped, RuntimeDefault seccomp. */}}
 {{- define "tpumesh.securityContext" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
@@ -105,7 +104,7 @@ seccompProfile:
 {{- end -}}
 
 {{/* tpumesh-init: resolves the TPU, runs system initialization and publishes the first
-topology (DESIGN.md §1, §6). Reads the pod's annotations from the downward-API volume.
+topology (docs/DESIGN.md §1, §6). Reads the pod's annotations from the downward-API volume.
 Configuration flags are passed as TPUMESH_<FLAG> variables. */}}
 {{- define "tpumesh.initContainer" -}}
 {{- $top := . -}}
@@ -157,7 +156,7 @@ Configuration flags are passed as TPUMESH_<FLAG> variables. */}}
 {{- end -}}
 
 {{/* tpumesh-sidecar as a native sidecar (restartPolicy: Always in initContainers[],
-spec/kubernetes-api.md §5.5): the training container starts only after its startup
+Kubernetes 1.29+): the training container starts only after its startup
 probe on /readyz passed, i.e. after the topology is complete. It never requests TPUs:
 it lives as long as the pod and would hold them. */}}
 {{- define "tpumesh.sidecar" -}}
@@ -235,8 +234,8 @@ it lives as long as the pod and would hold them. */}}
       mountPath: {{ $v.sharedVolume.mountPath }}
 {{- end -}}
 
-{{/* The pod volumes: the shared in-memory emptyDir (DESIGN.md §4) and the downward-API
-volume with the pod's annotations and labels (spec/gke-and-peers.md §5.2; not a subPath
+{{/* The pod volumes: the shared in-memory emptyDir (docs/DESIGN.md §4) and the downward-API
+volume with the pod's annotations and labels (not a subPath
 mount, so the kubelet's updates reach it). */}}
 {{- define "tpumesh.volumes" -}}
 {{- $v := .Values -}}

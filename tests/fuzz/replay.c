@@ -1,5 +1,5 @@
 /*
- * replay.c - main() for the replay build of every fuzz target (STYLE.md R10):
+ * replay.c - main() for the replay build of every fuzz target (docs/STYLE.md R10):
  * runs LLVMFuzzerTestOneInput on each file named on the command line, or on
  * every file in each named directory. Plain CI replays the checked-in
  * corpora this way without libFuzzer.

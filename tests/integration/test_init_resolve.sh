@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_init_resolve.sh - tpumesh-init's resolve step without network: the GKE
 # TPU VM environment, grpc:// endpoint lists, the tpu source precedence
-# (spec/tpu-and-tensorflow.md §10.1), pod annotations, and every
+# (TensorFlow's order), pod annotations, and every
 # configuration failure with its exit code and last log line.
 # Runs build/bin/tpumesh-init --skip-init with a clean environment.
 . "$(dirname "$0")/lib.sh"
@@ -130,7 +130,7 @@ check "multislice: reason logged" grep -q "names this slice only" "$OUT.log"
 run_init expected "${GKE_V4_32[@]}" -- --expected-workers 8
 expect "--expected-workers disagrees with the list -> 2" 2 "expected 8 workers"
 
-# ---- the tpu value: sources and precedence (spec §10.1) ----------------------
+# ---- the tpu value: sources and precedence ----------------------
 run_init nosource
 expect "no source: TensorFlow's message -> 2" 2 "Please provide a TPU Name to connect to. Set --tpu"
 

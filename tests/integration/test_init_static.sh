@@ -94,9 +94,9 @@ check "static v5litepod-16 (--flag=value form) equals the golden files" same_fil
     "$FIX/v5litepod-16"
 
 # Every worker of the job, as its own pod: all get the identical DTENSOR_JOBS
-# and cluster (spec §10.9), and DTENSOR_CLIENT_ID == TPU_WORKER_ID ==
-# task.index == JAX_PROCESS_ID == its index (spec §10.13); the values parse
-# as DTensor and TF read them (spec §6, §7.1).
+# and cluster, and DTENSOR_CLIENT_ID == TPU_WORKER_ID ==
+# task.index == JAX_PROCESS_ID == its index; the values parse
+# as DTensor and TF read them.
 for id in 0 1 2 3; do
     mkdir -p "$TMP/pod$id"
     WID=$id v4 "$TMP/pod$id" 2>/dev/null
@@ -134,7 +134,7 @@ check_eq "4 pods of one job: identical DTENSOR_JOBS/cluster, ids == worker index
     consistent "$consistency"
 
 # Incomplete worker list (no TPU_WORKER_HOSTNAMES): only topology.json says
-# what is known; env files keep the last complete version (DESIGN.md §5).
+# what is known; env files keep the last complete version (docs/DESIGN.md §5).
 DI=$TMP/incomplete; mkdir -p "$DI"
 incomplete() {
     TPU_WORKER_ID=1 TPU_ACCELERATOR_TYPE=v4-32 TPU_TOPOLOGY=2x2x4 "$INIT" --skip-init \

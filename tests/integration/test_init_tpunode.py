@@ -4,7 +4,7 @@ TensorFlow master (tests/sim/tf-master/tf_master_sim.py).
 
 Drives the real binary with `--tpu grpc://127.0.0.1:<port>` and with
 KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS: success publishes topology.pb equal to the simulator's bytes
-and tf_config.json = TensorFlow's cluster_spec(); every failure exits with its DESIGN.md §6 code
+and tf_config.json = TensorFlow's cluster_spec(); every failure exits with its docs/DESIGN.md §6 code
 and one clear last log line; deadlines hold. The simulator records every call, which proves the
 session is always closed and Reset never sent. Env: ROOT, BUILD, PY (tests/run.sh).
 """
@@ -150,7 +150,7 @@ def test_success():
 
 
 def test_env_endpoints_multi_host():
-    # v3-32: four TPU hosts; the endpoints list is TF's task order (spec §10.2), task 0 is
+    # v3-32: four TPU hosts; the endpoints list is TF's task order, task 0 is
     # the master the client talks to, the others only appear in the cluster_def.
     sim = Sim("--accelerator-type", "v3-32")
     eps = f"grpc://127.0.0.1:{sim.port},grpc://10.0.0.3:8470,10.0.0.4,grpc://10.0.0.5:8470"
@@ -428,7 +428,7 @@ def test_one_deadline_for_resolve_and_initialize():
 
 
 def test_server_checks_trap():
-    # The simulator itself must reject what a real TPU server rejects (spec §4.1): a
+    # The simulator itself must reject what a real TPU server rejects: a
     # client that names the server's boot job, and the generated stub's method path.
     sys.path.insert(0, GEN_PY)
     import grpc

@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_init_tpunode_vmpreflight.sh - tpumesh-init's TPU VM preflight (initialize.c):
 # fake device directories (--dev-dir), libtpu lock files held by another process
-# (TPUMESH_LOCK_DIR and $HOME, spec tpu-and-tensorflow.md §4.2), exit codes and last lines.
+# (TPUMESH_LOCK_DIR and $HOME), exit codes and last lines.
 # The devices are FIFOs: opening one would block, so a run that finishes proves we never
 # open a device. The lock is tested with F_GETLK and never created when absent.
 . "$(dirname "$0")/lib.sh"
@@ -61,7 +61,7 @@ V4=(--tpu local --accelerator-type v4-8)
 run nodev "${V4[@]}" --dev-dir "$TMP/nodev"
 expect "no device directory" 3 "TPUs not found in the cluster. Failed in initialization: no TPU device"
 
-# The host has TPU chips on its PCI bus (sysfs, spec §4.3) but the container got none.
+# The host has TPU chips on its PCI bus (sysfs) but the container got none.
 for i in 0 1 2 3; do
     mkdir -p "$TMP/sys/bus/pci/devices/0000:00:0$i.0"
     echo 0x1ae0 >"$TMP/sys/bus/pci/devices/0000:00:0$i.0/vendor"

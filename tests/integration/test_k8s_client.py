@@ -339,7 +339,7 @@ def t_expired_continue(name):
     S.call("chunking", mode="natural", delay_ms=0)
     d = Driver(["--apiserver", sim.url, "--token-file", TOKEN_FILE, "--ca-file", sim.ca,
                 "--namespace", "paged", "--limit", "1", "--backoff-ms", "100"])
-    # Keep expiring continue tokens while the 600-page list runs (etcd compaction, spec §1.3).
+    # Keep expiring continue tokens while the 600-page list runs (etcd compaction).
     end = time.time() + 60
     i = 0
     while not d.synced and time.time() < end and d.proc.poll() is None:

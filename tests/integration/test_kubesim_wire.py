@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Wire-level checks of the kube-apiserver simulator with a raw socket: watch framing (chunk
 boundaries mid-event, several events per chunk, newline-terminated compact JSON), Status bodies
-byte for byte as spec/kubernetes-api.md gives them, list/watch parameter rules. Prints TAP."""
+byte for byte as the real apiserver writes them, list/watch parameter rules. Prints TAP."""
 
 import base64
 import gzip
@@ -301,7 +301,7 @@ def run2(sim, c, port, token_file, state_dir):
     st = c.state()
     tap.check("history stays bounded", st["history"] <= 5 + 64, st)
 
-    # --- watch over WebSocket (spec §2.10): one text message per event, bearer token as subprotocol ------------
+    # --- watch over WebSocket: one text message per event, bearer token as subprotocol ------------
     def ws_watch(path, proto_token=None, header_token=None, stop_after=1, timeout=6.0):
         s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
@@ -446,7 +446,7 @@ def run(sim, c, port):
         c.make(namespace=ns, name="trainer-%d-abcde" % i, index=i)
     rv0 = c.state()["rv"]
 
-    # --- 401 byte for byte (spec §4.4: identical real captures, Content-Length 129) -----------
+    # --- 401 byte for byte (identical real captures, Content-Length 129) -----------
     r = request(port, "/api/v1/namespaces/wire/pods", token="wrong")
     want401 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
                b'"reason":"Unauthorized","code":401}\n')
@@ -461,7 +461,7 @@ def run(sim, c, port):
                b'"reason":"NotFound","details":{"name":"nope","kind":"pods"},"code":404}\n')
     tap.check("404 pod body byte for byte", r.status == 404 and r.body == want404, repr(r.body))
 
-    # --- 403 (spec §4.4 forbiddenMessage) ---------------------------------------------------------
+    # --- 403 ---------------------------------------------------------
     c.call("forbid", namespace="secret", verbs="list,watch")
     r = request(port, "/api/v1/namespaces/secret/pods")
     want403 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is forbidden: '
@@ -475,7 +475,7 @@ def run(sim, c, port):
               repr(r.body))
     c.call("forbid", clear=True)
 
-    # --- 429 APF plain text (spec §4.4) -----------------------------------------------------------
+    # --- 429 APF plain text -----------------------------------------------------------
     c.fail(429, count=1, retry_after=3)
     r = request(port, "/api/v1/namespaces/wire/pods")
     tap.check("APF 429 is plain text with Retry-After",
@@ -500,7 +500,7 @@ def run(sim, c, port):
     tap.check("503 Status without Retry-After", r.status == 503 and "retry-after" not in r.headers
               and json.loads(r.body)["reason"] == "ServiceUnavailable", repr((r.status, r.body)))
 
-    # --- list shape and headers (spec §1.2) --------------------------------------------------------
+    # --- list shape and headers --------------------------------------------------------
     r = request(port, "/api/v1/namespaces/wire/pods")
     body = r.body
     tap.check("list key order kind, apiVersion, metadata, items",
@@ -518,7 +518,7 @@ def run(sim, c, port):
     r = request(port, "/api/v1/namespaces/empty/pods")
     tap.check("empty list has items: []", b'"items":[]}' in r.body, r.body)
 
-    # --- pagination token (spec §1.3) -----------------------------------------------------------------
+    # --- pagination token -----------------------------------------------------------------
     r = request(port, "/api/v1/namespaces/wire/pods?limit=3")
     d = json.loads(r.body)
     tok = d["metadata"].get("continue", "")
@@ -574,7 +574,7 @@ def run(sim, c, port):
               (r.status, len(r.body), len(old_body)))
     r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d&limit=2" % base)
     d = json.loads(r.body)
-    tap.check("RV=N with limit is Exact too (spec §1.5 table)", d["metadata"]["resourceVersion"] == str(base)
+    tap.check("RV=N with limit is Exact too", d["metadata"]["resourceVersion"] == str(base)
               and [p["metadata"]["name"] for p in d["items"]] == ["trainer-0-abcde", "trainer-1-abcde"]
               and "moved" not in d["items"][0]["metadata"]["labels"], d["metadata"])
     r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d" % base)
@@ -585,7 +585,7 @@ def run(sim, c, port):
     d = json.loads(r.body)
     tap.check("RV=0 is Any: served at the latest RV", d["metadata"]["resourceVersion"] == str(base + 3), d["metadata"])
 
-    # --- resourceVersion rules for list (spec §1.4, §1.5) -------------------------------------------
+    # --- resourceVersion rules for list -------------------------------------------
     r = request(port, "/api/v1/namespaces/wire/pods?resourceVersion=%d&resourceVersionMatch=Exact" % (rv0 - 2))
     want410 = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The resourceVersion for '
                b'the provided list is too old.","reason":"Expired","code":410}\n')
@@ -641,7 +641,7 @@ def run(sim, c, port):
     tap.check("timeoutSeconds ends the body (0-chunk) with no final event",
               r.terminated and r.chunks == [] and 1.5 < time.time() - t0 < 4, (r.terminated, r.chunks))
 
-    # --- boolean parsing of watch (spec §1.1) ---------------------------------------------------------
+    # --- boolean parsing of watch ---------------------------------------------------------
     r = request(port, "/api/v1/namespaces/wire/pods?watch&resourceVersion=%d&timeoutSeconds=1" % cur, timeout=4)
     tap.check("?watch (empty value) is a watch", r.headers.get("transfer-encoding") == "chunked", r.headers)
     r = request(port, "/api/v1/namespaces/wire/pods?watch=False")
@@ -741,7 +741,7 @@ def run(sim, c, port):
     t.join()
     want_bm = (b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"%d"},'
                b'"spec":{"containers":null},"status":{}}}\n' % cur)
-    tap.check("BOOKMARK byte for byte (spec §2.3)", b"".join(r.chunks) == want_bm, b"".join(r.chunks))
+    tap.check("BOOKMARK byte for byte", b"".join(r.chunks) == want_bm, b"".join(r.chunks))
     t = later(lambda: c.call("bookmark"))
     r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d&timeoutSeconds=2" % cur, timeout=5)
     t.join()
@@ -751,7 +751,7 @@ def run(sim, c, port):
     tap.check("a bookmark ~2 s before the watch deadline", b"".join(r.chunks) == want_bm and r.terminated,
               b"".join(r.chunks))
 
-    # --- streaming list: initial-events-end bookmark (spec §2.6) ---------------------------------------------
+    # --- streaming list: initial-events-end bookmark ---------------------------------------------
     r = request(port, "/api/v1/namespaces/wire/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
                 "&allowWatchBookmarks=true&resourceVersion=&timeoutSeconds=3", timeout=6,
                 stop_after=lambda resp: b"initial-events-end" in b"".join(resp.chunks))
@@ -776,7 +776,7 @@ def run(sim, c, port):
               evs and all(e["type"] == "ADDED" for e in evs), [e["type"] for e in evs])
     c.call("config", watchlist=True)
 
-    # --- too-old RV: 200 + one ERROR 410 + end (spec §2.7) ------------------------------------------------
+    # --- too-old RV: 200 + one ERROR 410 + end ------------------------------------------------
     c.compact()
     comp = c.state()["compacted"]
     r = request(port, "/api/v1/namespaces/wire/pods?watch=1&resourceVersion=%d" % (comp - 3), timeout=5)

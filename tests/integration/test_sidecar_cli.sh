@@ -1,5 +1,5 @@
 #!/bin/bash
-# test_sidecar_cli.sh - tpumesh-sidecar's command line (DESIGN.md §6): --help, --version,
+# test_sidecar_cli.sh - tpumesh-sidecar's command line (docs/DESIGN.md §6): --help, --version,
 # TPUMESH_* variables, and configuration errors that exit 2 with a message naming the flag.
 . "$(dirname "$0")/lib.sh"
 SC=$BIN/tpumesh-sidecar
@@ -16,7 +16,7 @@ for f in --out-dir --apiserver --kubeconfig --token-file --ca-file --namespace -
     --stall-timeout --stuck-limit --log-format --log-level --job-name; do
     grep -q -- "$f " <<<"$out" || fail "--help lists $f"
 done
-ok "--help lists every flag of DESIGN.md §6 plus --verify-dns and the stuck/stall limits"
+ok "--help lists every flag of docs/DESIGN.md §6 plus --verify-dns and the stuck/stall limits"
 check "--help names the TPUMESH_ variables" grep -q TPUMESH_EXPECTED_WORKERS <<<"$out"
 
 # expect_config NAME 'message substring' args... : exit 2, message on stderr

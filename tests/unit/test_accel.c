@@ -1,7 +1,7 @@
 /*
  * test_accel.c - the accelerator model (common/core/accel.c): type, label
  * and topology parsers, and mesh_slice_derive over every example of
- * spec/tpu-and-tensorflow.md §8.3-8.4 plus the invalid combinations.
+ * TensorFlow's v2/v3 table and xpk's machine table plus the invalid combinations.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,7 +211,7 @@ static void test_names(void **state)
         "-2147483648,-2147483648,-2147483648");
 }
 
-/* ---- derivation: every example of spec §8.3-8.4 and more ------------------- */
+/* ---- derivation: every example of TensorFlow's and xpk's tables and more --- */
 
 struct derive_row {
     const char *type, *label, *topo;
@@ -224,7 +224,7 @@ struct derive_row {
 };
 
 static const struct derive_row derive_rows[] = {
-    /* v2/v3: TensorFlow's host bounds table (spec §8.3), 8 devices per host */
+    /* v2/v3: TensorFlow's host bounds table, 8 devices per host */
     {"v2-8",
      NULL,
      NULL,
@@ -480,7 +480,7 @@ static const struct derive_row derive_rows[] = {
      {1, 1, 1},
      {2, 2, 1},
      {2, 2, 1, 2}},
-    /* v4 (spec §8.4): 4-chip VMs, megacore = 1 device per chip */
+    /* v4: 4-chip VMs, megacore = 1 device per chip */
     {"v4-8",
      NULL,
      NULL,
@@ -685,7 +685,7 @@ static const struct derive_row derive_rows[] = {
      {4, 4, 12},
      {2, 2, 1},
      {8, 8, 12, 1}},
-    /* v5p (spec §8.4) */
+    /* v5p */
     {"v5p-8",
      NULL,
      NULL,
@@ -1230,7 +1230,7 @@ static void test_derive_table(void **state)
 }
 
 /* Every TPU topology of xpk's machine table (AI-Hypercomputer/xpk
- * src/xpk/core/system_characteristics.py, the source spec §8.4 cites), with
+ * src/xpk/core/system_characteristics.py), with
  * its 4-chip VMs: the type alone must derive exactly that topology (the
  * default-shape rule reproduces the table), and label + topology must give
  * back the type and chips / 4 hosts. */

@@ -125,7 +125,7 @@ static void test_decode_event(void **state)
         {"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"a\","
          "\"resourceVersion\":\"99\"}}}",
          0, MESH_K8S_EV_DELETED, "a/p", "99", 0, false},
-        /* Real bookmark capture shape (spec §2.3): no name. */
+        /* Real bookmark capture shape: no name. */
         {"{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
          "\"metadata\":{\"resourceVersion\":\"12746\"},\"spec\":{\"containers\":null},"
          "\"status\":{}}}",
@@ -133,7 +133,7 @@ static void test_decode_event(void **state)
         {"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"5\","
          "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}",
          0, MESH_K8S_EV_BOOKMARK, "", "5", 0, true},
-        /* In-stream 410 (spec §2.7). */
+        /* In-stream 410. */
         {"{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
          "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: 1 "
          "(3171407)\",\"reason\":\"Expired\",\"code\":410}}",
@@ -362,7 +362,7 @@ static void test_list_scanner(void **state)
         const char *rv, *cont, *kind;
         long long remaining;
     } rows[] = {
-        /* spec §1.2 example shape */
+        /* the API's documented PodList shape */
         {"{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
          "\"10245\",\"continue\":\"eyJ2\",\"remainingItemCount\":753},\"items\":[{\"metadata\":"
          "{\"name\":\"a\"}}]}",

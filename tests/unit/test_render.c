@@ -17,7 +17,7 @@
 
 /* ---- fixtures ---------------------------------------------------------- */
 
-/* A v4-32 slice as accel.c derives it (spec §8.4, §8.6). */
+/* A v4-32 slice as accel.c derives it. */
 static struct mesh_slice slice_v4_32(void)
 {
     struct mesh_slice s;
@@ -250,8 +250,7 @@ static void test_dtensor_table(void **state)
         int port;
         const char *want;
     } rows[] = {
-        {"one client defaults to localhost (spec §6)", 1, hosts4, NULL, MESH_ADDR_AUTO, 0, NULL,
-         10000,
+        {"one client defaults to localhost", 1, hosts4, NULL, MESH_ADDR_AUTO, 0, NULL, 10000,
          "DTENSOR_JOBS='w-0.job.ns.svc:10000'\nDTENSOR_CLIENT_ID='0'\n"
          "DTENSOR_JOB_NAME='localhost'\nDTENSOR_NUM_CLIENTS='1'\n"},
         {"explicit job name and port", 2, hosts4, ips4, MESH_ADDR_AUTO, 1, "trainer", 8000,
@@ -314,7 +313,7 @@ static void test_bad_inputs_table(void **state)
         in.mode = rows[r].mode;
         expect_fail(mesh_render_dtensor_env, &in, rows[r].code, rows[r].needle);
     }
-    /* Never an empty DTENSOR_JOBS (spec §6: "" would mean one client with
+    /* Never an empty DTENSOR_JOBS ("" would mean one client with
      * an empty address in some DTensor versions). */
     struct mesh_render_input empty = input_of(NULL, 0, 0, NULL);
     expect_fail(mesh_render_dtensor_env, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
@@ -582,7 +581,6 @@ int main(void)
         cmocka_unit_test(test_bad_inputs_table),
         cmocka_unit_test(test_hostile_table),
         cmocka_unit_test(test_hostile_long_value),
-        
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_cluster_spec),
         cmocka_unit_test(test_diff),

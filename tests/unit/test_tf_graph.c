@@ -1,7 +1,7 @@
 /*
  * test_tf_graph.c - the TensorFlow master messages of TPU Node initialization
- * (common/core/tf_graph.c): encodings against the protoc test vectors of
- * ../shared/spec/tf-master-grpc.md §5.2, request validation, RunStep and
+ * (common/core/tf_graph.c): encodings against protoc-encoded test
+ * vectors, request validation, RunStep and
  * CreateSession response decoding, and the status -> error mapping.
  */
 #include <setjmp.h>
@@ -34,7 +34,7 @@ static uint8_t *unhex(const char *hex, size_t *out_len)
     return b;
 }
 
-/* spec §5.2: CreateSessionRequest, option B, encoded by protoc (170 bytes,
+/* CreateSessionRequest with a cluster_def, encoded by protoc (170 bytes,
  * with the map key 0 written explicitly as 08 00). */
 static const char *const spec_create_session_hex =
     "0a6b0a640a17436f6e66696775726544697374726962757465645450551217436f6e666967757265446973747269"
@@ -42,7 +42,7 @@ static const char *const spec_create_session_hex =
     "5450555f53595354454d3a30220308f20a1225380158e0a712721d0a1b0a06776f726b657212110800120d31302e"
     "302e302e323a383437301a14677270633a2f2f31302e302e302e323a38343730";
 
-/* spec §5.2: RunStepRequest (handle HANDLE, fetch, timeout 300000, store errors). */
+/* RunStepRequest (handle HANDLE, fetch, timeout 300000, store errors). */
 static const char *const spec_run_step_hex =
     "0a0648414e444c451a19436f6e66696775726544697374726962757465645450553a302a0410e0a7123801";
 
@@ -56,7 +56,7 @@ static void test_create_session_matches_spec_vector(void **state)
     assert_int_equal(mesh_tf_graph_create_session_request(&spec, &ours, &ours_len, NULL), 0);
 
     /* protobuf-c omits the zero map key that protoc wrote; both mean the
-     * same message. Normalise the spec vector through protobuf-c and
+     * same message. Normalise the protoc vector through protobuf-c and
      * compare bytes, then check the 2-byte difference is exactly that. */
     size_t vlen = 0;
     uint8_t *vec = unhex(spec_create_session_hex, &vlen);

@@ -1,7 +1,7 @@
 /*
  * test_topo.c - device coordinates and TopologyProto (common/core/topo.c):
- * coordinate properties for every slice of spec §8.3-8.4, proto round trip
- * and wire layout, TensorFlow's Topology validation rules (spec §5.4), and
+ * coordinate properties for every slice of TensorFlow's and xpk's tables, proto round trip
+ * and wire layout, TensorFlow's Topology validation rules, and
  * the check of a TPU-returned topology against a slice.
  *
  * With MESH_TOPO_DUMP_DIR set, writes <type>_<topology>.pb for every row

@@ -96,7 +96,7 @@ static void test_endpoints(void **state)
         const char *ipl;
         int portl;
     } rows[] = {
-        /* spec §2.5 examples */
+        /* TPUClusterResolver's endpoint forms */
         {"grpc://10.120.27.5:8470", 0, 1, "10.120.27.5", 8470, "10.120.27.5", 8470},
         {"grpc://10.120.27.5:8470,grpc://10.120.27.6:8470,grpc://10.120.27.7:8471", 0, 3,
          "10.120.27.5", 8470, "10.120.27.7", 8471},
@@ -225,13 +225,9 @@ static void test_worker_endpoints(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        
-        cmocka_unit_test(test_hostnames),
-        cmocka_unit_test(test_bounds),
-        cmocka_unit_test(test_endpoints),
-        cmocka_unit_test(test_tpu_env_doc),
+        cmocka_unit_test(test_hostnames),        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_endpoints),        cmocka_unit_test(test_tpu_env_doc),
         cmocka_unit_test(test_worker_endpoints),
-        
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

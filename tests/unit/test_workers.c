@@ -1,6 +1,6 @@
 /*
  * test_workers.c - pod records -> ordered workers, completeness and the
- * /readyz reason (DESIGN.md §5), one table row per rule.
+ * /readyz reason (docs/DESIGN.md §5), one table row per rule.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -394,7 +394,7 @@ async function main() {
         for (let s = 0; s < rj.replicas; s++) {
             for (let i = 0; i < per; i++) {
                 const job = `${js.metadata.name}-${rj.name}-${s}`;
-                /* what the JobSet controller puts on each pod (spec/gke-and-peers.md §3.5) */
+                /* what the JobSet controller puts on each pod */
                 const jsKeys = { 'jobset.sigs.k8s.io/jobset-name': js.metadata.name,
                     'jobset.sigs.k8s.io/replicatedjob-name': rj.name,
                     'jobset.sigs.k8s.io/replicatedjob-replicas': String(rj.replicas),
@@ -456,7 +456,7 @@ async function main() {
                     skipInit: false,
                     afterInit: (out) => {
                         const e = [];
-                        /* TensorFlow's cluster_spec() for the TPU's workers (DESIGN.md §6) */
+                        /* TensorFlow's cluster_spec() for the TPU's workers (docs/DESIGN.md §6) */
                         const tf = JSON.parse(fs.readFileSync(path.join(out, 'tf_config.json'), 'utf8'));
                         if (JSON.stringify(tf.worker) !== JSON.stringify([endpoint])) {
                             e.push(`tf_config.json worker is ${JSON.stringify(tf.worker)}, want ["${endpoint}"]`);

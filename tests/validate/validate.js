@@ -13,7 +13,7 @@
  *    strict field validation; the JobSet against our JobSet CRD schema and its Job
  *    templates against the core schemas;
  *  - RBAC grants only get/list/watch on pods; every container passes the restricted Pod
- *    Security profile; tpumesh's containers follow DESIGN.md (native sidecar, probes, no
+ *    Security profile; tpumesh's containers follow docs/DESIGN.md (native sidecar, probes, no
  *    TPUs in the sidecar, requests/limits, volumes, annotations);
  *  - the examples' slice facts (v5litepod-16: 4 pods x 4 chips, 4x4, Indexed Job +
  *    headless Service; JobSet with two slices; legacy TPU Node);
@@ -175,7 +175,7 @@ function checkObjects(objs, prefix) {
         }
         if (k8s.podSpecs(o).length) {
             check(`${where}: every container passes the restricted Pod Security profile`, r.restricted);
-            check(`${where}: tpumesh containers, volumes and annotations follow DESIGN.md`, r.tpumesh);
+            check(`${where}: tpumesh containers, volumes and annotations follow docs/DESIGN.md`, r.tpumesh);
         }
     }
 }

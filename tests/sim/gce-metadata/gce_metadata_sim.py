@@ -2,8 +2,7 @@
 """GCE metadata server simulator for tpumesh tests.
 
 Serves http://127.0.0.1:<port>/computeMetadata/v1/<path> the way the GCE
-metadata server does for the keys tpumesh-init reads
-(spec/tpu-and-tensorflow.md §3.3, §3.4, §4.4):
+metadata server does for the keys tpumesh-init reads:
 
   project/project-id                       --project
   instance/zone                            projects/<num>/zones/<--zone>

@@ -3,7 +3,7 @@
 
 A standalone, loopback-only fake of the parts of the Kubernetes API that a
 Pod list/watch client uses, written to be byte-faithful where it matters.
-Facts come from /work/shared/spec/kubernetes-api.md (cited as "spec §N").
+Facts come from the Kubernetes API documentation, apiserver sources and real captures.
 
 Run `kube_apiserver_sim.py --help` for the server options and
 `kube_apiserver_sim.py ctl --help` for the control CLI. The control API is
@@ -43,7 +43,7 @@ SIM_VERSION = "1.0"
 
 # ---------------------------------------------------------------------------
 # JSON as Go's encoding/json writes it: compact, UTF-8, HTML-escaped
-# (json.Encoder has SetEscapeHTML(true) by default) - spec §2.2.
+# (json.Encoder has SetEscapeHTML(true) by default).
 
 _ENC = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
@@ -61,7 +61,7 @@ def gojson_b(obj):
 
 
 def now_rfc3339(t=None):
-    """metav1.Time: RFC3339, UTC, seconds precision (spec §3.1)."""
+    """metav1.Time: RFC3339, UTC, seconds precision."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
 
 
@@ -120,7 +120,7 @@ def err_bad_request(msg):
 
 
 def err_invalid_listoptions(field, kind, detail, value=None):
-    """422 ListOptions validation error (spec §1.5)."""
+    """422 ListOptions validation error."""
     types = {"Forbidden": "FieldValueForbidden", "Unsupported value": "FieldValueNotSupported",
              "Invalid value": "FieldValueInvalid"}
     if kind == "Forbidden":
@@ -156,7 +156,7 @@ EXPIRED_CONTINUE_MSG = (
 
 
 def err_too_large_rv(req, cur):
-    """504 for a resourceVersion from the future (spec §1.5)."""
+    """504 for a resourceVersion from the future."""
     st = status_obj(504, "Timeout", "Timeout: Too large resource version: %d, current: %d" % (req, cur),
                     details_obj(causes=[{"reason": "ResourceVersionTooLarge",
                                          "message": "Too large resource version"}], retry_after=1))
@@ -166,7 +166,7 @@ def err_too_large_rv(req, cur):
 UNAUTHORIZED_BODY = gojson_b(status_obj(401, "Unauthorized", "Unauthorized")) + b"\n"
 
 # ---------------------------------------------------------------------------
-# Selectors (spec §1.1).
+# Selectors.
 
 _LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -342,7 +342,7 @@ class Filter:
 
 
 def parse_bool_param(q, name):
-    """Convert_Slice_string_To_bool (spec §1.1): absent/0/false -> False, anything else True."""
+    """Convert_Slice_string_To_bool: absent/0/false -> False, anything else True."""
     if name not in q:
         return False
     v = q[name][0]
@@ -393,7 +393,7 @@ class Rec:
         self.md_j = gojson_b(md)
 
     def item(self):
-        """The pod as a list item (no kind/apiVersion, spec §1.2)."""
+        """The pod as a list item (no kind/apiVersion)."""
         return b"".join((b'{"metadata":', self.md_j, b',"spec":', self.spec_j, b',"status":', self.status_j,
                          b"}"))
 
@@ -402,7 +402,7 @@ class Rec:
                          b',"status":', self.status_j, b"}"))
 
     def event_line(self, etype):
-        """One watch event line: compact JSON + newline (spec §2.2)."""
+        """One watch event line: compact JSON + newline."""
         return b"".join((b'{"type":"', etype, b'","object":{"kind":"Pod","apiVersion":"v1","metadata":', self.md_j,
                          b',"spec":', self.spec_j, b',"status":', self.status_j, b"}}\n"))
 
@@ -429,7 +429,7 @@ class Event:
         self._old_at = None
 
     def line(self, etype, which):
-        """Compact JSON + "\\n" of this event as seen by one watcher (spec §2.2, §2.3)."""
+        """Compact JSON + "\\n" of this event as seen by one watcher."""
         if which == "new":
             rec = self.new
         else:
@@ -439,7 +439,7 @@ class Event:
         return rec.event_line(etype.encode())
 
     def view(self, flt):
-        """(type, which) for a watcher with filter flt, or None (spec §2.3 selector transitions)."""
+        """(type, which) for a watcher with filter flt, or None."""
         if flt is None:
             return (self.type, "new")
         if self.type == "ADDED":
@@ -684,7 +684,7 @@ class State:
         return s
 
     def restart(self, new_rv=None, unavailable=0.0):
-        """etcd restore / apiserver restart with history lost: RVs restart lower (spec §6)."""
+        """etcd restore / apiserver restart with history lost: RVs restart lower."""
         with self.cond:
             old = self.rv
             if new_rv is None:
@@ -745,9 +745,8 @@ def auto_ip(index):
 
 
 def make_job_pod(state, a):
-    """An Indexed-Job pod as the Job controller and kubelet would leave it (spec §3.4, §3.6);
-    with `jobset` a JobSet child-Job pod (gke-and-peers §3.5), with `statefulset` a StatefulSet pod
-    (spec §3.5)."""
+    """An Indexed-Job pod as the Job controller and kubelet would leave it;
+    with `jobset` a JobSet child-Job pod, with `statefulset` a StatefulSet pod."""
     if a.get("statefulset"):
         return make_sts_pod(state, a)
     ns = a.get("namespace") or "default"
@@ -888,7 +887,7 @@ def managed_fields(md, spec, status, t):
 
 def make_sts_pod(state, a):
     """A StatefulSet pod: name = hostname = <sts>-<ordinal>, subdomain = serviceName, label
-    apps.kubernetes.io/pod-index (spec §3.5)."""
+    apps.kubernetes.io/pod-index."""
     sts = a.get("statefulset")
     ns = a.get("namespace") or "default"
     index = int(a.get("index") or 0)
@@ -1085,7 +1084,7 @@ def table_row(pod, include):
 
 
 def pom_obj(pod):
-    """PartialObjectMetadata of a pod (metadata-only clients, spec §6)."""
+    """PartialObjectMetadata of a pod (metadata-only clients)."""
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": pod["metadata"]}
 
 
@@ -1179,7 +1178,7 @@ def is_websocket(headers):
 
 def ws_bearer(headers):
     """The bearer token of a base64url.bearer.authorization.k8s.io.<token> subprotocol, as an
-    Authorization header value, or None (spec §2.10)."""
+    Authorization header value, or None."""
     if not is_websocket(headers):
         return None
     for proto in (headers.get("Sec-WebSocket-Protocol") or "").split(","):
@@ -1272,7 +1271,7 @@ class Handler(BaseHTTPRequestHandler):
         if ctype:
             self.send_header("Content-Type", ctype)
         if code != 401:
-            # APF classifies only authenticated requests (spec §4.4).
+            # APF classifies only authenticated requests.
             self.send_header("X-Kubernetes-Pf-Flowschema-Uid", self.server.fs_uid)
             self.send_header("X-Kubernetes-Pf-Prioritylevel-Uid", self.server.pl_uid)
         self.send_header("Date", self.date_time_string())
@@ -1382,7 +1381,7 @@ class Handler(BaseHTTPRequestHandler):
                             or path.startswith("/openapi")):
             verb = "discovery"
         st.count(verb)
-        # Authentication (spec §4.4): a bad token is always 401; a missing one is 401 unless
+        # Authentication: a bad token is always 401; a missing one is 401 unless
         # --anonymous, where it becomes system:anonymous (403 below).
         user = self.server.user
         if st.auth:
@@ -1450,8 +1449,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _negotiate(self, accept):
         """The first acceptable JSON target in the client's order: '' (the object itself), 'Table',
-        'PartialObjectMetadata' or 'PartialObjectMetadataList'; None when nothing is acceptable
-        (spec §6 Accept header)."""
+        'PartialObjectMetadata' or 'PartialObjectMetadataList'; None when nothing is acceptable."""
         for part in accept.split(","):
             params = [x.strip() for x in part.split(";")]
             mt = params[0].lower()
@@ -1472,7 +1470,7 @@ class Handler(BaseHTTPRequestHandler):
         now = time.time()
         with st.cond:
             if now < st.unavailable_until:
-                # The watch cache re-initialising (spec §2.7): 429 with a growing Retry-After.
+                # The watch cache re-initialising: 429 with a growing Retry-After.
                 down = now - st.unavailable_start
                 ra = int(min(30, max(1, math.exp(0.06 * down))))
                 raise ApiError(status_obj(429, "TooManyRequests", "storage is (re)initializing",
@@ -1493,7 +1491,7 @@ class Handler(BaseHTTPRequestHandler):
         if rule.code == 429 and rule.kind == "apf":
             raise ApiError(None, hdr, plain=rule.message or "Too many requests, please try again later.")
         if rule.code == 429 and rule.kind == "shutdown":
-            # The shutting-down apiserver (spec §4.4): plain text, Retry-After 5, Connection: close.
+            # The shutting-down apiserver: plain text, Retry-After 5, Connection: close.
             hdr.setdefault("Retry-After", "5")
             hdr["Connection"] = "close"
             self.close_connection = True
@@ -1695,7 +1693,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_body(201, rec.full() + b"\n")
 
     def _delete(self, ns, name, q):
-        """DELETE a pod (spec §3.7): a scheduled pod with a grace period gets deletionTimestamp
+        """DELETE a pod: a scheduled pod with a grace period gets deletionTimestamp
         (MODIFIED) and the simulated kubelet removes it (DELETED) `kubelet_delete_after` seconds
         later; grace 0 or an unscheduled pod is removed at once. Answers 200 with the object."""
         st = self.st
@@ -1756,7 +1754,7 @@ class Handler(BaseHTTPRequestHandler):
         st = self.st
         rv_s = q.get("resourceVersion", [""])[0]
         if rv_s not in ("", "0"):
-            # GET with RV=N is "not older than" N (spec §1.5): wait for it, then 504.
+            # GET with RV=N is "not older than" N: wait for it, then 504.
             if not re.match(r"^[0-9]+$", rv_s):
                 raise err_bad_request('invalid resource version: strconv.ParseUint: parsing "%s": invalid syntax'
                                       % rv_s)
@@ -1813,7 +1811,7 @@ class Handler(BaseHTTPRequestHandler):
         return rv, match, cont, limit
 
     def _wait_rv(self, rv):
-        """Wait up to 3 s for a future resourceVersion (blockTimeout, spec §1.5)."""
+        """Wait up to 3 s for a future resourceVersion (blockTimeout)."""
         st = self.st
         deadline = time.time() + 3.0
         with st.cond:
@@ -1913,7 +1911,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise err_invalid_listoptions("resourceVersion", "Invalid value", "invalid resource version",
                                               rv_s)
             rv = int(rv_s)
-        # sendInitialEvents / resourceVersionMatch validation (spec §2.6).
+        # sendInitialEvents / resourceVersionMatch validation.
         if send_initial is not None:
             if not st.watchlist:
                 raise err_invalid_listoptions("sendInitialEvents", "Forbidden",
@@ -1930,7 +1928,7 @@ class Handler(BaseHTTPRequestHandler):
         if match and match not in ("NotOlderThan",):
             raise err_invalid_listoptions("resourceVersionMatch", "Unsupported value",
                                           'supported values: "NotOlderThan"', match)
-        # Server-side defaulting with the WatchList gate on (spec §2.6).
+        # Server-side defaulting with the WatchList gate on.
         if send_initial is None and st.watchlist and (rv is None or rv == 0):
             send_initial = True
         if send_initial is None:
@@ -1977,7 +1975,7 @@ class Handler(BaseHTTPRequestHandler):
                 st.watchers.discard(w)
             raise err_bad_request("websocket: missing Sec-WebSocket-Key")
         if self.ws:
-            # Watch over WebSocket (spec §2.10): one text message per event, client messages ignored.
+            # Watch over WebSocket: one text message per event, client messages ignored.
             key = self.headers.get("Sec-WebSocket-Key", "")
             self.send_response_only(101)
             self.send_header("Upgrade", "websocket")
@@ -1994,12 +1992,12 @@ class Handler(BaseHTTPRequestHandler):
             st.count(None, 200)
         self.close_connection = True
         # A client that stops reading blocks our writes; after slow_consumer_timeout seconds the watch is
-        # closed, as the cacher force-closes an unresponsive watcher (spec §2.8).
+        # closed, as the cacher force-closes an unresponsive watcher.
         if st.slow_consumer_timeout > 0:
             self.connection.settimeout(st.slow_consumer_timeout)
         try:
             if too_old is not None:
-                # Too-old RV: 200 + one in-stream ERROR 410 + end (spec §2.7, §8 item 4).
+                # Too-old RV: 200 + one in-stream ERROR 410 + end.
                 ln = error_line(status_obj(410, "Expired", "too old resource version: %d (%d)" % too_old))
                 self._send_lines([ln], None)
                 self._end_stream()
@@ -2092,7 +2090,7 @@ class Handler(BaseHTTPRequestHandler):
         if initial_end:
             self._send_lines([bookmark_line(w.cursor, True)], w, bookmarks=1)
         # A future RV: the cacher waits 3 s then errors (default); --future-watch wait follows the
-        # API Concepts page, "may wait indefinitely" (spec §2.4).
+        # API Concepts page, "may wait indefinitely".
         future_deadline = time.time() + 3.0 if future and st.future_watch == "error" else None
         last_check = time.time()
         while True:
@@ -2144,7 +2142,7 @@ class Handler(BaseHTTPRequestHandler):
                         elif w.cursor <= st.rv:
                             future_deadline = None
                     if cut is None and w.cursor < st.compacted:
-                        # Fell behind the bounded history: the cacher closes a slow watcher (spec §2.8).
+                        # Fell behind the bounded history: the cacher closes a slow watcher.
                         cut = "clean"
                     elif cut is None and w.cursor < st.rv and now >= st.stall_until:
                         i0 = w.cursor - st.compacted
@@ -2186,7 +2184,7 @@ class Handler(BaseHTTPRequestHandler):
                 if kind == "lines":
                     self._send_lines([data], w)
                 elif kind == "error":
-                    # An in-stream ERROR ends the watch (spec §2.7).
+                    # An in-stream ERROR ends the watch.
                     self._send_lines([data], w)
                     self._end_stream()
                     return
@@ -2206,7 +2204,7 @@ class Handler(BaseHTTPRequestHandler):
                     st.add_bytes(len(half))
                 self._abort()
             if time.time() >= deadline:
-                # timeoutSeconds: end the body with no final event (spec §2.8).
+                # timeoutSeconds: end the body with no final event.
                 self._end_stream()
                 return
 
@@ -2260,7 +2258,7 @@ def encode_continue(rv, start):
 
 
 def decode_continue(tok):
-    """Decode a continue token (spec §1.3); 400 on a malformed one."""
+    """Decode a continue token; 400 on a malformed one."""
     try:
         pad = "=" * (-len(tok) % 4)
         raw = base64.urlsafe_b64decode(tok + pad)
@@ -2458,7 +2456,7 @@ class Control:
 
     def v_delete(self, a):
         """grace=0 (default): DELETED now. grace>0: MODIFIED with deletionTimestamp, then DELETED after
-        `after` seconds (if given) or on a second delete with grace=0 (spec §3.7)."""
+        `after` seconds (if given) or on a second delete with grace=0."""
         st = self.st
         grace = _as_int(a.get("grace"), "grace", 0)
         after = a.get("after")
@@ -2572,7 +2570,7 @@ class Control:
         return len(ws)
 
     def v_error_event(self, a):
-        """Send an in-stream ERROR event to every watch, then end it (spec §2.7): code 410 (Expired,
+        """Send an in-stream ERROR event to every watch, then end it: code 410 (Expired,
         'too old resource version'), 500 (InternalError), 429 (TooManyRequests) or 504 (Timeout)."""
         code = _as_int(a.get("code"), "code", 410)
         st = self.st
@@ -3131,7 +3129,7 @@ def server_main(argv):
     p.add_argument("--history", type=int, default=50000,
                    help="events kept for watch resumption; older RVs get 410 (default 50000)")
     p.add_argument("--bookmark-interval", type=float, default=60.0,
-                   help="seconds between bookmarks on watches that allow them (default 60, spec §2.5;"
+                   help="seconds between bookmarks on watches that allow them (default 60, as the apiserver;"
                         " 0 = only the one 2 s before the deadline and those the bookmark verb asks for)")
     p.add_argument("--min-request-timeout", type=float, default=1800.0,
                    help="watch without timeoutSeconds lasts this x (1+rand) seconds (default 1800)")

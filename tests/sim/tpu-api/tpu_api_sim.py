@@ -3,7 +3,7 @@
 
 Serves GET /v1/projects/<p>/locations/<z>/nodes/<name> on 127.0.0.1 with
 node resources shaped like cloud.google.com/tpu/docs/reference/rest/v1/
-projects.locations.nodes (spec/tpu-and-tensorflow.md §3.2): name, state,
+projects.locations.nodes: name, state,
 health, acceleratorType, tensorflowVersion, networkEndpoints[{ipAddress,
 port}] (or the deprecated top-level ipAddress/port), symptoms.
 

@@ -8,7 +8,7 @@
  *                    kubectl 1.27), rejects unknown fields; the field lists come from the
  *                    package's type declarations, generated from the same OpenAPI spec.
  * podSpecs(obj)      every pod spec inside an object (Pod, Job, JobSet templates).
- * restrictedErrors   the restricted Pod Security profile (spec/gke-and-peers.md §5.7) plus
+ * restrictedErrors   the restricted Pod Security profile plus
  *                    readOnlyRootFilesystem, for a pod spec.
  * rbacErrors         what tpumesh may be granted: pods get/list/watch in a namespace.
  * Every function returns a list of error strings ("" list = fine) naming the path.
@@ -206,8 +206,8 @@ function allContainers(spec) {
     ];
 }
 
-/* restricted Pod Security Standard (kubernetes.io "Pod Security Standards", via
- * spec/gke-and-peers.md §5.7) + readOnlyRootFilesystem, which tpumesh requires of itself. */
+/* restricted Pod Security Standard (kubernetes.io "Pod Security Standards")
+ * + readOnlyRootFilesystem, which tpumesh requires of itself. */
 const RESTRICTED_VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral',
     'persistentVolumeClaim', 'projected', 'secret'];
 

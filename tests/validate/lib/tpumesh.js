@@ -1,12 +1,12 @@
 'use strict';
 /*
  * tpumesh.js - checks specific to tpumesh's two containers, its volumes and its pod
- * annotations (DESIGN.md §1, §4, §6; spec/kubernetes-api.md §5; spec/gke-and-peers.md §5).
+ * annotations (docs/DESIGN.md §1, §4, §6).
  * Each function returns a list of error strings naming the path.
  */
 const { resourceErrors } = require('./k8s');
 
-/* Ports TPU software uses in the pod's network namespace (DESIGN.md §6). */
+/* Ports TPU software uses in the pod's network namespace (docs/DESIGN.md §6). */
 const TPU_PORTS = [8080, 8470, 8471, 8472, 8473, 8474, 8475, 8476, 9470, 9476];
 const INIT = 'tpumesh-init';
 const SIDECAR = 'tpumesh-sidecar';
@@ -50,7 +50,7 @@ function probeErrors(c, probe, pathWanted, where) {
     return out;
 }
 
-/* The annotations tpumesh-init accepts (DESIGN.md §6; common/core/annotations.h). */
+/* The annotations tpumesh-init accepts (docs/DESIGN.md §6; common/core/annotations.h). */
 const ANNOTATION_CHECKS = {
     'tpumesh.dev/tpu': (v) => /^(local|grpc:\/\/\S+|[a-z0-9]([-a-z0-9]*[a-z0-9])?(,[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$/.test(v),
     'tpumesh.dev/zone': (v) => /^[a-z]+-[a-z]+[0-9]+-[a-z]$/.test(v),

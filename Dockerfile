@@ -6,8 +6,8 @@
 #   docker build -t tpumesh:$(cat VERSION) .
 #
 # The pod spec picks the program with `args:` (never `command:`), so tini stays
-# PID 1 (STYLE.md R18): it forwards SIGTERM to the program, which drains and
-# exits 0 (DESIGN.md §6), and it reaps any zombie, so neither program has to
+# PID 1 (docs/STYLE.md R18): it forwards SIGTERM to the program, which drains and
+# exits 0 (docs/DESIGN.md §6), and it reaps any zombie, so neither program has to
 # act as an init.
 #
 # scripts/image-test.sh (`make image-test`) proves both stages without a Docker

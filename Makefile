@@ -1,6 +1,6 @@
 # tpumesh - build, test and demo. `make help` lists the targets.
 #
-# Layout (DESIGN.md §2): common/core -> libmeshcore.a (pure; links without
+# Layout (docs/DESIGN.md §2): common/core -> libmeshcore.a (pure; links without
 # curl, lws or grpc), common/io -> libmeshio.a, initcontainer/, sidecar/ and injector/ ->
 # build/bin/. Sources are discovered with wildcards: adding a module is adding
 # its .c/.h pair; adding a test is adding tests/unit/test_<mod>.c,
@@ -113,7 +113,7 @@ $(IO_LIB): $(IO_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # The pure core must link with nothing but protobuf-c, cJSON, libyaml and libm
-# (DESIGN.md §2, STYLE.md R8): a probe program that pulls in every core object.
+# (docs/DESIGN.md §2, docs/STYLE.md R8): a probe program that pulls in every core object.
 check-core-pure: $(BUILD)/core-pure.ok
 $(BUILD)/core-pure.ok: $(CORE_LIB)
 	@printf 'int main(void){return 0;}\n' > $(BUILD)/core-probe.c

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install the Debian packages tpumesh builds and tests with (DESIGN.md §3),
+# Install the Debian packages tpumesh builds and tests with (docs/DESIGN.md §3),
 # only those that are missing. Idempotent; needs root (or sudo) on Debian
 # bookworm when something is missing.
 set -eu

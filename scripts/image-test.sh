@@ -229,7 +229,7 @@ else
 fi
 case "$RT_ENTRY" in
 *tini*) ok "ENTRYPOINT is tini ($RT_ENTRY)" ;;
-*) fail "ENTRYPOINT is tini" "ENTRYPOINT is '$RT_ENTRY' (STYLE.md R18: tini or shareProcessNamespace)" ;;
+*) fail "ENTRYPOINT is tini" "ENTRYPOINT is '$RT_ENTRY' (docs/STYLE.md R18: tini or shareProcessNamespace)" ;;
 esac
 BIN_DEST=${DEST[tpumesh-init]}
 dests=""

@@ -1,5 +1,5 @@
 #!/bin/bash
-# make lint: formatting, static analysis, banned functions, complexity (STYLE.md R6, R13, R15).
+# make lint: formatting, static analysis, banned functions, complexity (docs/STYLE.md R6, R13, R15).
 set -u
 cd "$(dirname "$0")/.."
 rc=0
@@ -8,12 +8,12 @@ echo "lint: clang-format"
 clang-format --dry-run --Werror $files || rc=1
 echo "lint: banned functions"
 if git grep -nE '\b(strcpy|strcat|sprintf|vsprintf|gets|strtok|atoi|atol|sscanf)\s*\(' -- '*.c' '*.h'; then
-    echo "banned functions found (STYLE.md R6)"; rc=1
+    echo "banned functions found (docs/STYLE.md R6)"; rc=1
 fi
 echo "lint: raw malloc/free outside common/core/mem.c"
 if git grep -nE '\b(malloc|calloc|realloc|free)\s*\(' -- '*.c' ':!common/core/mem.c' ':!tests/**' |
     grep -vE 'cJSON_free|_free\(|mesh_free'; then
-    echo "use mesh_malloc/mesh_free (STYLE.md R6)"; rc=1
+    echo "use mesh_malloc/mesh_free (docs/STYLE.md R6)"; rc=1
 fi
 echo "lint: cppcheck"
 cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \

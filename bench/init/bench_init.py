@@ -116,7 +116,7 @@ def main():
     a = ap.parse_args()
     build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
     init = os.path.join(build, "bin", "tpumesh-init")
-    # The shared volume is an emptyDir with medium: Memory (DESIGN.md §4): use
+    # The shared volume is an emptyDir with medium: Memory (docs/DESIGN.md §4): use
     # tmpfs too, so fsync costs what it costs in a pod.
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     tmp = tempfile.mkdtemp(prefix="tpumesh-bench-", dir=shm)

@@ -74,8 +74,8 @@ struct mesh_annotations_config {
 /* Extract and validate tpumesh's keys from a. Keys outside tpumesh.dev/ are
  * ignored except tf-version.cloud-tpus.google.com. tpumesh.dev/inject (the
  * webhook's switch) and tpumesh.dev/containers (which containers the webhook
- * mounts the volume in; tpumesh-injector checks it) are accepted and ignored. Any other tpumesh.dev/ key, or a
- * bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.
+ * mounts the volume in; tpumesh-injector checks it) are accepted and ignored. Any other
+ * tpumesh.dev/ key, or a bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.
  * out_config is filled only on success; free with mesh_annotations_config_cleanup. */
 int mesh_annotations_config(const struct mesh_annotations *a,
                             struct mesh_annotations_config *out_config, struct mesh_err *err);

@@ -303,10 +303,9 @@ static void test_tpumesh_annotations(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures),   cmocka_unit_test(test_equal_ignores_irrelevant),
-        cmocka_unit_test(test_malformed),  cmocka_unit_test(test_tpumesh_annotations),
-          cmocka_unit_test(test_pack_fixtures),
-        cmocka_unit_test(test_pack_equal),
+        cmocka_unit_test(test_fixtures),      cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed),     cmocka_unit_test(test_tpumesh_annotations),
+        cmocka_unit_test(test_pack_fixtures), cmocka_unit_test(test_pack_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /*
- * injector.h - tpumesh-injector's modules (DESIGN.md §6, §8): the command
+ * injector.h - tpumesh-injector's modules (docs/DESIGN.md §6, §8): the command
  * line (opts.c), the HTTPS admission server and the plain-HTTP probe and
  * metrics server (server.c), the service-account permission check
  * (access.c) and main.c, which wires them.

@@ -1,5 +1,5 @@
 /*
- * opts.c - tpumesh-injector's command line (DESIGN.md §6).
+ * opts.c - tpumesh-injector's command line (docs/DESIGN.md §6).
  *
  * Every option is "--flag VALUE" or "--flag=VALUE" and also the variable
  * TPUMESH_<FLAG_UPPER_SNAKE> (TPUMESH_IMAGE for --image); the flag wins over

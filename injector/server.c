@@ -1,5 +1,5 @@
 /*
- * server.c - tpumesh-injector's servers on libwebsockets (DESIGN.md §6, §8):
+ * server.c - tpumesh-injector's servers on libwebsockets (docs/DESIGN.md §6, §8):
  *
  *   --listen (HTTPS)     POST /mutate  admission.k8s.io/v1 AdmissionReview in,
  *                                      AdmissionReview out (200); a body that

@@ -1,8 +1,8 @@
 /*
- * inject.h - the pure part of tpumesh-injector (DESIGN.md §8): parse an
+ * inject.h - the pure part of tpumesh-injector (docs/DESIGN.md §8): parse an
  * admission.k8s.io/v1 AdmissionReview, decide what to do with the Pod in it,
  * build the RFC 6902 JSON Patch that adds tpumesh, and write the
- * AdmissionReview response. No I/O (STYLE.md R8): the server hands over
+ * AdmissionReview response. No I/O (docs/STYLE.md R8): the server hands over
  * (buf, len) and sends back what comes out.
  *
  * What is injected comes from a config (struct mesh_inject_config): the

@@ -30,8 +30,9 @@ ssize_t mesh_sys_write(int fd, const void *buf, size_t n);
  * caller has initialised (mesh_buf_init) and keeps owning; on failure out is
  * left empty. Symlinks are followed (Kubernetes mounts secrets through them),
  * but the file itself must be a regular file (or a character device such as
- * /dev/null): a FIFO, socket or directory is refused without blocking. Errors: -MESH_E_IO with sys_errno (ENOENT for a missing
- * file; the message names the path), -MESH_E_TOOBIG above max bytes. */
+ * /dev/null): a FIFO, socket or directory is refused without blocking. Errors: -MESH_E_IO with
+ * sys_errno (ENOENT for a missing file; the message names the path), -MESH_E_TOOBIG above max
+ * bytes. */
 int mesh_sys_read_file(const char *path, size_t max, struct mesh_buf *out, struct mesh_err *err);
 
 #endif

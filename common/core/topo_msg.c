@@ -1,0 +1,264 @@
+/*
+ * topo_msg.c - tpumesh.v1 messages from and to the sidecar's data
+ * (topo_msg.h). Pure: no I/O.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cleanup.h"
+#include "json.h"
+#include "mem.h"
+#include "topo_msg.h"
+
+/* topology.json's null and absent strings become "" (proto3 has no null). */
+static char *str_or_empty(const cJSON *o, const char *key)
+{
+    const char *s = mesh_json_str(o, key);
+    return (char *)(s != NULL ? s : "");
+}
+
+static int32_t int_or(const cJSON *o, const char *key, int32_t dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < -2147483648.0 || v->valuedouble > 2147483647.0) {
+        return dflt;
+    }
+    return (int32_t)v->valuedouble;
+}
+
+int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t **out,
+                           size_t *out_len, struct mesh_err *err)
+{
+    mesh_autocjson cJSON *j = mesh_json_parse(json, len, MESH_TOPO_MSG_MAX, err);
+    if (j == NULL) {
+        return mesh_err_prefix(err, "topology.json");
+    }
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(j, "generation");
+    const cJSON *workers = cJSON_GetObjectItemCaseSensitive(j, "workers");
+    /* Generations are JSON-safe integers (render.h MESH_RENDER_GENERATION_MAX). */
+    if (!cJSON_IsObject(j) || !cJSON_IsNumber(gen) || gen->valuedouble < 0 ||
+        gen->valuedouble > 9007199254740991.0 || !cJSON_IsArray(workers)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "topology.json: not an object with a generation and workers[]");
+    }
+    Tpumesh__V1__TopologySnapshot m = TPUMESH__V1__TOPOLOGY_SNAPSHOT__INIT;
+    m.generation = (uint64_t)gen->valuedouble;
+    m.complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "complete"));
+    m.job_name = str_or_empty(j, "jobName");
+    m.client_id = int_or(j, "clientId", -1);
+    m.num_clients = int_or(j, "numClients", 0);
+    m.coordinator = str_or_empty(j, "coordinator");
+    m.resource_version = (char *)(rv != NULL ? rv : "");
+
+    Tpumesh__V1__Slice slice = TPUMESH__V1__SLICE__INIT;
+    int32_t mesh_shape[4];
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(j, "slice");
+    if (cJSON_IsObject(sl)) {
+        slice.accelerator_type = str_or_empty(sl, "acceleratorType");
+        slice.topology = str_or_empty(sl, "topology");
+        slice.chips = int_or(sl, "chips", 0);
+        slice.hosts = int_or(sl, "hosts", 0);
+        slice.chips_per_host = int_or(sl, "chipsPerHost", 0);
+        slice.cores_per_chip = int_or(sl, "coresPerChip", 0);
+        slice.devices_per_host = int_or(sl, "devicesPerHost", 0);
+        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(sl, "meshShape");
+        const cJSON *v = NULL;
+        if (!cJSON_IsArray(ms)) {
+            ms = NULL;
+        }
+        cJSON_ArrayForEach(v, ms)
+        {
+            if (slice.n_mesh_shape < 4 && cJSON_IsNumber(v)) {
+                mesh_shape[slice.n_mesh_shape++] = (int32_t)v->valueint;
+            }
+        }
+        slice.mesh_shape = mesh_shape;
+        m.slice = &slice;
+    }
+
+    size_t n = (size_t)cJSON_GetArraySize(workers);
+    Tpumesh__V1__Worker *ws = mesh_calloc(n ? n : 1, sizeof(*ws));
+    Tpumesh__V1__Worker **wp = mesh_calloc(n ? n : 1, sizeof(*wp));
+    size_t i = 0;
+    const cJSON *w = NULL;
+    cJSON_ArrayForEach(w, workers)
+    {
+        if (i == n) {
+            break;
+        }
+        tpumesh__v1__worker__init(&ws[i]);
+        ws[i].index = int_or(w, "index", (int32_t)i);
+        ws[i].pod = str_or_empty(w, "pod");
+        ws[i].host = str_or_empty(w, "host");
+        ws[i].ip = str_or_empty(w, "ip");
+        ws[i].address = str_or_empty(w, "address");
+        ws[i].ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "ready"));
+        wp[i] = &ws[i];
+        i++;
+    }
+    m.n_workers = i;
+    m.workers = wp;
+    size_t size = tpumesh__v1__topology_snapshot__get_packed_size(&m);
+    int rc = 0;
+    if (size > MESH_TOPO_MSG_MAX) {
+        rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "topology message of %zu bytes (limit %u)", size,
+                          MESH_TOPO_MSG_MAX);
+    } else {
+        *out = mesh_malloc(size ? size : 1);
+        *out_len = tpumesh__v1__topology_snapshot__pack(&m, *out);
+    }
+    mesh_free(ws);
+    mesh_free(wp);
+    return rc;
+}
+
+void mesh_topo_msg_pod_from_rec(Tpumesh__V1__Pod *m, const struct mesh_k8s_pod_rec *r)
+{
+    tpumesh__v1__pod__init(m);
+    m->name = (char *)mesh_k8s_pod_rec_name(r);
+    m->hostname = (char *)mesh_k8s_pod_rec_hostname(r);
+    m->subdomain = (char *)mesh_k8s_pod_rec_subdomain(r);
+    m->ip = (char *)mesh_k8s_pod_rec_ip(r);
+    m->completion_index = r->completion_index;
+    m->pod_index = r->pod_index;
+    m->job_index = r->job_index;
+    m->job_global_index = r->job_global_index;
+    m->ready = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_READY);
+    m->terminating = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_TERMINATING);
+    m->finished = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_FINISHED);
+    m->invalid = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_INVALID);
+    m->invalid_reason = (char *)mesh_k8s_pod_rec_reason(r);
+}
+
+/* An index as the API writes it: a decimal string label or annotation.
+ * Negative values other than -1 ("absent") are written as they are, so the
+ * API rules refuse them. */
+static void put_index(cJSON *map, const char *key, int32_t v)
+{
+    if (v == -1) {
+        return;
+    }
+    char num[16];
+    snprintf(num, sizeof(num), "%d", (int)v);
+    cJSON_AddStringToObject(map, key, num);
+}
+
+/* The Pod object an API server would have sent for m: only the fields
+ * k8s_pod.c reads for a peer. */
+static cJSON *pod_json(const Tpumesh__V1__Pod *m)
+{
+    cJSON *pod = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(pod, "metadata");
+    cJSON_AddStringToObject(md, "name", m->name != NULL ? m->name : "");
+    if (m->terminating) {
+        cJSON_AddStringToObject(md, "deletionTimestamp", "1970-01-01T00:00:00Z");
+    }
+    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+    cJSON *annos = cJSON_AddObjectToObject(md, "annotations");
+    put_index(annos, MESH_K8S_KEY_COMPLETION_INDEX, m->completion_index);
+    put_index(labels, MESH_K8S_KEY_POD_INDEX, m->pod_index);
+    put_index(labels, MESH_K8S_KEY_JOB_INDEX, m->job_index);
+    put_index(labels, MESH_K8S_KEY_JOB_GLOBAL_INDEX, m->job_global_index);
+    cJSON *spec = cJSON_AddObjectToObject(pod, "spec");
+    if (m->hostname != NULL && m->hostname[0] != '\0') {
+        cJSON_AddStringToObject(spec, "hostname", m->hostname);
+    }
+    if (m->subdomain != NULL && m->subdomain[0] != '\0') {
+        cJSON_AddStringToObject(spec, "subdomain", m->subdomain);
+    }
+    cJSON *st = cJSON_AddObjectToObject(pod, "status");
+    if (m->ip != NULL && m->ip[0] != '\0') {
+        cJSON_AddStringToObject(st, "podIP", m->ip);
+    }
+    cJSON_AddStringToObject(st, "phase", m->finished ? "Succeeded" : "Running");
+    cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", "Ready");
+    cJSON_AddStringToObject(c, "status", m->ready ? "True" : "False");
+    cJSON_AddItemToArray(conds, c);
+    return pod;
+}
+
+static bool same_str(const char *got, const char *sent)
+{
+    return strcmp(got, sent != NULL ? sent : "") == 0;
+}
+
+struct mesh_k8s_pod_rec *mesh_topo_msg_pod_to_rec(const Tpumesh__V1__Pod *m, struct mesh_err *err)
+{
+    /* Lengths first: the API's own limits, before any copy could cut a
+     * value short and make a bad one look good. */
+    const char *strs[4] = {m->name, m->hostname, m->subdomain, m->ip};
+    const size_t caps[4] = {MESH_POD_MAX, MESH_K8S_LABEL_MAX, MESH_K8S_LABEL_MAX, MESH_IP_MAX};
+    for (int i = 0; i < 4; i++) {
+        if (strs[i] != NULL && strlen(strs[i]) >= caps[i] && !m->invalid) {
+            mesh_err_set(err, MESH_E_INVAL, 0, "pod record with a value of %zu bytes (limit %zu)",
+                         strlen(strs[i]), caps[i] - 1);
+            return NULL;
+        }
+    }
+    mesh_autocjson cJSON *j = pod_json(m);
+    struct mesh_k8s_pod p;
+    if (mesh_k8s_pod_extract(j, &p, err) < 0) {
+        return NULL;
+    }
+    if (m->invalid) {
+        /* The relay could not use it either: keep it out, as direct mode
+         * would, with the relay's reason (bounded, and logged escaped). */
+        p.invalid = true;
+        snprintf(p.reason, sizeof(p.reason), "%s", m->invalid_reason ? m->invalid_reason : "");
+        return mesh_k8s_pod_pack(&p);
+    }
+    if (p.invalid) {
+        mesh_err_set(err, MESH_E_INVAL, 0, "pod '%.80s': %s", p.name, p.reason);
+        return NULL;
+    }
+    /* The API reading writes IPs in canonical form; a relay that sends
+     * another spelling of the same address did not read it from the API. */
+    if (!same_str(p.ip, m->ip)) {
+        mesh_err_set(err, MESH_E_INVAL, 0, "pod '%.80s': IP '%.60s' is not in canonical form",
+                     p.name, m->ip);
+        return NULL;
+    }
+    if (m->completion_index < -1 || m->pod_index < -1 || m->job_index < -1 ||
+        m->job_global_index < -1) {
+        mesh_err_set(err, MESH_E_INVAL, 0, "pod '%.80s': a negative index", p.name);
+        return NULL;
+    }
+    return mesh_k8s_pod_pack(&p);
+}
+
+Tpumesh__V1__WatchResponse *mesh_topo_msg_unpack_watch(const uint8_t *buf, size_t len,
+                                                       struct mesh_err *err)
+{
+    if (len > MESH_TOPO_MSG_MAX) {
+        mesh_err_set(err, MESH_E_TOOBIG, 0, "message of %zu bytes (limit %u)", len,
+                     MESH_TOPO_MSG_MAX);
+        return NULL;
+    }
+    Tpumesh__V1__WatchResponse *m = tpumesh__v1__watch_response__unpack(NULL, len, buf);
+    if (m == NULL) {
+        mesh_err_set(err, MESH_E_PARSE, 0, "not a tpumesh.v1.WatchResponse (%zu bytes)", len);
+        return NULL;
+    }
+    size_t npods = m->pods != NULL ? m->pods->n_upserts + m->pods->n_deleted : 0;
+    const char *why = NULL;
+    if (npods > MESH_TOPO_MSG_PODS_MAX) {
+        why = "too many pod records";
+    } else if (m->resource_version != NULL && strlen(m->resource_version) >= MESH_TOPO_MSG_RV_MAX) {
+        why = "resource_version too long";
+    }
+    for (size_t i = 0; why == NULL && m->pods != NULL && i < m->pods->n_deleted; i++) {
+        if (strlen(m->pods->deleted[i]) >= MESH_POD_MAX) {
+            why = "a deleted name is too long";
+        }
+    }
+    if (why != NULL) {
+        mesh_err_set(err, MESH_E_TOOBIG, 0, "WatchResponse refused: %s", why);
+        tpumesh__v1__watch_response__free_unpacked(m, NULL);
+        return NULL;
+    }
+    return m;
+}

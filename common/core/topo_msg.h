@@ -1,0 +1,62 @@
+/*
+ * topo_msg.h - the tpumesh.v1 messages (proto/tpumesh/v1/topology.proto)
+ * built from and checked against the sidecar's own data (STYLE.md R8: pure,
+ * no I/O).
+ *
+ *   topology.json bytes  -> TopologySnapshot (Topology/Get, Watch VIEW_TOPOLOGY)
+ *   packed pod record    -> Pod (Watch VIEW_PODS, the relay protocol)
+ *   Pod from a relay     -> packed pod record, validated exactly as a Pod
+ *                           object from the Kubernetes API is (k8s_pod.h): the
+ *                           message is turned back into Pod JSON and goes
+ *                           through mesh_k8s_pod_extract. A relay is a peer,
+ *                           not an authority: a value the API rules refuse
+ *                           makes the whole message refused.
+ *   WatchResponse bytes  -> a checked, unpacked message (size limits first)
+ */
+#ifndef MESH_TOPO_MSG_H
+#define MESH_TOPO_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "k8s_pod.h"
+#include "tpumesh/v1/topology.pb-c.h"
+
+/* Largest WatchResponse / TopologySnapshot accepted (a 65,536-pod snapshot
+ * of long DNS names stays below it). */
+#define MESH_TOPO_MSG_MAX (32u << 20)
+/* Most pod records (upserts + deleted) in one message. */
+#define MESH_TOPO_MSG_PODS_MAX 65536
+/* Bytes of a resourceVersion we keep. */
+#define MESH_TOPO_MSG_RV_MAX 64
+
+/* topology.json (len bytes, no NUL needed) -> a packed TopologySnapshot
+ * carrying resource_version rv (borrowed; NULL = ""). *out owned by caller
+ * (mesh_free). -MESH_E_PARSE when json is not a topology.json object,
+ * -MESH_E_TOOBIG over MESH_TOPO_MSG_MAX. */
+int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t **out,
+                           size_t *out_len, struct mesh_err *err);
+
+/* Fill *m (initialised here) from r: strings are borrowed from r, so m
+ * lives no longer than r and is never freed with protobuf-c. */
+void mesh_topo_msg_pod_from_rec(Tpumesh__V1__Pod *m, const struct mesh_k8s_pod_rec *r);
+
+/* A Pod received from a relay (borrowed) -> a packed record, owned by
+ * caller (mesh_free), equal to what mesh_k8s_pod_pack makes of the same pod
+ * read from the API. NULL with -MESH_E_INVAL when the relay calls the pod
+ * valid but a value breaks the API rules (the message says which and how),
+ * or when a value is not in the canonical form the API reading produces. A
+ * pod the relay marks invalid is kept, invalid, with the relay's reason. */
+struct mesh_k8s_pod_rec *mesh_topo_msg_pod_to_rec(const Tpumesh__V1__Pod *m, struct mesh_err *err);
+
+/* Unpack a WatchResponse (len bytes) with limits: at most MESH_TOPO_MSG_MAX
+ * bytes, MESH_TOPO_MSG_PODS_MAX records, a resource_version of at most
+ * MESH_TOPO_MSG_RV_MAX - 1 bytes. Owned by caller
+ * (tpumesh__v1__watch_response__free_unpacked(m, NULL)), or NULL with
+ * -MESH_E_PARSE / -MESH_E_TOOBIG. */
+Tpumesh__V1__WatchResponse *mesh_topo_msg_unpack_watch(const uint8_t *buf, size_t len,
+                                                       struct mesh_err *err);
+
+#endif

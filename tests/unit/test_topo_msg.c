@@ -1,0 +1,190 @@
+/*
+ * test_topo_msg.c - tpumesh.v1 messages (topo_msg.h): Pods from a relay are
+ * accepted or refused exactly by the API rules (a table), a relayed record
+ * equals the direct one, topology.json becomes a TopologySnapshot with the
+ * same values, and WatchResponse limits hold.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "core/topo_msg.h"
+
+static void pod_init(Tpumesh__V1__Pod *m, const char *name, const char *ip, int ci)
+{
+    tpumesh__v1__pod__init(m);
+    m->name = (char *)name;
+    m->ip = (char *)ip;
+    m->completion_index = ci;
+    m->pod_index = m->job_index = m->job_global_index = -1;
+}
+
+static void test_pod_rules(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *host, *sub, *ip;
+        int ci;
+        bool invalid; /* the relay marks it invalid */
+        bool accepted;
+        const char *why; /* part of the error when refused */
+    } rows[] = {
+        {"w-0", "w-0", "w", "10.0.0.1", 0, false, true, NULL},
+        {"w-1", "", "", "fd00::1", 1, false, true, NULL},
+        {"w-2", "", "", "", -1, false, true, NULL},
+        {"$(touch /tmp/x)", "", "", "10.0.0.1", 0, false, false, "metadata.name"},
+        {"W-0", "", "", "10.0.0.1", 0, false, false, "metadata.name"},
+        {"w-0", "a b", "", "10.0.0.1", 0, false, false, "spec.hostname"},
+        {"w-0", "", "x.y", "10.0.0.1", 0, false, false, "spec.subdomain"},
+        {"w-0", "", "", "10.0.0.256", 0, false, false, "status.podIP"},
+        {"w-0", "", "", "010.0.0.1", 0, false, false, "IP"},
+        {"w-0", "", "", "FD00::1", 0, false, false, "canonical"},
+        {"w-0", "", "", "10.0.0.1", 1048576, false, false, "job-completion-index"},
+        {"w-0", "", "", "10.0.0.1", -2, false, false, "job-completion-index"},
+        {"w 0", "", "", "", 0, true, true, NULL},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        Tpumesh__V1__Pod m;
+        pod_init(&m, rows[i].name, rows[i].ip, rows[i].ci);
+        m.hostname = (char *)rows[i].host;
+        m.subdomain = (char *)rows[i].sub;
+        m.invalid = rows[i].invalid;
+        m.invalid_reason = (char *)"metadata.name 'w 0' is not an RFC 1123 subdomain";
+        struct mesh_err err;
+        mesh_err_clear(&err);
+        struct mesh_k8s_pod_rec *r = mesh_topo_msg_pod_to_rec(&m, &err);
+        if (rows[i].accepted) {
+            assert_non_null(r);
+            assert_int_equal(mesh_k8s_pod_rec_has(r, MESH_K8S_REC_INVALID), rows[i].invalid);
+            assert_string_equal(mesh_k8s_pod_rec_ip(r), rows[i].ip);
+            assert_int_equal(r->completion_index, rows[i].ci);
+            if (rows[i].invalid) {
+                assert_string_equal(mesh_k8s_pod_rec_reason(r), m.invalid_reason);
+            }
+        } else {
+            assert_null(r);
+            assert_int_equal(err.code, MESH_E_INVAL);
+            assert_non_null(strstr(err.msg, rows[i].why));
+        }
+        mesh_free(r);
+    }
+}
+
+static void test_too_long(void **state)
+{
+    (void)state;
+    char name[400];
+    memset(name, 'a', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    Tpumesh__V1__Pod m;
+    pod_init(&m, name, "10.0.0.1", 0);
+    struct mesh_err err;
+    assert_null(mesh_topo_msg_pod_to_rec(&m, &err));
+    assert_non_null(strstr(err.msg, "limit"));
+}
+
+/* A pod read from the API, forwarded, checked: the same record. */
+static void test_round_trip(void **state)
+{
+    (void)state;
+    static const char *pods[] = {
+        "{\"metadata\":{\"name\":\"t-1\",\"labels\":{\"batch.kubernetes.io/"
+        "job-completion-index\":\"1\"}},\"spec\":{\"hostname\":\"t-1\",\"subdomain\":\"t\"},"
+        "\"status\":{\"podIP\":\"10.1.2.3\",\"phase\":\"Running\",\"conditions\":[{\"type\":"
+        "\"Ready\",\"status\":\"True\"}]}}",
+        "{\"metadata\":{\"name\":\"s-3\",\"deletionTimestamp\":\"x\",\"labels\":{\"apps."
+        "kubernetes.io/pod-index\":\"3\"}},\"status\":{\"podIPs\":[{\"ip\":\"fd00::3\"}],"
+        "\"phase\":\"Failed\"}}",
+        "{\"metadata\":{\"name\":\"bad\",\"annotations\":{\"batch.kubernetes.io/"
+        "job-completion-index\":\"x\"}},\"status\":{\"podIP\":\"1.2.3\"}}",
+    };
+    for (size_t i = 0; i < sizeof(pods) / sizeof(pods[0]); i++) {
+        struct mesh_k8s_pod p;
+        assert_int_equal(mesh_k8s_pod_parse(pods[i], strlen(pods[i]), &p, NULL), 0);
+        struct mesh_k8s_pod_rec *direct = mesh_k8s_pod_pack(&p);
+        Tpumesh__V1__Pod m;
+        mesh_topo_msg_pod_from_rec(&m, direct);
+        struct mesh_err err;
+        struct mesh_k8s_pod_rec *relayed = mesh_topo_msg_pod_to_rec(&m, &err);
+        assert_non_null(relayed);
+        assert_true(mesh_k8s_pod_rec_equal(direct, relayed));
+        mesh_free(direct);
+        mesh_free(relayed);
+    }
+}
+
+static void test_snapshot(void **state)
+{
+    (void)state;
+    static const char json[] =
+        "{\"generation\":7,\"complete\":true,\"slice\":{\"acceleratorType\":\"v4-16\","
+        "\"topology\":\"2x2x2\",\"chips\":8,\"hosts\":2,\"chipsPerHost\":4,\"coresPerChip\":2,"
+        "\"devicesPerHost\":4,\"meshShape\":[2,2,2,1]},\"jobName\":\"worker\",\"clientId\":null,"
+        "\"numClients\":2,\"coordinator\":\"a:1\",\"workers\":[{\"index\":0,\"pod\":\"p0\","
+        "\"host\":\"a\",\"ip\":null,\"address\":\"a:1\",\"ready\":true},{\"index\":1,\"pod\":null,"
+        "\"host\":\"b\",\"ip\":\"10.0.0.2\",\"address\":\"b:1\",\"ready\":false}]}";
+    uint8_t *pb = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_topo_msg_snapshot(json, sizeof(json) - 1, "99", &pb, &len, NULL), 0);
+    Tpumesh__V1__TopologySnapshot *m = tpumesh__v1__topology_snapshot__unpack(NULL, len, pb);
+    assert_non_null(m);
+    assert_int_equal(m->generation, 7);
+    assert_true(m->complete);
+    assert_int_equal(m->client_id, -1);
+    assert_string_equal(m->resource_version, "99");
+    assert_string_equal(m->slice->accelerator_type, "v4-16");
+    assert_int_equal(m->slice->n_mesh_shape, 4);
+    assert_int_equal(m->n_workers, 2);
+    assert_string_equal(m->workers[0]->pod, "p0");
+    assert_string_equal(m->workers[0]->ip, "");
+    assert_string_equal(m->workers[1]->ip, "10.0.0.2");
+    assert_false(m->workers[1]->ready);
+    tpumesh__v1__topology_snapshot__free_unpacked(m, NULL);
+    mesh_free(pb);
+
+    static const char *bad[] = {"[]", "{\"generation\":1}", "{\"workers\":[]}", "{"};
+    for (size_t i = 0; i < 4; i++) {
+        struct mesh_err err;
+        assert_int_equal(mesh_topo_msg_snapshot(bad[i], strlen(bad[i]), NULL, &pb, &len, &err),
+                         -MESH_E_PARSE);
+    }
+}
+
+static void test_unpack_limits(void **state)
+{
+    (void)state;
+    char rv[100];
+    memset(rv, '7', sizeof(rv) - 1);
+    rv[sizeof(rv) - 1] = '\0';
+    Tpumesh__V1__WatchResponse w = TPUMESH__V1__WATCH_RESPONSE__INIT;
+    w.resource_version = rv;
+    uint8_t buf[256];
+    size_t n = tpumesh__v1__watch_response__pack(&w, buf);
+    struct mesh_err err;
+    assert_null(mesh_topo_msg_unpack_watch(buf, n, &err));
+    assert_int_equal(err.code, MESH_E_TOOBIG);
+    w.resource_version = (char *)"12";
+    w.synced = true;
+    n = tpumesh__v1__watch_response__pack(&w, buf);
+    Tpumesh__V1__WatchResponse *m = mesh_topo_msg_unpack_watch(buf, n, &err);
+    assert_non_null(m);
+    assert_true(m->synced);
+    tpumesh__v1__watch_response__free_unpacked(m, NULL);
+    static const uint8_t junk[] = {0xff, 0xff, 0xff};
+    assert_null(mesh_topo_msg_unpack_watch(junk, sizeof(junk), &err));
+    assert_int_equal(err.code, MESH_E_PARSE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pod_rules),     cmocka_unit_test(test_too_long),
+        cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_unpack_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

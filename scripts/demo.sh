@@ -154,9 +154,9 @@ if [ -x "$SIDECAR" ]; then
         TPU_WORKER_HOSTNAMES=trainer-0.trainer,trainer-1.trainer,trainer-2.trainer,trainer-3.trainer \
         "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$SC" \
         --annotations-file "$WORK/none" 2>&1 | tail -1
-    printf '$ %s\n' "$SIDECAR --apiserver $KURL --pod-name trainer-0-demo0 --namespace default --out-dir $SC --http-addr 127.0.0.1:0 &"
+    printf '$ %s\n' "$SIDECAR --apiserver $KURL --pod-name trainer-0-demo0 --namespace default --out-dir $SC --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 &"
     "$SIDECAR" --apiserver "$KURL" --pod-name trainer-0-demo0 --namespace default --out-dir "$SC" \
-        --http-addr 127.0.0.1:0 2>"$WORK/sidecar.log" &
+        --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 2>"$WORK/sidecar.log" &
     SC_PID=$!
     for _ in $(seq 200); do grep -q '(port ' "$WORK/sidecar.log" && break; sleep 0.05; done
     HPORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/sidecar.log" | head -1)

@@ -31,7 +31,6 @@
 
 #define MOD "http"
 #define CHUNK 16384
-#define LOOP_STUCK_MS 30000
 
 struct mesh_sidecar_http {
     struct mesh_sidecar *ctx;
@@ -48,13 +47,6 @@ struct session {
     size_t len, off;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Build the response for a path: *out_body owned, returns the status. */
 static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_body,
                       const char **out_type)
@@ -69,24 +61,11 @@ static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_bod
     pthread_mutex_lock(&ctx->mu);
     unsigned code;
     if (strcmp(path, "/healthz") == 0 || strcmp(path, "/livez") == 0) {
-        int64_t now = mono_ms(), idle = now - ctx->st.last_progress_ms;
-        int64_t loop_idle = now - ctx->st.loop_tick_ms;
-        if (ctx->st.loop_tick_ms != 0 && loop_idle > LOOP_STUCK_MS) {
-            /* The main loop ticks every second; 30 s without one means it
-             * hangs (a deadlock or a blocked call): let the kubelet restart us. */
-            *out_body = mesh_asprintf("stuck: the main loop has not run for %llds\n",
-                                      (long long)(loop_idle / 1000));
-            code = 503;
-        } else if (ctx->st.last_progress_ms != 0 &&
-                   idle > (int64_t)ctx->opts.stuck_limit_s * 1000) {
-            *out_body = mesh_asprintf("stuck: no progress from the Kubernetes API for %llds "
-                                      "(limit %ds)\n",
-                                      (long long)(idle / 1000), ctx->opts.stuck_limit_s);
-            code = 503;
-        } else {
-            *out_body = mesh_strdup("ok\n");
-            code = 200;
-        }
+        pthread_mutex_unlock(&ctx->mu);
+        char why[256];
+        bool live = mesh_sidecar_is_live(ctx, why, sizeof(why));
+        *out_body = mesh_asprintf("%s\n", why);
+        return live ? 200 : 503;
     } else if (strcmp(path, "/readyz") == 0) {
         *out_body = mesh_asprintf("%s\n", ctx->st.reason);
         code = ctx->st.ready ? 200 : 503;

@@ -23,6 +23,7 @@
 
 #include "core/cleanup.h"
 #include "core/mem.h"
+#include "io/grpc_server.h"
 #include "io/k8s_client.h"
 #include "io/k8s_informer.h"
 #include "io/log.h"
@@ -124,6 +125,9 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
                 ctx->st.last_progress_ms = mono;
             }
             pthread_mutex_unlock(&ctx->mu);
+            if (ctx->grpc != NULL && ctx->st.last_progress_ms == mono) {
+                mesh_grpc_server_note_progress(ctx->grpc, mono);
+            }
         }
         bool dirty = atomic_load(&ctx->changes) != ctx->changes_seen;
         bool retry = tick && (ctx->publish_pending ||
@@ -131,6 +135,7 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
         if (mesh_k8s_informer_has_synced(ctx->inf) && (dirty || retry)) {
             (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
         }
+        mesh_sidecar_grpc_update(ctx);
     }
 }
 
@@ -167,8 +172,17 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     }
     mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology on %s (port %d)",
               ctx->opts.http_addr, port);
-    mesh_info(MOD, "grpc: %s reserved for grpc.health.v1 and tpumesh.v1.Topology (later release)",
-              ctx->opts.grpc_addr);
+    struct mesh_grpc_server_opts go = {
+        .addr = ctx->opts.grpc_addr,
+        .health = mesh_sidecar_grpc_health,
+        .ctx = ctx,
+    };
+    ctx->grpc = mesh_grpc_server_start(&go, &port, err);
+    if (ctx->grpc == NULL) {
+        return err->code != 0 ? -err->code : -MESH_E_IO;
+    }
+    mesh_info(MOD, "grpc: serving grpc.health.v1.Health and tpumesh.v1.Topology on %s (port %d)",
+              ctx->opts.grpc_addr, port);
 
     /* Own pod first, on a client of this thread; a signal stops the retries. */
     struct mesh_k8s_client *c = new_client(&ctx->opts, err);
@@ -186,6 +200,7 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     if (rc < 0) {
         return stopped ? 1 : rc;
     }
+    mesh_grpc_server_set_scope(ctx->grpc, ctx->ns, ctx->selector);
     rc = mesh_sidecar_load_state(ctx, err);
     if (rc < 0) {
         return rc;
@@ -292,6 +307,8 @@ out:
                   (long long)(now_ms(CLOCK_MONOTONIC) - t0), (unsigned long long)ctx.generation);
     }
     mesh_sidecar_http_stop(http);
+    mesh_grpc_server_stop(ctx.grpc);
+    ctx.grpc = NULL;
     mesh_k8s_informer_free(ctx.inf);
     mesh_k8s_client_free(wclient);
     mesh_sidecar_topology_cleanup(&ctx);

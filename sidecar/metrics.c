@@ -156,5 +156,6 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_latency_seconds_count %llu\n",
                           (unsigned long long)st.nlat);
 #undef METRIC
+    mesh_sidecar_grpc_metrics(ctx, &b);
     return mesh_buf_steal(&b, out_len);
 }

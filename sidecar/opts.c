@@ -60,7 +60,7 @@ static const struct def defs[] = {
     {"http-addr", K_STR, OFF(http_addr), 0, 0, ":9431", "[HOST]:PORT",
      "probes and metrics: /healthz /readyz /metrics /topology"},
     {"grpc-addr", K_STR, OFF(grpc_addr), 0, 0, ":9432", "[HOST]:PORT",
-     "gRPC health and topology services (reserved; served in a later release)"},
+     "gRPC: grpc.health.v1.Health and tpumesh.v1.Topology (Get, Watch)"},
     {"verify-dns", K_BOOL, OFF(verify_dns), 0, 0, "false", NULL,
      "in dns mode, count a worker only once its name resolves to its pod IP"},
     {"stall-timeout", K_INT, OFF(stall_timeout_s), 5, 3600, "90", "SECONDS",

@@ -50,7 +50,7 @@ struct mesh_sidecar_opts {
     char *selector;       /* --selector */
     char *pod_name;       /* --pod-name, else $POD_NAME */
     char *http_addr;      /* default ":9431" */
-    char *grpc_addr;      /* default ":9432" (services come in a later issue) */
+    char *grpc_addr;      /* default ":9432": grpc.health.v1 + tpumesh.v1.Topology */
     char *job_name;       /* DTENSOR_JOB_NAME override */
     int port;             /* DTensor port, default 10000 */
     int expected_workers; /* 0 = not given */
@@ -186,6 +186,12 @@ struct mesh_sidecar {
 
     struct mesh_k8s_informer *inf;
 
+    /* gRPC server (grpc.c; NULL until started) and what it was last given. */
+    struct mesh_grpc_server *grpc;
+    uint64_t grpc_gen;          /* generation of the topology it serves, 0 = none */
+    uint64_t grpc_pods_changes; /* `changes` when the pod set was last handed over */
+    bool grpc_pods_set;
+
     pthread_mutex_t mu;
     struct mesh_sidecar_status st;
 };
@@ -238,6 +244,30 @@ void mesh_sidecar_on_synced(void *ctx, size_t count);
 
 /* Free the main-thread topology state. */
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx);
+
+/* ---- health.c ---- */
+
+/* The gRPC health service name whose status is readiness. */
+#define MESH_SIDECAR_GRPC_SERVICE "tpumesh.v1.Topology"
+
+/* Liveness (/healthz, gRPC service ""): true when alive; why receives "ok"
+ * or the one-line reason. Takes ctx->mu. Any thread. */
+bool mesh_sidecar_is_live(struct mesh_sidecar *ctx, char *why, size_t cap);
+/* Readiness (/readyz, gRPC service "tpumesh.v1.Topology"): true while a
+ * complete topology is published; why receives the status line. */
+bool mesh_sidecar_is_ready(struct mesh_sidecar *ctx, char *why, size_t cap);
+/* grpc_server.h health function (ctx = struct mesh_sidecar). */
+int mesh_sidecar_grpc_health(void *ctx, const char *service, char *why, size_t cap);
+
+/* ---- grpc.c ---- */
+
+/* After a recompute (main thread): hand the gRPC server the topology
+ * when its generation changed, and the pod set when relay subscribers
+ * exist and the pods changed. No-op without a server. */
+void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx);
+/* Append the gRPC server's metrics (Prometheus text) to b. Any thread. */
+struct mesh_buf;
+void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b);
 
 /* ---- http.c ---- */
 

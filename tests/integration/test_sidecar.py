@@ -50,7 +50,7 @@ class Sidecar:
         self.name, self.out = name, out_dir
         self.lines = []
         cmd = [SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
-               "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0",
+               "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
                "--stall-timeout", "5"] + list(extra)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)

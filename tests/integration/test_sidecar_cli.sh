@@ -37,13 +37,15 @@ expect_config "flag wins over variable (bad flag reported, not the good variable
 expect_config "missing value" "--selector needs a value" "$SC" --selector
 expect_config "bad --http-addr" "--http-addr 'nonsense' is not [HOST]:PORT" \
     "$SC" --http-addr nonsense --apiserver http://127.0.0.1:9 --pod-name p
+expect_config "bad --grpc-addr" "--grpc-addr 'nonsense' is not [HOST]:PORT" \
+    "$SC" --grpc-addr nonsense --http-addr 127.0.0.1:0 --apiserver http://127.0.0.1:9 --pod-name p
 expect_config "no pod name" "pass --pod-name or set POD_NAME" \
-    "$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0
+    "$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0
 expect_config "bad namespace" "namespace 'Bad_NS' is not an RFC 1123 label" \
-    "$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 --pod-name p --namespace Bad_NS
+    "$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 --pod-name p --namespace Bad_NS
 
 # JSON log format: every line is one JSON object.
-err=$(POD_NAME=p TPUMESH_LOG_FORMAT=json "$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 \
+err=$(POD_NAME=p TPUMESH_LOG_FORMAT=json "$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 \
     --namespace Bad_NS 2>&1 >/dev/null)
 check "json log lines parse as JSON with level/mod/msg" "$PY" -c '
 import json, sys
@@ -55,7 +57,7 @@ for l in lines:
 ' <<<"$err"
 
 # SIGTERM while the API server is unreachable (still retrying GET own pod): exits 0 quickly.
-"$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 --pod-name p --namespace ns \
+"$SC" --apiserver http://127.0.0.1:9 --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 --pod-name p --namespace ns \
     --out-dir "$TMP" 2>"$TMP/log" &
 pid=$!
 on_exit "kill $pid"

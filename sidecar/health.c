@@ -9,16 +9,16 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "io/grpc_server.h"
+#include "io/sys.h"
 #include "sidecar.h"
 
 #define LOOP_STUCK_MS 30000
 
 bool mesh_sidecar_is_live(struct mesh_sidecar *ctx, char *why, size_t cap)
 {
-    int64_t now = mesh_grpc_now_ms();
+    int64_t now = mesh_sys_now_ms();
     pthread_mutex_lock(&ctx->mu);
     int64_t idle = now - ctx->st.last_progress_ms;
     int64_t loop_idle = now - ctx->st.loop_tick_ms;

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -38,8 +37,9 @@
 #include "core/mem.h"
 #include "core/topo_msg.h"
 #include "grpc/health/v1/health.pb-c.h"
-#include "grpc_server.h"
-#include "log.h"
+#include "io/grpc_server.h"
+#include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "grpc"
 #define REQUEST_MAX 4096
@@ -126,13 +126,6 @@ struct mesh_grpc_server {
     int64_t progress_ms;
     struct mesh_grpc_server_stats st;
 };
-
-int64_t mesh_grpc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* gRPC's own log lines go through our logger (one line per event). */
 static void grpc_log_fn(gpr_log_func_args *args)
@@ -362,7 +355,7 @@ static void send_msg(struct call *c, const uint8_t *data, size_t len, bool last)
         n++;
     }
     c->sending = true;
-    c->send_since = c->last_msg = mesh_grpc_now_ms();
+    c->send_since = c->last_msg = mesh_sys_now_ms();
     pthread_mutex_lock(&c->s->mu);
     c->s->st.messages++;
     c->s->st.bytes += len;
@@ -510,7 +503,7 @@ static void pump_one(struct call *c, struct blob *topo, struct podset *pods, int
 
 static void pump(struct mesh_grpc_server *s)
 {
-    int64_t now = mesh_grpc_now_ms();
+    int64_t now = mesh_sys_now_ms();
     pthread_mutex_lock(&s->mu);
     struct blob *topo = s->topo;
     struct podset *pods = s->pods;
@@ -615,7 +608,7 @@ static void handle_health(struct call *c, const uint8_t *req, size_t len)
     grpc__health__v1__health_check_request__free_unpacked(r, NULL);
     if (c->kind == K_HEALTH_WATCH) {
         if (add_stream(c, false)) {
-            pump_one(c, NULL, NULL, 0, mesh_grpc_now_ms());
+            pump_one(c, NULL, NULL, 0, mesh_sys_now_ms());
         }
         return;
     }
@@ -773,7 +766,7 @@ static void on_event(struct mesh_grpc_server *s, struct tag *t, bool success)
         if (!success) {
             c->finishing = true;
         } else {
-            pump_one(c, NULL, NULL, 0, mesh_grpc_now_ms()); /* health: the next change */
+            pump_one(c, NULL, NULL, 0, mesh_sys_now_ms()); /* health: the next change */
         }
         break;
     case OP_STATUS:
@@ -801,7 +794,7 @@ static void *server_thread(void *arg)
         if (ev.type == GRPC_OP_COMPLETE) {
             on_event(s, ev.tag, ev.success != 0);
         }
-        int64_t now = mesh_grpc_now_ms();
+        int64_t now = mesh_sys_now_ms();
         if (now - last_pump >= s->o.tick_ms) {
             last_pump = now;
             pump(s);

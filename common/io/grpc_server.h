@@ -91,7 +91,4 @@ void mesh_grpc_server_set_scope(struct mesh_grpc_server *s, const char *ns, cons
 /* Counters (thread-safe). */
 void mesh_grpc_server_stats(struct mesh_grpc_server *s, struct mesh_grpc_server_stats *out);
 
-/* Clock helper shared with the relay client: CLOCK_MONOTONIC ms. */
-int64_t mesh_grpc_now_ms(void);
-
 #endif

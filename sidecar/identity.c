@@ -191,26 +191,19 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
 /* Slice and job name from an existing topology.json (docs/DESIGN.md §4). */
 static void load_topology(struct mesh_sidecar *ctx, const char *path)
 {
-    mesh_autofclose FILE *f = fopen(path, "rbe");
-    if (f == NULL) {
-        if (errno != ENOENT) {
+    /* Through "..data", never another symlink (publish.h). */
+    mesh_autofree char *data = NULL;
+    size_t len = 0;
+    int rc = mesh_publish_read_file(ctx->opts.out_dir, "topology.json", &data, &len);
+    if (rc < 0) {
+        if (rc != -ENOENT) {
             mesh_warn(MOD, "cannot read %s: %s; starting without the init container's slice", path,
-                      strerror(errno));
+                      rc == -EINVAL ? "not a file the publisher wrote" : strerror(-rc));
         }
         return;
     }
-    struct mesh_buf b;
-    mesh_buf_init(&b, MESH_PUBLISH_MAX_FILE);
-    char chunk[16384];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (mesh_buf_append(&b, chunk, n, NULL) < 0) {
-            break;
-        }
-    }
     struct mesh_err e;
-    mesh_autocjson cJSON *j = mesh_json_parse(b.data ? b.data : "", b.len, b.max, &e);
-    mesh_buf_cleanup(&b);
+    mesh_autocjson cJSON *j = mesh_json_parse(data, len, MESH_PUBLISH_MAX_FILE, &e);
     if (j == NULL) {
         mesh_warn(MOD, "%s is not usable (%s); starting without its slice", path, e.msg);
         return;

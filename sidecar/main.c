@@ -155,10 +155,6 @@ static int setup_signals(struct mesh_err *err)
         return mesh_err_set(err, MESH_E_IO, errno, "signalfd");
     }
     signal(SIGPIPE, SIG_IGN);
-    /* The publisher's lease check on its spare files (publish.h,
-     * mesh_publish_files_swap): a lease break signals SIGIO, whose default
-     * action would end the process. */
-    signal(SIGIO, SIG_IGN);
     return fd;
 }
 

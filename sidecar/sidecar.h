@@ -100,6 +100,8 @@ struct mesh_sidecar_status {
  * rebuild it from the store. */
 #define MESH_SIDECAR_DELTA_MAX 32
 
+struct mesh_publish_dir;
+
 /* One pod updated since the last recompute: its key and the record the
  * worker list was built from (the first old record seen, owned). */
 struct mesh_sidecar_delta {
@@ -133,9 +135,9 @@ struct mesh_sidecar {
      * so that a change re-renders only the workers it touches and says
      * which files changed (render.h). Owned. */
     struct mesh_render_cache *cache;
-    unsigned known;        /* files (1u << enum mesh_render_file_id) whose bytes in
-                              the cache are those on disk */
-    int64_t stale_scan_us; /* CLOCK_MONOTONIC us of the last stale temp file scan, 0 = none */
+    unsigned known;               /* files (1u << enum mesh_render_file_id) whose bytes in
+                                     the cache are those on disk */
+    struct mesh_publish_dir *pub; /* the out-dir's publisher, opened on the first publish */
     bool last_complete;
     char last_reason[MESH_WORKERS_REASON_MAX + 64];
     char **logged; /* problem lines already logged once */

@@ -311,9 +311,12 @@ static void remember(struct mesh_sidecar *ctx)
     pthread_mutex_unlock(&ctx->mu);
 }
 
-/* Publish the files of out in mask; a file whose previous bytes this
- * process published (ctx->known) is known to differ and is written without
- * a comparison, the others are compared with the disk first. */
+/* Publish the files of out in mask as a new version; a file whose
+ * previous bytes this process published (ctx->known) is known to differ and
+ * is written without a comparison, the others are compared with the
+ * current version first (equal ones are hard-linked), and files not in
+ * mask are carried over from it. The publisher is opened on the first
+ * publish (that removes what a killed predecessor left) and kept. */
 static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, unsigned mask,
                    size_t *written, struct mesh_err *err)
 {
@@ -328,15 +331,13 @@ static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, 
             n++;
         }
     }
-    /* Stale temp files (a killed publisher's) are looked for on the first
-     * publish and then once per MESH_PUBLISH_STALE_S. */
-    int64_t now = mono_us();
-    bool scan =
-        ctx->stale_scan_us == 0 || now - ctx->stale_scan_us >= MESH_PUBLISH_STALE_S * 1000000LL;
-    if (scan) {
-        ctx->stale_scan_us = now;
+    if (ctx->pub == NULL) {
+        ctx->pub = mesh_publish_dir_open(ctx->opts.out_dir, err);
+        if (ctx->pub == NULL) {
+            return err->code != 0 ? -err->code : -MESH_E_PUBLISH;
+        }
     }
-    return mesh_publish_files_swap(ctx->opts.out_dir, files, n, scan, written, err);
+    return mesh_publish_dir_commit(ctx->pub, files, n, written, err);
 }
 
 static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
@@ -699,6 +700,8 @@ void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
     drop_deltas(ctx);
     mesh_render_cache_free(ctx->cache);
     ctx->cache = NULL;
+    mesh_publish_dir_close(ctx->pub);
+    ctx->pub = NULL;
     ctx->known = 0;
     mesh_free(ctx->dns_ok);
     ctx->dns_ok = NULL;

@@ -34,9 +34,9 @@
 /* Largest generation we write: JSON numbers are exact up to 2^53. */
 #define MESH_RENDER_GENERATION_MAX ((uint64_t)9007199254740991ULL)
 
-/* The files of docs/DESIGN.md §4, in the order the publisher writes them
- * (topology.json last, so a reader that sees a new generation finds the
- * matching env files already in place). */
+/* The files of docs/DESIGN.md §4. The publisher switches all files of a
+ * version at once (io/publish.h), so their order here is only the order of
+ * the arrays that carry them. */
 enum mesh_render_file_id {
     MESH_FILE_DTENSOR_ENV = 0,
     MESH_FILE_TF_CONFIG,

@@ -1,14 +1,42 @@
 /*
  * publish.h - atomic publisher of the files on the shared volume
- * (docs/DESIGN.md §4).
+ * (docs/DESIGN.md §4), laid out the way the kubelet's AtomicWriter lays out a
+ * ConfigMap volume:
  *
- * Every file is written to a temp file in the same directory (O_CLOEXEC,
- * mode 0644), fsynced, renamed over its final name, and the directory is
- * fsynced: a reader sees the old or the new version, never a mix. A file
- * whose bytes equal what is on disk is not touched (same inode, same
- * mtime). All temp files of a set are written and fsynced before the first
- * rename, so a full or read-only volume fails before anything is replaced
- * and leaves the previous files intact, with no temp files behind.
+ *   dir/..2026_11_25_21_30_00.123456789/   one version: every file, complete
+ *   dir/..data -> ..2026_11_25_21_30_00.123456789
+ *   dir/topology.json -> ..data/topology.json      (one symlink per file)
+ *
+ * A version directory is named "..YYYY_MM_DD_HH_MM_SS.NNNNNNNNN" after the
+ * UTC time it was created (nanoseconds last; the kubelet's names have the
+ * same shape with a random tail). Publishing writes a new version directory
+ * (files whose bytes are unchanged are hard-linked from the current one, not
+ * rewritten), then points "..data" at it with one rename of a "..data_tmp"
+ * symlink: every file of a version switches at the same instant, and
+ * "..data" only ever names a complete version. A reader that opens a path
+ * (`cat`, `source`) gets one whole file; a reader that opens "..data/" once
+ * and reads several files through it gets them all from one version; tools
+ * that watch a ConfigMap volume (inotify on the directory, waiting for
+ * "..data" to be created or moved to) see one event per version. A set
+ * whose bytes equal the current version is not published at all.
+ *
+ * The version just swapped out stays until the next publish, so a reader
+ * that resolved "..data" just before a swap can finish reading it; every
+ * older one is removed (unchanged files share their inode, so this costs
+ * only the old bytes of the files that changed). Version directories that
+ * "..data" does not name (a publisher killed while writing one) and a
+ * leftover "..data_tmp" are removed when a publisher opens the directory.
+ *
+ * Everything is done relative to a descriptor of dir, never following a
+ * symlink or opening a FIFO found there: what another container puts on
+ * the shared volume can make a publish fail with a clear error, but never
+ * makes it write outside dir or block.
+ *
+ * Durability: on a disk, every written file and the version directory are
+ * fsynced before the swap and dir after it, so after a crash "..data" names
+ * the old or the new complete version. On tmpfs (the default volume,
+ * `medium: Memory`) nothing survives a reboot and fsync is a no-op, so
+ * those calls are skipped.
  */
 #ifndef MESH_PUBLISH_H
 #define MESH_PUBLISH_H
@@ -19,19 +47,23 @@
 
 #include "core/err.h"
 
-/* Temp files of this set older than this many seconds are what a killed
- * publisher left behind and are removed at the next publish. */
-#define MESH_PUBLISH_STALE_S 60
-
 /* Upper bound of one published file and of a topology.json we read back. */
 #define MESH_PUBLISH_MAX_FILE ((size_t)16 << 20)
 
+/* Most files in one version (those of the set plus those carried over). */
+#define MESH_PUBLISH_MAX_FILES 32
+
+/* The symlink that names the current version. */
+#define MESH_PUBLISH_DATA_LINK "..data"
+
 /* One file of a set. name is a plain file name (no '/', not starting with
- * '.'); data/len its full content. data NULL = leave this file as it is.
- * differs: the caller knows data differs from the file on disk (it wrote
- * that file itself and knows what changed since), so the file is written
- * without comparing it first; false = compare, and leave an equal file
- * untouched. Everything borrowed. */
+ * '.', under 128 bytes); data/len its full content. data NULL = keep this
+ * file as the current version has it (hard-linked into the new version;
+ * left out when there is none). differs: the caller knows data differs
+ * from the current version's file (it published that file itself and knows
+ * what changed since), so it is written without comparing it first; false
+ * = compare, and hard-link an equal file instead of writing it. Everything
+ * borrowed. */
 struct mesh_publish_file {
     const char *name;
     const void *data;
@@ -39,54 +71,62 @@ struct mesh_publish_file {
     bool differs;
 };
 
-/* Publish a set of files into dir, in array order (put the file readers
- * poll, topology.json, last). Stale temp files of the set's names (see
- * MESH_PUBLISH_STALE_S) are removed first. *out_written (may be NULL) receives the number
- * of files actually replaced (0 when everything was already current).
- * Errors (-MESH_E_PUBLISH, message names the directory and what to do):
- * missing directory, not a directory, read-only file system, no space,
- * permission denied, other I/O failures; -MESH_E_INVAL for a bad name or a
- * file above MESH_PUBLISH_MAX_FILE. On error no file of the set has been
- * replaced unless the failure came during the renames themselves (then the
- * files before the failing one are new and the rest are old, each whole). */
+/* A publisher of one directory: its descriptor and what it removes after
+ * the next swap. One publisher per directory at a time. */
+struct mesh_publish_dir;
+
+/* Open dir for publishing and clean it up: remove version directories
+ * "..data" does not name, a leftover "..data_tmp" (a publisher killed
+ * mid-version) and spare and temp files of an older tpumesh
+ * (".<name>.spare", ".<name>.XXXXXX"); failures of the cleanup are logged,
+ * not returned (a read-only volume still reads). dir borrowed. Returns the
+ * publisher (owned by caller, mesh_publish_dir_close), or NULL with err:
+ * -MESH_E_INVAL for an empty dir, -MESH_E_PUBLISH when dir is missing, not
+ * a directory or cannot be opened (the message names dir and the fix). */
+struct mesh_publish_dir *mesh_publish_dir_open(const char *dir, struct mesh_err *err);
+
+void mesh_publish_dir_close(struct mesh_publish_dir *p);
+
+/* Publish a version made of the current version's files with the set's
+ * applied (see struct mesh_publish_file); files of the current version
+ * that the set does not name are carried over. Nothing is published when
+ * no file's bytes differ from the current version (the symlinks are still
+ * repaired if someone removed one). An out-dir holding the plain files of
+ * an older tpumesh gets the layout on the first publish: each plain file is
+ * replaced by its symlink with one rename, so a reader sees the old file or
+ * the new one. *out_written (may be NULL) receives the number of files
+ * written into the new version (0 = nothing published). Errors
+ * (-MESH_E_PUBLISH, the message names the directory and what to do):
+ * read-only file system, no space, permission denied, a directory (or
+ * "..data" not being a symlink) where a file's symlink belongs, other I/O
+ * failures; -MESH_E_INVAL for a bad name, a file above
+ * MESH_PUBLISH_MAX_FILE or more than MESH_PUBLISH_MAX_FILES files. On error
+ * "..data" still names the previous version whole, and the new version's
+ * directory is removed; only the symlinks of names new in this version may
+ * be missing when the error came after the swap (the message says so). */
+int mesh_publish_dir_commit(struct mesh_publish_dir *p, const struct mesh_publish_file *files,
+                            size_t n, size_t *out_written, struct mesh_err *err);
+
+/* Open dir, commit one set and close it (tpumesh-init). Errors as
+ * mesh_publish_dir_open and mesh_publish_dir_commit. */
 int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,
                        size_t *out_written, struct mesh_err *err);
 
-/* mesh_publish_files for a publisher that replaces the same files again and
- * again (the sidecar): each file is written into its spare, a hidden
- * ".<name>.spare" in dir that holds an earlier version, and swapped into
- * place with renameat2(RENAME_EXCHANGE), so the version it replaces becomes
- * the next spare. Writing over pages the file system already holds avoids
- * allocating the file anew and freeing the old one on every publish (on
- * tmpfs, most of a write's cost). Readers see the same thing: every name
- * changes by one atomic rename, to a complete file. A spare is reused only
- * when it is a regular file with a single link that no process has open or
- * mapped (checked with a write lease, which the owner of the files may
- * always take); otherwise, and on the first publish, a new one is written.
- * The volume then holds each file about twice (what a publish holds anyway
- * while it runs). The caller must ignore SIGIO (or block it in every
- * thread): a process opening a spare while it is being rewritten breaks
- * the lease, which signals SIGIO; that open waits until the new version is
- * written, then reads it whole. One publisher per directory at a time. On
- * tmpfs nothing is fsynced (a no-op there). scan_stale: remove stale temp
- * files first, as mesh_publish_files always does (a caller publishing many
- * times a second asks for it at start and then now and then). Errors as
- * mesh_publish_files. */
-int mesh_publish_files_swap(const char *dir, const struct mesh_publish_file *files, size_t n,
-                            bool scan_stale, size_t *out_written, struct mesh_err *err);
-
-/* Read dir/name whole into *out_data (owned by caller, mesh_free;
- * NUL-terminated) and its length into *out_len. Never follows a symlink and
- * never blocks on a FIFO. Returns 0, -ENOENT when there is no such file,
- * -EINVAL when it is not a regular file, -EFBIG above MESH_PUBLISH_MAX_FILE,
- * or another -errno. */
+/* Read name of the current version in dir (through "..data"; a dir
+ * without "..data" is read as an older tpumesh wrote it, plain files) whole
+ * into *out_data (owned by caller, mesh_free; NUL-terminated) and its
+ * length into *out_len. Never follows a symlink other than a valid
+ * "..data" and never blocks on a FIFO. Returns 0, -ENOENT when there is no
+ * such file, -EINVAL when it (or "..data") is not what the publisher
+ * writes, -EFBIG above MESH_PUBLISH_MAX_FILE, or another -errno. */
 int mesh_publish_read_file(const char *dir, const char *name, char **out_data, size_t *out_len);
 
-/* True when dir/name exists and holds exactly data/len. Never fails: an
- * unreadable file counts as different. */
+/* True when the current version in dir (read as mesh_publish_read_file
+ * does) has name holding exactly data/len. Never fails: an unreadable file
+ * counts as different. */
 bool mesh_publish_is_current(const char *dir, const char *name, const void *data, size_t len);
 
-/* The "generation" of an existing dir/topology.json, so a restarted
+/* The "generation" of the current topology.json in dir, so a restarted
  * process continues the sequence (docs/DESIGN.md §4). *out_generation = 0 when
  * the file does not exist. A file that is unreadable, larger than
  * MESH_PUBLISH_MAX_FILE, not JSON, or without a non-negative integer

@@ -29,6 +29,7 @@ same_files() { # same_files DIR FIXDIR: every text file equals its golden
     done
 }
 gen_of() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["generation"])' "$1"; }
+hidden() { ls -A "$1" | grep -c -v -e '^[^.]' -e '^\.\.data$'; } # hidden DIR: version dirs and leftovers
 
 # --version / --help
 out=$("$INIT" --version); rc=$?
@@ -67,15 +68,17 @@ print(list(t.mesh_shape), t.num_tasks, t.num_tpu_devices_per_task, len(t.device_
 else
     echo "# $BUILD/gen/py missing (make gen-py): topology.pb not decoded"
 fi
-check "no temp files left" test -z "$(find "$D" -name '.*' -type f)"
-check_eq "files are 0644" "644" "$(stat -c %a "$D/dtensor.env")"
+# The kubelet's layout: ..data -> one version directory, each name a symlink into ..data.
+check_eq "one version directory, nothing else hidden" 1 "$(hidden "$D")"
+check_eq "dtensor.env is a symlink into ..data" "..data/dtensor.env" "$(readlink "$D/dtensor.env")"
+check_eq "files are 0644" "644" "$(stat -L -c %a "$D/dtensor.env")"
 check "the log ends with the done line" grep -q "done: 4 worker(s), complete" <(last_line "$TMP/log1")
 
-ino=$(stat -c %i:%Y.%y "$D/dtensor.env" "$D/topology.json")
+ino=$(stat -L -c %i:%Y.%y "$D/dtensor.env" "$D/topology.json")
 sleep 0.05
 v4 "$D" 2>"$TMP/log2"
 check_eq "a second identical run rewrites nothing (inode+mtime)" "$ino" \
-    "$(stat -c %i:%Y.%y "$D/dtensor.env" "$D/topology.json")"
+    "$(stat -L -c %i:%Y.%y "$D/dtensor.env" "$D/topology.json")"
 check_eq "a second identical run keeps generation 1" 1 "$(gen_of "$D/topology.json")"
 WID=2 v4 "$D" 2>/dev/null
 check_eq "a changed input continues the generation" 2 "$(gen_of "$D/topology.json")"
@@ -285,7 +288,7 @@ if mount -t tmpfs -o size=64k tmpfs "$DE" 2>/dev/null; then
     dd if=/dev/zero of="$DE/filler" bs=1k 2>/dev/null
     expect_exit "full --out-dir: exit 6" 6 "no space left" v4 "$DE" --port 10003
     check_eq "full: the previous files are intact" "$before" "$(cat "$DE/dtensor.env")"
-    check "full: no temp files left" test -z "$(find "$DE" -name '.*' -type f)"
+    check_eq "full: no partial version left" 1 "$(hidden "$DE")"
 else
     echo "# skipping read-only/full volume checks: cannot mount tmpfs here"
 fi

@@ -1,12 +1,22 @@
 /*
- * test_publish.c - the atomic publisher (io/publish.h): files land whole
- * with mode 0644 and no temp files; unchanged content keeps inode and
- * mtime; generation read-back tolerates garbage; a missing directory, a
- * full volume (ENOSPC, tiny tmpfs) and a read-only volume (EROFS) give a
- * clear error and leave the previous files intact. The tmpfs cases need
- * mount(2) (root in the test container) and are skipped without it.
+ * test_publish.c - the atomic publisher (io/publish.h) and its layout, the
+ * kubelet's AtomicWriter's: each version a "..<time>" directory holding
+ * every file (mode 0644), "..data" naming it, each name a symlink into
+ * "..data". Covered: the layout; unchanged files keep their inode (hard
+ * links) and an unchanged set publishes no version; a reader holding
+ * "..data" open across a swap reads one version; inotify on the directory
+ * sees "..data" arrive once per version; only the current and the previous
+ * version stay; a publisher killed mid-version leaves nothing visible and
+ * the next start removes what it left; an older tpumesh's plain files are
+ * replaced by symlinks; hostile entries (symlinks out of the directory,
+ * FIFOs, directories) never make it write outside or block; a missing
+ * directory, a full volume (ENOSPC, tiny tmpfs) and a read-only volume
+ * (EROFS) give a clear error and leave the current version intact; readers
+ * never see a torn file. The tmpfs cases need mount(2) (root in the test
+ * container) and are skipped without it.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,9 +24,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -111,16 +123,26 @@ static struct stat stat_of(const char *dir, const char *name)
     return st;
 }
 
-/* Number of directory entries whose name starts with '.' (temp files),
- * besides . and .. */
-static int count_temps(const char *dir)
+static bool mount_tmpfs(struct fixture *f, const char *opts)
+{
+    if (mount("tmpfs", f->dir, "tmpfs", 0, opts) < 0) {
+        return false;
+    }
+    f->mounted = true;
+    return true;
+}
+
+/* Entries whose name starts with '.' besides ".", ".." and "..data": the
+ * version directories and any leftover. */
+static int count_hidden(const char *dir)
 {
     DIR *d = opendir(dir);
     assert_non_null(d);
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            strcmp(e->d_name, "..data") != 0) {
             n++;
         }
     }
@@ -128,53 +150,131 @@ static int count_temps(const char *dir)
     return n;
 }
 
+/* The version "..data" names ("" when none). */
+static void current_version(const char *dir, char *out, size_t cap)
+{
+    char *p = mesh_asprintf("%s/..data", dir);
+    ssize_t n = readlink(p, out, cap - 1);
+    mesh_free(p);
+    out[n < 0 ? 0 : n] = '\0';
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char *p = mesh_asprintf("%s/%s", dir, name);
+    struct stat st;
+    bool ok = lstat(p, &st) == 0;
+    mesh_free(p);
+    return ok;
+}
+
 #define FILE_OF(n, s)                                                                              \
     {                                                                                              \
         (n), (s), sizeof(s) - 1, false                                                             \
     }
 
-static void test_publish_and_unchanged(void **state)
+/* The layout after one publish: "..data" names a version directory
+ * "..YYYY_MM_DD_HH_MM_SS.NNNNNNNNN" (0755) holding the files (0644), each
+ * name a symlink "..data/<name>". */
+static void test_layout(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file set[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='a:1'\n"),
+        {"tpu.env", NULL, 0, false}, /* not rendered, none before: absent */
+        FILE_OF("topology.json", "{\"generation\":1}\n"),
+    };
+    size_t written = 99;
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, set, 3, &written, &err), 0);
+    assert_int_equal(written, 2);
+    char v[64];
+    current_version(f->dir, v, sizeof(v));
+    assert_int_equal(strlen(v), 31);
+    assert_memory_equal(v, "..", 2);
+    for (size_t i = 2; i < 31; i++) {
+        bool sep = i == 6 || i == 9 || i == 12 || i == 15 || i == 18 || i == 21;
+        assert_true(sep ? (v[i] == (i == 21 ? '.' : '_')) : (v[i] >= '0' && v[i] <= '9'));
+    }
+    struct stat vst = stat_of(f->dir, v);
+    assert_true(S_ISDIR(vst.st_mode));
+    assert_int_equal(vst.st_mode & 07777, 0755);
+    static const char *const names[] = {"dtensor.env", "topology.json"};
+    for (size_t i = 0; i < 2; i++) {
+        char *p = mesh_asprintf("%s/%s", f->dir, names[i]);
+        char t[256];
+        ssize_t n = readlink(p, t, sizeof(t) - 1);
+        assert_true(n > 0);
+        t[n] = '\0';
+        char *want = mesh_asprintf("..data/%s", names[i]);
+        assert_string_equal(t, want);
+        mesh_free(want);
+        mesh_free(p);
+        assert_int_equal(stat_of(f->dir, names[i]).st_mode & 07777, 0644);
+    }
+    assert_false(exists(f->dir, "tpu.env"));
+    char *s = slurp(f->dir, "dtensor.env");
+    assert_string_equal(s, "DTENSOR_JOBS='a:1'\n");
+    mesh_free(s);
+    assert_int_equal(count_hidden(f->dir), 1);
+    char *got = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_publish_read_file(f->dir, "topology.json", &got, &len), 0);
+    assert_string_equal(got, "{\"generation\":1}\n");
+    mesh_free(got);
+}
+
+/* Unchanged files are hard-linked into the new version (same inode, same
+ * mtime); an unchanged set publishes nothing; a file the set leaves out or
+ * passes without data is carried over; differs skips the comparison. */
+static void test_unchanged_kept(void **state)
 {
     struct fixture *f = *state;
     const struct mesh_publish_file set1[] = {
         FILE_OF("dtensor.env", "DTENSOR_JOBS='a:1'\n"),
-        {"tpu.env", NULL, 0, false}, /* not rendered: left alone */
+        FILE_OF("tpu.env", "TPU_WORKER_ID='0'\n"),
         FILE_OF("topology.json", "{\"generation\":1}\n"),
     };
     size_t written = 99;
     struct mesh_err err;
     assert_int_equal(mesh_publish_files(f->dir, set1, 3, &written, &err), 0);
-    assert_int_equal(written, 2);
-    char *s = slurp(f->dir, "dtensor.env");
-    assert_string_equal(s, "DTENSOR_JOBS='a:1'\n");
-    mesh_free(s);
-    assert_null(slurp(f->dir, "tpu.env"));
     struct stat a1 = stat_of(f->dir, "dtensor.env");
     struct stat t1 = stat_of(f->dir, "topology.json");
-    assert_int_equal(a1.st_mode & 07777, 0644);
-    assert_int_equal(count_temps(f->dir), 0);
+    char v1[64], v[64];
+    current_version(f->dir, v1, sizeof(v1));
 
-    /* Same content again: nothing written, same inode and mtime. */
+    /* Same content again: no new version, nothing written. */
     usleep(20000);
     assert_int_equal(mesh_publish_files(f->dir, set1, 3, &written, &err), 0);
     assert_int_equal(written, 0);
+    current_version(f->dir, v, sizeof(v));
+    assert_string_equal(v, v1);
+    assert_int_equal(count_hidden(f->dir), 1);
     struct stat a2 = stat_of(f->dir, "dtensor.env");
     assert_int_equal(a2.st_ino, a1.st_ino);
     assert_int_equal(a2.st_mtim.tv_sec, a1.st_mtim.tv_sec);
     assert_int_equal(a2.st_mtim.tv_nsec, a1.st_mtim.tv_nsec);
 
-    /* One file changes: only it is replaced (new inode, by rename). */
+    /* One file changes, tpu.env is not in the set: a new version where
+     * only topology.json is new, the others keep their inode. */
     const struct mesh_publish_file set2[] = {
         FILE_OF("dtensor.env", "DTENSOR_JOBS='a:1'\n"),
         FILE_OF("topology.json", "{\"generation\":2}\n"),
     };
     assert_int_equal(mesh_publish_files(f->dir, set2, 2, &written, &err), 0);
     assert_int_equal(written, 1);
+    current_version(f->dir, v, sizeof(v));
+    assert_string_not_equal(v, v1);
     assert_int_equal(stat_of(f->dir, "dtensor.env").st_ino, a1.st_ino);
     assert_true(stat_of(f->dir, "topology.json").st_ino != t1.st_ino);
+    char *s = slurp(f->dir, "tpu.env");
+    assert_string_equal(s, "TPU_WORKER_ID='0'\n");
+    mesh_free(s);
     s = slurp(f->dir, "topology.json");
     assert_string_equal(s, "{\"generation\":2}\n");
     mesh_free(s);
+    assert_int_equal(count_hidden(f->dir), 2); /* the current and the one before */
+
     /* A shorter and an empty file are content changes too. */
     const struct mesh_publish_file set3[] = {
         {"dtensor.env", "", 0, false},
@@ -186,7 +286,6 @@ static void test_publish_and_unchanged(void **state)
     assert_true(mesh_publish_is_current(f->dir, "topology.json", "{}\n", 3));
     assert_false(mesh_publish_is_current(f->dir, "topology.json", "{}", 2));
     assert_false(mesh_publish_is_current(f->dir, "nope.json", "{}", 2));
-    assert_int_equal(count_temps(f->dir), 0);
 
     /* differs: the caller vouches that the bytes changed, so the file is
      * written without a comparison (the sidecar knows what it changed). */
@@ -199,7 +298,443 @@ static void test_publish_and_unchanged(void **state)
     assert_int_equal(written, 1);
     assert_true(stat_of(f->dir, "topology.json").st_ino != t3.st_ino);
     assert_true(mesh_publish_is_current(f->dir, "topology.json", "{}\n", 3));
-    assert_int_equal(count_temps(f->dir), 0);
+    assert_int_equal(count_hidden(f->dir), 2);
+}
+
+/* Old versions go: after many publishes only the current one and the one
+ * it replaced are on the volume, with one publisher kept open (the
+ * sidecar) as with one per publish (tpumesh-init). */
+static void test_old_versions_removed(void **state)
+{
+    struct fixture *f = *state;
+    struct mesh_err err;
+    struct mesh_publish_dir *p = mesh_publish_dir_open(f->dir, &err);
+    assert_non_null(p);
+    char prev[64] = "";
+    for (int i = 0; i < 20; i++) {
+        char *t = mesh_asprintf("{\"generation\":%d}\n", i + 1);
+        const struct mesh_publish_file set[] = {
+            {"topology.json", t, strlen(t), false},
+            FILE_OF("tpu.env", "TPU_WORKER_ID='0'\n"),
+        };
+        size_t written = 0;
+        assert_int_equal(mesh_publish_dir_commit(p, set, 2, &written, &err), 0);
+        assert_int_equal(written, i == 0 ? 2 : 1);
+        char v[64];
+        current_version(f->dir, v, sizeof(v));
+        assert_int_equal(count_hidden(f->dir), i == 0 ? 1 : 2);
+        if (i > 0) {
+            assert_true(exists(f->dir, prev)); /* kept for readers */
+        }
+        snprintf(prev, sizeof(prev), "%s", v);
+        mesh_free(t);
+    }
+    mesh_publish_dir_close(p);
+    /* A new publisher keeps only the current version. */
+    p = mesh_publish_dir_open(f->dir, &err);
+    assert_non_null(p);
+    assert_int_equal(count_hidden(f->dir), 1);
+    assert_true(exists(f->dir, prev));
+    mesh_publish_dir_close(p);
+}
+
+/* A reader that opens "..data/" once and reads the files through it gets
+ * them from one version, even when a publish swaps "..data" in between. */
+static void test_reader_holding_data_is_consistent(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file v1[] = {
+        FILE_OF("dtensor.env", "GEN=1\n"),
+        FILE_OF("tpu.env", "GEN=1\n"),
+    };
+    const struct mesh_publish_file v2[] = {
+        FILE_OF("dtensor.env", "GEN=2\n"),
+        FILE_OF("tpu.env", "GEN=2\n"),
+    };
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, v1, 2, NULL, &err), 0);
+    char *data = mesh_asprintf("%s/..data", f->dir);
+    int dfd = open(data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(dfd >= 0);
+    char buf[32];
+    int fd = openat(dfd, "dtensor.env", O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    assert_int_equal(n, 6);
+    buf[n] = '\0';
+    assert_string_equal(buf, "GEN=1\n");
+
+    /* The swap comes between the two reads. */
+    assert_int_equal(mesh_publish_files(f->dir, v2, 2, NULL, &err), 0);
+    fd = openat(dfd, "tpu.env", O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    assert_int_equal(n, 6);
+    buf[n] = '\0';
+    assert_string_equal(buf, "GEN=1\n");
+    close(dfd);
+    /* A reader opening by path now gets the new version. */
+    char *s = slurp(f->dir, "tpu.env");
+    assert_string_equal(s, "GEN=2\n");
+    mesh_free(s);
+    mesh_free(data);
+}
+
+/* Readers of ConfigMap volumes (configmap-reload and the like) watch the
+ * directory with inotify and reload when "..data" is created or moved to:
+ * exactly one such event per version, none for an unchanged set. */
+static void test_inotify_once_per_version(void **state)
+{
+    struct fixture *f = *state;
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    assert_true(in >= 0);
+    assert_true(inotify_add_watch(in, f->dir, IN_CREATE | IN_MOVED_TO) >= 0);
+    struct mesh_err err;
+    for (int i = 0; i < 5; i++) {
+        char *t = mesh_asprintf("{\"generation\":%d}\n", i / 2 + 1); /* 1,1,2,2,3 */
+        const struct mesh_publish_file set[] = {
+            {"topology.json", t, strlen(t), false},
+            FILE_OF("dtensor.env", "A=1\n"),
+        };
+        assert_int_equal(mesh_publish_files(f->dir, set, 2, NULL, &err), 0);
+        mesh_free(t);
+    }
+    int data_events = 0, others = 0;
+    char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0) {
+        for (char *q = buf; q < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)q;
+            if (ev->len > 0 && strcmp(ev->name, "..data") == 0) {
+                data_events++;
+            } else {
+                others++;
+            }
+            q += sizeof(*ev) + ev->len;
+        }
+    }
+    close(in);
+    print_message("%d ..data events, %d others for 3 versions\n", data_events, others);
+    assert_int_equal(data_events, 3);
+}
+
+/* A publisher killed while it writes a version: "..data" still names a
+ * complete version (readers see it whole), and the next publisher's start
+ * removes what the killed one left. A real kill (SIGKILL at some point of a
+ * publish loop) and the worst case built by hand (a half-written version
+ * and a "..data_tmp" naming it). */
+static void test_killed_publisher(void **state)
+{
+    struct fixture *f = *state;
+    size_t len = 512 * 1024;
+    char *a = mesh_malloc(len), *b = mesh_malloc(len);
+    memset(a, 'a', len);
+    memset(b, 'b', len);
+    const struct mesh_publish_file va[] = {{"big.env", a, len, false}, FILE_OF("x.env", "A\n")};
+    const struct mesh_publish_file vb[] = {{"big.env", b, len, false}, FILE_OF("x.env", "B\n")};
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, va, 2, NULL, &err), 0);
+    for (int round = 0; round < 5; round++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            for (int i = 0;; i++) {
+                (void)mesh_publish_files(f->dir, i % 2 ? va : vb, 2, NULL, NULL);
+            }
+        }
+        usleep(3000 + 2000 * round);
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        /* What readers see is one whole version. */
+        char *got = NULL;
+        size_t got_len = 0;
+        assert_int_equal(mesh_publish_read_file(f->dir, "big.env", &got, &got_len), 0);
+        assert_int_equal(got_len, len);
+        assert_true(memcmp(got, a, len) == 0 || memcmp(got, b, len) == 0);
+        char *x = NULL;
+        size_t xl = 0;
+        assert_int_equal(mesh_publish_read_file(f->dir, "x.env", &x, &xl), 0);
+        assert_int_equal(x[0], got[0] == 'a' ? 'A' : 'B');
+        mesh_free(x);
+        mesh_free(got);
+        struct mesh_publish_dir *p = mesh_publish_dir_open(f->dir, &err);
+        assert_non_null(p);
+        assert_int_equal(count_hidden(f->dir), 1);
+        mesh_publish_dir_close(p);
+    }
+    /* By hand: a partial version with a half file and "..data_tmp" naming
+     * it, as a kill between the symlink and the rename leaves them. */
+    char cur[64];
+    current_version(f->dir, cur, sizeof(cur));
+    char *partial = mesh_asprintf("%s/..2020_01_02_03_04_05.000000001", f->dir);
+    assert_int_equal(mkdir(partial, 0755), 0);
+    put(partial, "big.env", "half");
+    char *tmp = mesh_asprintf("%s/..data_tmp", f->dir);
+    assert_int_equal(symlink("..2020_01_02_03_04_05.000000001", tmp), 0);
+    char *got = NULL;
+    size_t got_len = 0;
+    assert_int_equal(mesh_publish_read_file(f->dir, "big.env", &got, &got_len), 0);
+    assert_int_equal(got_len, len);
+    mesh_free(got);
+    struct mesh_publish_dir *p = mesh_publish_dir_open(f->dir, &err);
+    assert_non_null(p);
+    assert_false(exists(f->dir, "..2020_01_02_03_04_05.000000001"));
+    assert_false(exists(f->dir, "..data_tmp"));
+    assert_true(exists(f->dir, cur));
+    assert_int_equal(count_hidden(f->dir), 1);
+    mesh_publish_dir_close(p);
+    mesh_free(partial);
+    mesh_free(tmp);
+    mesh_free(a);
+    mesh_free(b);
+}
+
+/* An out-dir holding an older tpumesh's plain files, spares and temp
+ * files: the first publish gives it the layout; a file the set does not
+ * rewrite keeps its bytes (and inode); the spares and temps go; unrelated
+ * dot files stay. */
+static void test_first_publish_over_plain_files(void **state)
+{
+    struct fixture *f = *state;
+    put(f->dir, "dtensor.env", "DTENSOR_JOBS='old'\n");
+    put(f->dir, "topology.json", "{\"generation\":7}\n");
+    put(f->dir, ".topology.json.spare", "{\"generation\":6}\n");
+    put(f->dir, ".dtensor.env.a1b2c3", "half");
+    put(f->dir, ".profile", "other");
+    uint64_t gen = 0;
+    assert_int_equal(mesh_publish_read_generation(f->dir, &gen, NULL, NULL), 0);
+    assert_int_equal(gen, 7);
+    assert_true(mesh_publish_is_current(f->dir, "dtensor.env", "DTENSOR_JOBS='old'\n", 19));
+    struct stat d0 = stat_of(f->dir, "dtensor.env");
+    const struct mesh_publish_file set[] = {
+        {"dtensor.env", NULL, 0, false},
+        FILE_OF("topology.json", "{\"generation\":8}\n"),
+    };
+    size_t written = 0;
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, set, 2, &written, &err), 0);
+    assert_int_equal(written, 1);
+    char t[64];
+    char *p = mesh_asprintf("%s/dtensor.env", f->dir);
+    ssize_t n = readlink(p, t, sizeof(t) - 1);
+    mesh_free(p);
+    assert_true(n > 0);
+    t[n] = '\0';
+    assert_string_equal(t, "..data/dtensor.env");
+    assert_int_equal(stat_of(f->dir, "dtensor.env").st_ino, d0.st_ino);
+    char *s = slurp(f->dir, "dtensor.env");
+    assert_string_equal(s, "DTENSOR_JOBS='old'\n");
+    mesh_free(s);
+    assert_int_equal(mesh_publish_read_generation(f->dir, &gen, NULL, NULL), 0);
+    assert_int_equal(gen, 8);
+    assert_false(exists(f->dir, ".topology.json.spare"));
+    assert_false(exists(f->dir, ".dtensor.env.a1b2c3"));
+    assert_true(exists(f->dir, ".profile"));
+    assert_int_equal(count_hidden(f->dir), 2); /* the version and .profile */
+}
+
+/* What another container may put on the shared volume. Nothing outside
+ * the out-dir is touched, nothing blocks, and what cannot be replaced is
+ * named in the error. */
+static void test_hostile_entries(void **state)
+{
+    struct fixture *f = *state;
+    /* Outside the out-dir: a directory with a file that must survive. */
+    char outside[96];
+    snprintf(outside, sizeof(outside), "%s.outside", f->dir);
+    assert_int_equal(mkdir(outside, 0755), 0);
+    put(outside, "keep.env", "KEEP\n");
+    put(outside, "topology.json", "{\"generation\":99}\n");
+    char *keep = mesh_asprintf("%s/keep.env", outside);
+
+    /* A symlink shaped like a version, "..data" pointing out of the
+     * directory, FIFOs as "..data_tmp" and under a file's name, a
+     * directory as "..link_tmp". */
+    char *vlink = mesh_asprintf("%s/..2021_01_01_00_00_00.000000000", f->dir);
+    assert_int_equal(symlink(outside, vlink), 0);
+    char *data = mesh_asprintf("%s/..data", f->dir);
+    assert_int_equal(symlink(outside, data), 0);
+    char *fifo = mesh_asprintf("%s/..data_tmp", f->dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    char *fifo2 = mesh_asprintf("%s/tpu.env", f->dir);
+    assert_int_equal(mkfifo(fifo2, 0600), 0);
+    char *ltmp = mesh_asprintf("%s/..link_tmp", f->dir);
+    assert_int_equal(mkdir(ltmp, 0755), 0);
+    put(ltmp, "junk", "x");
+
+    /* Readers refuse a "..data" that is not the publisher's. */
+    char *got = NULL;
+    size_t got_len = 0;
+    assert_int_equal(mesh_publish_read_file(f->dir, "topology.json", &got, &got_len), -EINVAL);
+    uint64_t gen = 5;
+    assert_int_equal(mesh_publish_read_generation(f->dir, &gen, NULL, NULL), 0);
+    assert_int_equal(gen, 0);
+
+    struct mesh_err err;
+    const struct mesh_publish_file set[] = {
+        FILE_OF("topology.json", "{\"generation\":1}\n"),
+        FILE_OF("tpu.env", "TPU_WORKER_ID='0'\n"),
+        {"keep.env", NULL, 0, false}, /* not in any version: stays absent */
+    };
+    size_t written = 0;
+    assert_int_equal(mesh_publish_files(f->dir, set, 3, &written, &err), 0);
+    assert_int_equal(written, 2);
+    char *s = slurp(f->dir, "tpu.env");
+    assert_string_equal(s, "TPU_WORKER_ID='0'\n");
+    mesh_free(s);
+    assert_false(exists(f->dir, "keep.env"));
+    assert_false(exists(f->dir, "..2021_01_01_00_00_00.000000000"));
+    assert_false(exists(f->dir, "..data_tmp"));
+    assert_false(exists(f->dir, "..link_tmp"));
+    s = slurp(outside, "keep.env");
+    assert_string_equal(s, "KEEP\n");
+    mesh_free(s);
+    s = slurp(outside, "topology.json");
+    assert_string_equal(s, "{\"generation\":99}\n");
+    mesh_free(s);
+
+    /* A FIFO and a symlink out of the directory inside the current version
+     * under published names: compared without blocking, replaced, and
+     * not carried over. */
+    char *in_fifo = mesh_asprintf("%s/..data/fifo.env", f->dir);
+    assert_int_equal(mkfifo(in_fifo, 0600), 0);
+    char *in_link = mesh_asprintf("%s/..data/out.env", f->dir);
+    assert_int_equal(symlink(keep, in_link), 0);
+    const struct mesh_publish_file set2[] = {
+        FILE_OF("topology.json", "{\"generation\":2}\n"),
+        FILE_OF("fifo.env", "F\n"),
+        {"out.env", NULL, 0, false},
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set2, 3, &written, &err), 0);
+    s = slurp(f->dir, "fifo.env");
+    assert_string_equal(s, "F\n");
+    mesh_free(s);
+    assert_false(exists(f->dir, "..data/out.env"));
+    s = slurp(outside, "keep.env");
+    assert_string_equal(s, "KEEP\n");
+    mesh_free(s);
+
+    /* A directory where a file's symlink belongs: a clear error before
+     * anything changes. */
+    char *dir_in_way = mesh_asprintf("%s/jax.env", f->dir);
+    assert_int_equal(mkdir(dir_in_way, 0755), 0);
+    char before[64], after[64];
+    current_version(f->dir, before, sizeof(before));
+    const struct mesh_publish_file set3[] = {
+        FILE_OF("topology.json", "{\"generation\":3}\n"),
+        FILE_OF("jax.env", "J\n"),
+    };
+    assert_int_equal(mesh_publish_files(f->dir, set3, 2, NULL, &err), -MESH_E_PUBLISH);
+    assert_non_null(strstr(err.msg, "is a directory"));
+    assert_non_null(strstr(err.msg, "jax.env"));
+    current_version(f->dir, after, sizeof(after));
+    assert_string_equal(before, after);
+    assert_int_equal(count_hidden(f->dir), 1); /* the open removed the one before */
+    ;
+    assert_int_equal(rmdir(dir_in_way), 0);
+
+    /* "..data" a directory: refused, named. */
+    char *cur = mesh_asprintf("%s/%s", f->dir, before);
+    (void)cur;
+    assert_int_equal(unlink(data), 0);
+    assert_int_equal(mkdir(data, 0755), 0);
+    assert_int_equal(mesh_publish_files(f->dir, set3, 2, NULL, &err), -MESH_E_PUBLISH);
+    assert_non_null(strstr(err.msg, "..data"));
+    assert_int_equal(rmdir(data), 0);
+    mesh_free(cur);
+
+    rm_dir_contents(outside);
+    rmdir(outside);
+    mesh_free(dir_in_way);
+    mesh_free(in_fifo);
+    mesh_free(in_link);
+    mesh_free(keep);
+    mesh_free(vlink);
+    mesh_free(data);
+    mesh_free(fifo);
+    mesh_free(fifo2);
+    mesh_free(ltmp);
+}
+
+static void test_error_paths(void **state)
+{
+    struct fixture *f = *state;
+    const struct mesh_publish_file one[] = {FILE_OF("a.env", "A='1'\n")};
+    struct mesh_err err;
+    char *missing = mesh_asprintf("%s/does-not-exist", f->dir);
+    assert_int_equal(mesh_publish_files(missing, one, 1, NULL, &err), -MESH_E_PUBLISH);
+    assert_non_null(strstr(err.msg, "does not exist"));
+    assert_non_null(strstr(err.msg, missing));
+    mesh_free(missing);
+
+    put(f->dir, "plainfile", "x");
+    char *notdir = mesh_asprintf("%s/plainfile", f->dir);
+    assert_int_equal(mesh_publish_files(notdir, one, 1, NULL, &err), -MESH_E_PUBLISH);
+    assert_non_null(strstr(err.msg, "not a directory"));
+    mesh_free(notdir);
+
+    static const char *const bad_names[] = {"", ".hidden", "a/b", "../x", "..data"};
+    for (size_t i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
+        const struct mesh_publish_file bad[] = {{bad_names[i], "x", 1, false}};
+        assert_int_equal(mesh_publish_files(f->dir, bad, 1, NULL, &err), -MESH_E_INVAL);
+    }
+    const struct mesh_publish_file twice[] = {FILE_OF("a.env", "1"), FILE_OF("a.env", "2")};
+    assert_int_equal(mesh_publish_files(f->dir, twice, 2, NULL, &err), -MESH_E_INVAL);
+    assert_non_null(strstr(err.msg, "twice"));
+    assert_int_equal(mesh_publish_files("", one, 1, NULL, &err), -MESH_E_INVAL);
+    assert_false(exists(f->dir, "..data"));
+    assert_int_equal(count_hidden(f->dir), 0);
+    /* Readers of a name that is not a plain file name. */
+    char *got = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_publish_read_file(f->dir, "../x", &got, &len), -EINVAL);
+}
+
+static void test_enospc_keeps_previous(void **state)
+{
+    struct fixture *f = *state;
+    if (!mount_tmpfs(f, "size=16k")) {
+        skip();
+    }
+    const struct mesh_publish_file v1[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v1'\n"),
+        FILE_OF("topology.json", "{\"generation\":1}\n"),
+    };
+    struct mesh_err err;
+    assert_int_equal(mesh_publish_files(f->dir, v1, 2, NULL, &err), 0);
+    char v[64], now[64];
+    current_version(f->dir, v, sizeof(v));
+    /* 64 KiB cannot fit in a 16 KiB tmpfs: the first file fails. */
+    size_t big_len = 64 * 1024;
+    char *big = mesh_malloc(big_len);
+    memset(big, 'x', big_len);
+    const struct mesh_publish_file v2[] = {
+        {"dtensor.env", big, big_len, false},
+        FILE_OF("topology.json", "{\"generation\":2}\n"),
+    };
+    assert_int_equal(mesh_publish_files(f->dir, v2, 2, NULL, &err), -MESH_E_PUBLISH);
+    assert_int_equal(err.sys_errno, ENOSPC);
+    assert_non_null(strstr(err.msg, "no space left"));
+    assert_non_null(strstr(err.msg, f->dir));
+    /* Also when the first file fits and a later one does not. */
+    const struct mesh_publish_file v3[] = {
+        FILE_OF("dtensor.env", "DTENSOR_JOBS='v3'\n"),
+        {"topology.json", big, big_len, false},
+    };
+    assert_int_equal(mesh_publish_files(f->dir, v3, 2, NULL, &err), -MESH_E_PUBLISH);
+    mesh_free(big);
+    char *s = slurp(f->dir, "dtensor.env");
+    assert_string_equal(s, "DTENSOR_JOBS='v1'\n");
+    mesh_free(s);
+    s = slurp(f->dir, "topology.json");
+    assert_string_equal(s, "{\"generation\":1}\n");
+    mesh_free(s);
+    current_version(f->dir, now, sizeof(now));
+    assert_string_equal(v, now);
+    assert_int_equal(count_hidden(f->dir), 1);
 }
 
 /* mesh_publish_is_current compares in chunks: equal sizes with a difference
@@ -247,14 +782,14 @@ static void test_is_current_table(void **state)
     assert_true(mesh_publish_is_current(f->dir, "empty.env", "", 0));
     assert_false(mesh_publish_is_current(f->dir, "empty.env", "x", 1));
     /* A directory or a missing file is never current. */
-    char *sub = mesh_asprintf("%s/adir", f->dir);
+    char *sub = mesh_asprintf("%s/..data/adir", f->dir);
     assert_int_equal(mkdir(sub, 0700), 0);
     assert_false(mesh_publish_is_current(f->dir, "adir", "", 0));
     assert_int_equal(rmdir(sub), 0);
     assert_false(mesh_publish_is_current(f->dir, "missing.json", "", 0));
     /* A FIFO under a published name (the volume is shared with other
      * containers) is neither current nor readable, and never blocks. */
-    char *fifo = mesh_asprintf("%s/fifo.json", f->dir);
+    char *fifo = mesh_asprintf("%s/..data/fifo.json", f->dir);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_false(mesh_publish_is_current(f->dir, "fifo.json", "", 0));
     char *got = NULL;
@@ -321,87 +856,6 @@ static void test_generation_table(void **state)
     mesh_free(p);
 }
 
-static void test_error_paths(void **state)
-{
-    struct fixture *f = *state;
-    const struct mesh_publish_file one[] = {FILE_OF("a.env", "A='1'\n")};
-    struct mesh_err err;
-    char *missing = mesh_asprintf("%s/does-not-exist", f->dir);
-    assert_int_equal(mesh_publish_files(missing, one, 1, NULL, &err), -MESH_E_PUBLISH);
-    assert_non_null(strstr(err.msg, "does not exist"));
-    assert_non_null(strstr(err.msg, missing));
-    mesh_free(missing);
-
-    put(f->dir, "plainfile", "x");
-    char *notdir = mesh_asprintf("%s/plainfile", f->dir);
-    assert_int_equal(mesh_publish_files(notdir, one, 1, NULL, &err), -MESH_E_PUBLISH);
-    assert_non_null(strstr(err.msg, "not a directory"));
-    mesh_free(notdir);
-
-    static const char *const bad_names[] = {"", ".hidden", "a/b", "../x"};
-    for (size_t i = 0; i < 4; i++) {
-        const struct mesh_publish_file bad[] = {{bad_names[i], "x", 1, false}};
-        assert_int_equal(mesh_publish_files(f->dir, bad, 1, NULL, &err), -MESH_E_INVAL);
-    }
-    assert_int_equal(mesh_publish_files("", one, 1, NULL, &err), -MESH_E_INVAL);
-    /* A directory in the way of a file: the rename fails, nothing left over. */
-    char *p = mesh_asprintf("%s/a.env", f->dir);
-    assert_int_equal(mkdir(p, 0755), 0);
-    assert_int_equal(mesh_publish_files(f->dir, one, 1, NULL, &err), -MESH_E_PUBLISH);
-    rmdir(p);
-    mesh_free(p);
-    assert_int_equal(count_temps(f->dir), 0);
-}
-
-static bool mount_tmpfs(struct fixture *f, const char *opts)
-{
-    if (mount("tmpfs", f->dir, "tmpfs", 0, opts) < 0) {
-        return false;
-    }
-    f->mounted = true;
-    return true;
-}
-
-static void test_enospc_keeps_previous(void **state)
-{
-    struct fixture *f = *state;
-    if (!mount_tmpfs(f, "size=16k")) {
-        skip();
-    }
-    const struct mesh_publish_file v1[] = {
-        FILE_OF("dtensor.env", "DTENSOR_JOBS='v1'\n"),
-        FILE_OF("topology.json", "{\"generation\":1}\n"),
-    };
-    struct mesh_err err;
-    assert_int_equal(mesh_publish_files(f->dir, v1, 2, NULL, &err), 0);
-    /* 64 KiB cannot fit in a 16 KiB tmpfs: the first temp file fails. */
-    size_t big_len = 64 * 1024;
-    char *big = mesh_malloc(big_len);
-    memset(big, 'x', big_len);
-    const struct mesh_publish_file v2[] = {
-        {"dtensor.env", big, big_len, false},
-        FILE_OF("topology.json", "{\"generation\":2}\n"),
-    };
-    assert_int_equal(mesh_publish_files(f->dir, v2, 2, NULL, &err), -MESH_E_PUBLISH);
-    assert_int_equal(err.sys_errno, ENOSPC);
-    assert_non_null(strstr(err.msg, "no space left"));
-    assert_non_null(strstr(err.msg, f->dir));
-    /* Also when the first file fits and a later one does not. */
-    const struct mesh_publish_file v3[] = {
-        FILE_OF("dtensor.env", "DTENSOR_JOBS='v3'\n"),
-        {"topology.json", big, big_len, false},
-    };
-    assert_int_equal(mesh_publish_files(f->dir, v3, 2, NULL, &err), -MESH_E_PUBLISH);
-    mesh_free(big);
-    char *s = slurp(f->dir, "dtensor.env");
-    assert_string_equal(s, "DTENSOR_JOBS='v1'\n");
-    mesh_free(s);
-    s = slurp(f->dir, "topology.json");
-    assert_string_equal(s, "{\"generation\":1}\n");
-    mesh_free(s);
-    assert_int_equal(count_temps(f->dir), 0);
-}
-
 static void test_erofs_keeps_previous(void **state)
 {
     struct fixture *f = *state;
@@ -427,32 +881,6 @@ static void test_erofs_keeps_previous(void **state)
     uint64_t gen = 0;
     assert_int_equal(mesh_publish_read_generation(f->dir, &gen, NULL, NULL), 0);
     assert_int_equal(gen, 1);
-}
-
-static void test_stale_temps_removed(void **state)
-{
-    struct fixture *f = *state;
-    /* Left behind by a killed publisher: an old one goes, a fresh one (a
-     * publisher at work right now) and unrelated dot files stay. */
-    put(f->dir, ".dtensor.env.a1b2c3", "half");
-    put(f->dir, ".topology.json.zzzzzz", "new");
-    put(f->dir, ".dtensor.env.toolong7", "other");
-    put(f->dir, ".profile", "other");
-    char *old = mesh_asprintf("%s/.dtensor.env.a1b2c3", f->dir);
-    struct timespec ts[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
-    assert_int_equal(utimensat(AT_FDCWD, old, ts, 0), 0);
-    char *old2 = mesh_asprintf("%s/.dtensor.env.toolong7", f->dir);
-    assert_int_equal(utimensat(AT_FDCWD, old2, ts, 0), 0);
-    const struct mesh_publish_file set[] = {
-        FILE_OF("dtensor.env", "A='1'\n"),
-        FILE_OF("topology.json", "{}\n"),
-    };
-    assert_int_equal(mesh_publish_files(f->dir, set, 2, NULL, NULL), 0);
-    assert_int_equal(access(old, F_OK), -1);
-    assert_int_equal(access(old2, F_OK), 0);
-    mesh_free(old);
-    mesh_free(old2);
-    assert_int_equal(count_temps(f->dir), 3);
 }
 
 /* A reader running while a publisher replaces a 256 KiB file thousands of
@@ -502,166 +930,29 @@ static void test_readers_never_see_a_mix(void **state)
     print_message("%d reads during 400 publishes, %d torn\n", reads, bad);
     assert_int_equal(bad, 0);
     assert_true(reads > 0);
-    assert_int_equal(count_temps(f->dir), 0);
+    assert_true(count_hidden(f->dir) <= 2);
     mesh_free(path);
     mesh_free(buf);
     mesh_free(a);
     mesh_free(b);
 }
 
-/* mesh_publish_files_swap: from the second publish on, each file is written
- * into its spare (the version before) and exchanged with the final name. */
-static void test_swap_reuses_spare(void **state)
-{
-    struct fixture *f = *state;
-    const struct mesh_publish_file v1[] = {FILE_OF("topology.json", "{\"generation\":1}\n")};
-    const struct mesh_publish_file v2[] = {
-        FILE_OF("topology.json", "{\"generation\":2,\"x\":1}\n")};
-    const struct mesh_publish_file v3[] = {FILE_OF("topology.json", "{\"generation\":3}\n")};
-    size_t written = 0;
-    struct mesh_err err;
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, true, &written, &err), 0);
-    assert_int_equal(written, 1);
-    ino_t i1 = stat_of(f->dir, "topology.json").st_ino;
-    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 1, false, &written, &err), 0);
-    assert_int_equal(written, 1);
-    /* v1's inode is now the spare, v2 is a new one. */
-    assert_int_equal(stat_of(f->dir, ".topology.json.spare").st_ino, i1);
-    ino_t i2 = stat_of(f->dir, "topology.json").st_ino;
-    assert_true(i2 != i1);
-    assert_int_equal(stat_of(f->dir, "topology.json").st_mode & 07777, 0644);
-    /* v3 (shorter than v2, longer than v1) goes into v1's inode. */
-    assert_int_equal(mesh_publish_files_swap(f->dir, v3, 1, false, &written, &err), 0);
-    assert_int_equal(stat_of(f->dir, "topology.json").st_ino, i1);
-    assert_int_equal(stat_of(f->dir, ".topology.json.spare").st_ino, i2);
-    char *s = slurp(f->dir, "topology.json");
-    assert_string_equal(s, "{\"generation\":3}\n");
-    mesh_free(s);
-    /* And a shorter one than the spare: truncated. */
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, false, &written, &err), 0);
-    s = slurp(f->dir, "topology.json");
-    assert_string_equal(s, "{\"generation\":1}\n");
-    mesh_free(s);
-    /* Unchanged: untouched, as with mesh_publish_files. */
-    ino_t i4 = stat_of(f->dir, "topology.json").st_ino;
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, false, &written, &err), 0);
-    assert_int_equal(written, 0);
-    assert_int_equal(stat_of(f->dir, "topology.json").st_ino, i4);
-    /* The spare is the only hidden file left. */
-    assert_int_equal(count_temps(f->dir), 1);
-}
-
-/* A reader that still has a replaced version open keeps its bytes: that
- * spare is not written over, a new one is. A spare planted as a hard link
- * to another file, or as a symlink, is not written through either. */
-static void test_swap_spares_readers_and_links(void **state)
-{
-    struct fixture *f = *state;
-    const struct mesh_publish_file v1[] = {FILE_OF("a.env", "A='1'\n")};
-    const struct mesh_publish_file v2[] = {FILE_OF("a.env", "A='2'\n")};
-    const struct mesh_publish_file v3[] = {FILE_OF("a.env", "A='3'\n")};
-    const struct mesh_publish_file v4[] = {FILE_OF("a.env", "A='4'\n")};
-    struct mesh_err err;
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, true, NULL, &err), 0);
-    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 1, false, NULL, &err), 0);
-    /* A reader opens v2; v3 goes into v1's inode, v2 becomes the spare. */
-    char *path = mesh_asprintf("%s/a.env", f->dir);
-    FILE *reader = fopen(path, "rb");
-    assert_non_null(reader);
-    assert_int_equal(mesh_publish_files_swap(f->dir, v3, 1, false, NULL, &err), 0);
-    /* v4 must not go into v2's inode, which the reader holds. */
-    assert_int_equal(mesh_publish_files_swap(f->dir, v4, 1, false, NULL, &err), 0);
-    char got[16] = "";
-    assert_non_null(fgets(got, sizeof(got), reader));
-    assert_string_equal(got, "A='2'\n");
-    fclose(reader);
-    char *s = slurp(f->dir, "a.env");
-    assert_string_equal(s, "A='4'\n");
-    mesh_free(s);
-
-    /* Hard link: the spare name is a second name of "victim". */
-    put(f->dir, "victim", "keep me\n");
-    char *spare = mesh_asprintf("%s/.a.env.spare", f->dir);
-    char *victim = mesh_asprintf("%s/victim", f->dir);
-    assert_int_equal(unlink(spare), 0);
-    assert_int_equal(link(victim, spare), 0);
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 1, false, NULL, &err), 0);
-    s = slurp(f->dir, "victim");
-    assert_string_equal(s, "keep me\n");
-    mesh_free(s);
-    s = slurp(f->dir, "a.env");
-    assert_string_equal(s, "A='1'\n");
-    mesh_free(s);
-    /* Symlink: not followed. */
-    assert_int_equal(unlink(spare), 0);
-    assert_int_equal(symlink(victim, spare), 0);
-    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 1, false, NULL, &err), 0);
-    s = slurp(f->dir, "victim");
-    assert_string_equal(s, "keep me\n");
-    mesh_free(s);
-    s = slurp(f->dir, "a.env");
-    assert_string_equal(s, "A='2'\n");
-    mesh_free(s);
-    mesh_free(spare);
-    mesh_free(victim);
-    mesh_free(path);
-}
-
-/* A spare that cannot grow (full volume) fails before any rename, and the
- * published files stay whole. */
-static void test_swap_enospc_keeps_previous(void **state)
-{
-    struct fixture *f = *state;
-    if (!mount_tmpfs(f, "size=16k")) {
-        skip();
-    }
-    const struct mesh_publish_file v1[] = {
-        FILE_OF("dtensor.env", "DTENSOR_JOBS='v1'\n"),
-        FILE_OF("topology.json", "{\"generation\":1}\n"),
-    };
-    const struct mesh_publish_file v2[] = {
-        FILE_OF("dtensor.env", "DTENSOR_JOBS='v2'\n"),
-        FILE_OF("topology.json", "{\"generation\":2}\n"),
-    };
-    struct mesh_err err;
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 2, true, NULL, &err), 0);
-    assert_int_equal(mesh_publish_files_swap(f->dir, v2, 2, false, NULL, &err), 0);
-    size_t big_len = 64 * 1024;
-    char *big = mesh_malloc(big_len);
-    memset(big, 'x', big_len);
-    const struct mesh_publish_file v3[] = {
-        FILE_OF("dtensor.env", "DTENSOR_JOBS='v3'\n"),
-        {"topology.json", big, big_len, false},
-    };
-    assert_int_equal(mesh_publish_files_swap(f->dir, v3, 2, false, NULL, &err), -MESH_E_PUBLISH);
-    assert_int_equal(err.sys_errno, ENOSPC);
-    mesh_free(big);
-    char *s = slurp(f->dir, "dtensor.env");
-    assert_string_equal(s, "DTENSOR_JOBS='v2'\n");
-    mesh_free(s);
-    s = slurp(f->dir, "topology.json");
-    assert_string_equal(s, "{\"generation\":2}\n");
-    mesh_free(s);
-    /* And it works again once the content fits. */
-    assert_int_equal(mesh_publish_files_swap(f->dir, v1, 2, false, NULL, &err), 0);
-    s = slurp(f->dir, "topology.json");
-    assert_string_equal(s, "{\"generation\":1}\n");
-    mesh_free(s);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_publish_and_unchanged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unchanged_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_old_versions_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_holding_data_is_consistent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inotify_once_per_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_publisher, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_first_publish_over_plain_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_is_current_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_generation_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enospc_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_erofs_keeps_previous, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stale_temps_removed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_swap_reuses_spare, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_swap_spares_readers_and_links, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_swap_enospc_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readers_never_see_a_mix, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

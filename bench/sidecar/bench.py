@@ -82,7 +82,8 @@ class Seen:
 
 
 def watch_file(path, seen, stop):
-    """inotify on the file's directory: on every rename onto it, read it and note its IPs."""
+    """inotify on the file's directory: on every rename onto it (or onto ..data, whose swap
+    publishes a new version of every file), read it and note its IPs."""
     fd = libc.inotify_init1(os.O_CLOEXEC)
     d, name = os.path.split(path)
     libc.inotify_add_watch(fd, d.encode(), IN_MOVED_TO | IN_CLOSE_WRITE)
@@ -95,7 +96,7 @@ def watch_file(path, seen, stop):
             _, _, _, ln = struct.unpack_from("iIII", buf, off)
             nm = buf[off + 16:off + 16 + ln].rstrip(b"\0").decode()
             off += 16 + ln
-            hit = hit or nm == name
+            hit = hit or nm in (name, "..data")  # tpumesh swaps ..data, a plain writer the name
         if hit:
             try:
                 with open(path) as f:

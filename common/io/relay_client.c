@@ -1,0 +1,523 @@
+/*
+ * relay_client.c - Topology/Watch (VIEW_PODS) subscriber and its record
+ * store (relay_client.h).
+ *
+ * The store is a name-sorted array of packed records. A message is applied
+ * in two steps: every upsert is checked and converted first (nothing is
+ * changed yet), then the new array is built by merging, so a refused
+ * message leaves the store exactly as it was.
+ *
+ * The session is one server-streaming call on a pluck completion queue:
+ * batch 1 sends the request and half-closes, batch 2 receives the initial
+ * metadata and the first message, every later batch one message. Between
+ * batches the thread plucks in 100 ms slices to watch *stop and the
+ * silence limit; ending early is grpc_call_cancel and then the status.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+
+#include "core/mem.h"
+#include "io/relay_client.h"
+#include "io/sys.h"
+
+#define SLICE_MS 100
+
+struct mesh_relay_store {
+    pthread_mutex_t mu;
+    struct mesh_k8s_pod_rec **recs; /* sorted by name, owned */
+    size_t n;
+    struct mesh_relay_status st;
+};
+
+struct mesh_relay_store *mesh_relay_store_new(void)
+{
+    struct mesh_relay_store *s = mesh_calloc(1, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+static void free_recs(struct mesh_k8s_pod_rec **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        mesh_free(v[i]);
+    }
+    mesh_free(v);
+}
+
+void mesh_relay_store_free(struct mesh_relay_store *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    free_recs(s->recs, s->n);
+    pthread_mutex_destroy(&s->mu);
+    mesh_free(s);
+}
+
+void mesh_relay_store_lock(struct mesh_relay_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+}
+
+void mesh_relay_store_unlock(struct mesh_relay_store *s)
+{
+    pthread_mutex_unlock(&s->mu);
+}
+
+size_t mesh_relay_store_count(const struct mesh_relay_store *s)
+{
+    return s->n;
+}
+
+const struct mesh_k8s_pod_rec *mesh_relay_store_at(const struct mesh_relay_store *s, size_t i)
+{
+    return i < s->n ? s->recs[i] : NULL;
+}
+
+void mesh_relay_store_status(struct mesh_relay_store *s, struct mesh_relay_status *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+    const struct mesh_k8s_pod_rec *x = *(const struct mesh_k8s_pod_rec *const *)a;
+    const struct mesh_k8s_pod_rec *y = *(const struct mesh_k8s_pod_rec *const *)b;
+    return strcmp(mesh_k8s_pod_rec_name(x), mesh_k8s_pod_rec_name(y));
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Checked records of d's upserts, sorted (owned), or NULL with err. */
+static struct mesh_k8s_pod_rec **check_upserts(const Tpumesh__V1__PodDelta *d, struct mesh_err *err)
+{
+    size_t n = d->n_upserts;
+    struct mesh_k8s_pod_rec **v = mesh_calloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        v[i] = mesh_topo_msg_pod_to_rec(d->upserts[i], err);
+        if (v[i] == NULL) {
+            mesh_err_prefix(err, "relay sent a pod the API rules refuse");
+            free_recs(v, i);
+            return NULL;
+        }
+    }
+    if (n > 1) {
+        qsort(v, n, sizeof(*v), rec_cmp);
+    }
+    for (size_t i = 1; i < n; i++) {
+        if (rec_cmp(&v[i - 1], &v[i]) == 0) {
+            mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod '%.80s' twice in one message",
+                         mesh_k8s_pod_rec_name(v[i]));
+            free_recs(v, n);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+/* old (sorted) + upserts (sorted, taken) - deleted (sorted names) -> new
+ * array (owned); the records of old that are kept move over, the others
+ * are freed. */
+static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nold,
+                                       struct mesh_k8s_pod_rec **up, size_t nup, char **del,
+                                       size_t ndel, size_t *out_n, bool *changed)
+{
+    struct mesh_k8s_pod_rec **v = mesh_calloc(nold + nup + 1, sizeof(*v));
+    size_t i = 0, j = 0, k = 0, n = 0;
+    while (i < nold || j < nup) {
+        int c = i >= nold ? 1 : (j >= nup ? -1 : rec_cmp(&old[i], &up[j]));
+        if (c < 0) {
+            const char *name = mesh_k8s_pod_rec_name(old[i]);
+            while (k < ndel && strcmp(del[k], name) < 0) {
+                k++;
+            }
+            if (k < ndel && strcmp(del[k], name) == 0) {
+                mesh_free(old[i]);
+                *changed = true;
+            } else {
+                v[n++] = old[i];
+            }
+            i++;
+        } else {
+            if (c == 0) {
+                *changed = *changed || !mesh_k8s_pod_rec_equal(old[i], up[j]);
+                mesh_free(old[i++]);
+            } else {
+                *changed = true;
+            }
+            v[n++] = up[j++];
+        }
+    }
+    *out_n = n;
+    return v;
+}
+
+int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_t len, bool first,
+                           int lag_ms, bool *out_changed, struct mesh_err *err)
+{
+    *out_changed = false;
+    Tpumesh__V1__WatchResponse *m = mesh_topo_msg_unpack_watch(buf, len, err);
+    if (m == NULL) {
+        return -err->code;
+    }
+    int rc = 0;
+    struct mesh_k8s_pod_rec **up = NULL;
+    size_t nup = 0;
+    const Tpumesh__V1__PodDelta *d = m->pods;
+    if (d != NULL && !m->synced) {
+        rc = mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod records while not synced");
+        goto out;
+    }
+    if (d != NULL && !d->reset && first) {
+        rc = mesh_err_set(err, MESH_E_INVAL, 0, "relay sent a delta before the full set");
+        goto out;
+    }
+    if (d != NULL) {
+        up = check_upserts(d, err);
+        if (up == NULL) {
+            rc = -err->code;
+            goto out;
+        }
+        nup = d->n_upserts;
+        if (d->n_deleted > 0) {
+            qsort(d->deleted, d->n_deleted, sizeof(char *), str_cmp);
+        }
+    }
+    int64_t now = mesh_sys_now_ms();
+    pthread_mutex_lock(&s->mu);
+    if (d != NULL) {
+        size_t n = 0;
+        bool changed = false;
+        struct mesh_k8s_pod_rec **v;
+        if (d->reset) {
+            v = merge(NULL, 0, up, nup, NULL, 0, &n, &changed);
+            changed = changed || s->n != n;
+            /* Same set again (a reconnect): say "changed" only when it is. */
+            if (s->n == n) {
+                changed = false;
+                for (size_t i = 0; i < n && !changed; i++) {
+                    changed = !mesh_k8s_pod_rec_equal(s->recs[i], v[i]);
+                }
+            }
+            free_recs(s->recs, s->n);
+        } else {
+            v = merge(s->recs, s->n, up, nup, d->deleted, d->n_deleted, &n, &changed);
+            mesh_free(s->recs);
+        }
+        mesh_free(up);
+        up = NULL;
+        if (n > MESH_TOPO_MSG_PODS_MAX) {
+            free_recs(v, n);
+            v = NULL;
+            n = 0;
+            s->st.synced = false;
+            changed = true;
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "relay's pod set exceeds %d records",
+                              MESH_TOPO_MSG_PODS_MAX);
+        } else {
+            s->st.synced = true;
+        }
+        s->recs = v;
+        s->n = n;
+        *out_changed = changed;
+        if (changed) {
+            s->st.applied++;
+        }
+    }
+    s->st.last_msg_ms = now;
+    s->st.source_age_ms = m->source_age_ms;
+    s->st.depth = m->depth;
+    snprintf(s->st.rv, sizeof(s->st.rv), "%s", m->resource_version);
+    bool lagging = lag_ms > 0 && m->source_age_ms > lag_ms;
+    if (rc == 0 && m->synced && s->st.synced && !lagging) {
+        s->st.last_good_ms = now;
+    }
+    pthread_mutex_unlock(&s->mu);
+out:
+    if (up != NULL) {
+        free_recs(up, nup);
+    }
+    tpumesh__v1__watch_response__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* ---- the session ---- */
+
+static gpr_timespec in_ms(int64_t ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+static uint8_t *bb_bytes(grpc_byte_buffer *bb, size_t *out_len)
+{
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) {
+        return NULL;
+    }
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    size_t n = GRPC_SLICE_LENGTH(all);
+    uint8_t *p = mesh_malloc(n ? n : 1);
+    memcpy(p, GRPC_SLICE_START_PTR(all), n);
+    grpc_slice_unref(all);
+    *out_len = n;
+    return p;
+}
+
+static void set_state(struct mesh_relay_store *s, bool connected, const char *error)
+{
+    pthread_mutex_lock(&s->mu);
+    s->st.connected = connected;
+    if (error != NULL) {
+        snprintf(s->st.error, sizeof(s->st.error), "%s", error);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+struct session {
+    const struct mesh_relay_client_opts *o;
+    struct mesh_relay_store *s;
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_byte_buffer *req, *msg;
+    grpc_metadata_array md, trailing;
+    int tag_send, tag_recv, tag_status;
+    bool recv_pending, send_pending;
+    bool status_done; /* the call's status was received (finish_call ran) */
+};
+
+/* Wait for tag; false when stopped or silent first (then the call is
+ * cancelled and the tag still has to be plucked). */
+static int wait_tag(struct session *se, void *tag, int64_t since, bool *out_success,
+                    struct mesh_err *err)
+{
+    int silence = se->o->silence_ms > 0 ? se->o->silence_ms : 6000;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_pluck(se->cq, tag, in_ms(SLICE_MS), NULL);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            *out_success = ev.success != 0;
+            return 0;
+        }
+        if (atomic_load(se->o->stop)) {
+            return 1;
+        }
+        if (mesh_sys_now_ms() - since > silence) {
+            return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                                "relay %s sent nothing for %d ms (it heartbeats every 2 s)",
+                                se->o->target, silence);
+        }
+    }
+}
+
+static void finish_call(struct session *se, char *why, size_t cap)
+{
+    se->status_done = true;
+    grpc_call_cancel(se->call, NULL);
+    if (se->send_pending) {
+        grpc_completion_queue_pluck(se->cq, &se->tag_send, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                    NULL);
+        se->send_pending = false;
+    }
+    if (se->recv_pending) {
+        grpc_completion_queue_pluck(se->cq, &se->tag_recv, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                    NULL);
+        se->recv_pending = false;
+        if (se->msg != NULL) {
+            grpc_byte_buffer_destroy(se->msg);
+            se->msg = NULL;
+        }
+    }
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op.data.recv_status_on_client.trailing_metadata = &se->trailing;
+    op.data.recv_status_on_client.status = &status;
+    op.data.recv_status_on_client.status_details = &details;
+    if (grpc_call_start_batch(se->call, &op, 1, &se->tag_status, NULL) == GRPC_CALL_OK) {
+        grpc_completion_queue_pluck(se->cq, &se->tag_status, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                    NULL);
+    }
+    if (why != NULL) {
+        snprintf(why, cap, "status %d: %.*s", (int)status, (int)GRPC_SLICE_LENGTH(details),
+                 (const char *)GRPC_SLICE_START_PTR(details));
+    }
+    grpc_slice_unref(details);
+}
+
+static int stream(struct session *se, struct mesh_err *err)
+{
+    const struct mesh_relay_client_opts *o = se->o;
+    Tpumesh__V1__WatchRequest wr = TPUMESH__V1__WATCH_REQUEST__INIT;
+    wr.view = TPUMESH__V1__VIEW__VIEW_PODS;
+    wr.namespace_ = (char *)o->ns;
+    wr.selector = (char *)o->selector;
+    wr.subscriber = (char *)(o->subscriber != NULL ? o->subscriber : "");
+    size_t rl = tpumesh__v1__watch_request__get_packed_size(&wr);
+    uint8_t *rb = mesh_malloc(rl + 1);
+    tpumesh__v1__watch_request__pack(&wr, rb);
+    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)rb, rl);
+    mesh_free(rb);
+    se->req = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+
+    grpc_op ops[3];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = se->req;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    if (grpc_call_start_batch(se->call, ops, 3, &se->tag_send, NULL) != GRPC_CALL_OK) {
+        return mesh_err_set(err, MESH_E_API, 0, "gRPC refused to start the call to %s", o->target);
+    }
+    se->send_pending = true;
+    bool first = true;
+    int64_t since = mesh_sys_now_ms();
+    for (;;) {
+        grpc_op r[2];
+        memset(r, 0, sizeof(r));
+        size_t n = 0;
+        if (first) {
+            r[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+            r[n].data.recv_initial_metadata.recv_initial_metadata = &se->md;
+            n++;
+        }
+        r[n].op = GRPC_OP_RECV_MESSAGE;
+        r[n].data.recv_message.recv_message = &se->msg;
+        n++;
+        if (grpc_call_start_batch(se->call, r, n, &se->tag_recv, NULL) != GRPC_CALL_OK) {
+            return mesh_err_set(err, MESH_E_API, 0, "gRPC refused to receive from %s", o->target);
+        }
+        se->recv_pending = true;
+        bool ok = false;
+        int w = wait_tag(se, &se->tag_recv, since, &ok, err);
+        if (w != 0) {
+            return w > 0 ? 0 : -MESH_E_TIMEOUT;
+        }
+        se->recv_pending = false;
+        if (se->send_pending) {
+            grpc_event e = grpc_completion_queue_pluck(se->cq, &se->tag_send, in_ms(0), NULL);
+            se->send_pending = e.type != GRPC_OP_COMPLETE;
+        }
+        if (!ok || se->msg == NULL) {
+            char why[512];
+            finish_call(se, why, sizeof(why));
+            return mesh_err_set(err, MESH_E_API, 0, "relay %s ended the stream (%s)", o->target,
+                                why);
+        }
+        size_t len = 0;
+        uint8_t *buf = bb_bytes(se->msg, &len);
+        grpc_byte_buffer_destroy(se->msg);
+        se->msg = NULL;
+        bool changed = false;
+        int rc = buf != NULL
+                     ? mesh_relay_store_apply(se->s, buf, len, first, o->lag_ms, &changed, err)
+                     : mesh_err_set(err, MESH_E_PARSE, 0, "unreadable message");
+        mesh_free(buf);
+        pthread_mutex_lock(&se->s->mu);
+        se->s->st.messages++;
+        se->s->st.bytes += len;
+        if (rc < 0) {
+            se->s->st.refused++;
+        }
+        pthread_mutex_unlock(&se->s->mu);
+        if (rc < 0) {
+            return rc;
+        }
+        if (first) {
+            set_state(se->s, true, NULL);
+        }
+        first = false;
+        since = mesh_sys_now_ms();
+        if (changed && o->notify != NULL) {
+            o->notify(o->ctx);
+        }
+    }
+}
+
+int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_relay_store *s,
+                          struct mesh_err *err)
+{
+    grpc_init();
+    pthread_mutex_lock(&s->mu);
+    s->st.sessions++;
+    snprintf(s->st.target, sizeof(s->st.target), "%s", o->target);
+    pthread_mutex_unlock(&s->mu);
+    struct session se = {.o = o, .s = s};
+    grpc_metadata_array_init(&se.md);
+    grpc_metadata_array_init(&se.trailing);
+    grpc_arg args[5];
+    int n = 0;
+#define INT_ARG(k, v)                                                                              \
+    do {                                                                                           \
+        args[n].type = GRPC_ARG_INTEGER;                                                           \
+        args[n].key = (char *)(k);                                                                 \
+        args[n].value.integer = (v);                                                               \
+        n++;                                                                                       \
+    } while (0)
+    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)MESH_TOPO_MSG_MAX);
+    INT_ARG(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+    INT_ARG(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    INT_ARG(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    /* One connection per session, never shared with another channel. */
+    INT_ARG(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+#undef INT_ARG
+    grpc_channel_args cargs = {(size_t)n, args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    se.ch = grpc_channel_create(o->target, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    se.cq = grpc_completion_queue_create_for_pluck(NULL);
+    se.call = grpc_channel_create_call(se.ch, NULL, GRPC_PROPAGATE_DEFAULTS, se.cq,
+                                       grpc_slice_from_static_string("/tpumesh.v1.Topology/Watch"),
+                                       NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    int rc;
+    if (se.call == NULL) {
+        rc = mesh_err_set(err, MESH_E_API, 0, "gRPC could not create a call to %s", o->target);
+    } else {
+        se.status_done = false;
+        rc = stream(&se, err);
+        if (!se.status_done) {
+            finish_call(&se, NULL, 0);
+        }
+    }
+    set_state(s, false, rc < 0 ? err->msg : "stopped");
+    if (se.msg != NULL) {
+        grpc_byte_buffer_destroy(se.msg);
+    }
+    if (se.req != NULL) {
+        grpc_byte_buffer_destroy(se.req);
+    }
+    if (se.call != NULL) {
+        grpc_call_unref(se.call);
+    }
+    grpc_metadata_array_destroy(&se.md);
+    grpc_metadata_array_destroy(&se.trailing);
+    grpc_channel_destroy(se.ch);
+    grpc_completion_queue_shutdown(se.cq);
+    for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_pluck(se.cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            break;
+        }
+    }
+    grpc_completion_queue_destroy(se.cq);
+    grpc_shutdown();
+    return rc;
+}

@@ -4,6 +4,7 @@
  * and, while relay subscribers are connected, the pod records it follows.
  * Main thread.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/buf.h"
@@ -12,6 +13,8 @@
 #include "io/grpc_server.h"
 #include "io/k8s_informer.h"
 #include "io/log.h"
+#include "io/sys.h"
+#include "io/relay_client.h"
 #include "sidecar.h"
 
 #define MOD "grpc"
@@ -61,25 +64,48 @@ static void update_topology(struct mesh_sidecar *ctx, const char *rv)
 
 void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx)
 {
-    if (ctx->grpc == NULL || ctx->inf == NULL) {
+    if (ctx->grpc == NULL) {
         return;
     }
-    struct mesh_k8s_informer_stats ist;
-    mesh_k8s_informer_stats(ctx->inf, &ist);
-    update_topology(ctx, ist.rv);
+    char rv[MESH_K8S_RV_MAX] = "";
+    struct mesh_relay_status rs;
+    bool have_relay = false;
+    mesh_sidecar_relay_status(ctx, &rs, &have_relay);
+    if (ctx->following) {
+        snprintf(rv, sizeof(rv), "%s", rs.rv);
+    } else if (ctx->inf != NULL) {
+        struct mesh_k8s_informer_stats ist;
+        mesh_k8s_informer_stats(ctx->inf, &ist);
+        snprintf(rv, sizeof(rv), "%s", ist.rv);
+    }
+    update_topology(ctx, rv);
 
     struct mesh_grpc_server_stats gs;
     mesh_grpc_server_stats(ctx->grpc, &gs);
     uint64_t changes = atomic_load(&ctx->changes);
-    bool synced = mesh_k8s_informer_has_synced(ctx->inf);
+    bool synced = mesh_sidecar_source_synced(ctx);
     if (gs.pod_streams == 0 || (ctx->grpc_pods_set && changes == ctx->grpc_pods_changes)) {
         return;
     }
     struct recs r = {0};
-    mesh_k8s_informer_lock(ctx->inf);
-    (void)mesh_k8s_informer_foreach(ctx->inf, add_rec, &r);
-    mesh_grpc_server_set_pods(ctx->grpc, r.v, r.n, ist.rv, synced, 0);
-    mesh_k8s_informer_unlock(ctx->inf);
+    if (ctx->following) {
+        struct mesh_relay_store *st = mesh_sidecar_relay_store(ctx);
+        mesh_relay_store_lock(st);
+        size_t n = mesh_relay_store_count(st);
+        for (size_t i = 0; i < n; i++) {
+            (void)add_rec(&r, NULL, NULL, mesh_relay_store_at(st, i));
+        }
+        mesh_grpc_server_set_pods(ctx->grpc, r.v, r.n, rv, synced, rs.depth + 1);
+        mesh_relay_store_unlock(st);
+    } else if (ctx->inf != NULL) {
+        mesh_k8s_informer_lock(ctx->inf);
+        (void)mesh_k8s_informer_foreach(ctx->inf, add_rec, &r);
+        mesh_grpc_server_set_pods(ctx->grpc, r.v, r.n, rv, synced, 0);
+        mesh_k8s_informer_unlock(ctx->inf);
+    } else {
+        mesh_grpc_server_set_pods(ctx->grpc, NULL, 0, "", false, 0);
+        synced = false;
+    }
     mesh_free(r.v);
     ctx->grpc_pods_changes = changes;
     ctx->grpc_pods_set = synced;
@@ -116,4 +142,43 @@ void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b)
         (unsigned long long)g.calls, (unsigned long long)g.streams,
         (unsigned long long)g.pod_streams, (unsigned long long)g.refused,
         (unsigned long long)g.dropped, (unsigned long long)g.messages, (unsigned long long)g.bytes);
+    struct mesh_relay_status rs;
+    bool have = false;
+    mesh_sidecar_relay_status(ctx, &rs, &have);
+    pthread_mutex_lock(&ctx->mu);
+    uint64_t fallbacks = ctx->fallbacks;
+    pthread_mutex_unlock(&ctx->mu);
+    bool following = ctx->following;
+    int64_t now = mesh_sys_now_ms();
+    (void)mesh_buf_printf(
+        b, NULL,
+        "# HELP tpumesh_source Where the worker list comes from (1 on the current one).\n"
+        "# TYPE tpumesh_source gauge\ntpumesh_source{source=\"api\"} %d\n"
+        "tpumesh_source{source=\"relay\"} %d\n"
+        "# HELP tpumesh_relay_depth Relay hops between this pod and the API (0: own watch).\n"
+        "# TYPE tpumesh_relay_depth gauge\ntpumesh_relay_depth %d\n"
+        "# HELP tpumesh_relay_last_message_age_seconds Since the relay's last message (-1: none).\n"
+        "# TYPE tpumesh_relay_last_message_age_seconds gauge\n"
+        "tpumesh_relay_last_message_age_seconds %.3f\n"
+        "# HELP tpumesh_relay_source_age_seconds The relay's own source age in its last message.\n"
+        "# TYPE tpumesh_relay_source_age_seconds gauge\ntpumesh_relay_source_age_seconds %.3f\n"
+        "# HELP tpumesh_relay_fallbacks_total API watches started because the relay was not "
+        "usable.\n"
+        "# TYPE tpumesh_relay_fallbacks_total counter\ntpumesh_relay_fallbacks_total %llu\n"
+        "# HELP tpumesh_relay_refused_total Relay messages refused (a value the API rules "
+        "refuse).\n"
+        "# TYPE tpumesh_relay_refused_total counter\ntpumesh_relay_refused_total %llu\n"
+        "# HELP tpumesh_relay_sessions_total Relay subscriptions started.\n"
+        "# TYPE tpumesh_relay_sessions_total counter\ntpumesh_relay_sessions_total %llu\n"
+        "# HELP tpumesh_relay_received_messages_total Messages received from the relay.\n"
+        "# TYPE tpumesh_relay_received_messages_total counter\n"
+        "tpumesh_relay_received_messages_total %llu\n"
+        "# HELP tpumesh_relay_received_bytes_total Message bytes received from the relay.\n"
+        "# TYPE tpumesh_relay_received_bytes_total counter\n"
+        "tpumesh_relay_received_bytes_total %llu\n",
+        following ? 0 : 1, following ? 1 : 0, following ? rs.depth + 1 : 0,
+        have && rs.last_msg_ms ? (double)(now - rs.last_msg_ms) / 1000.0 : -1.0,
+        (double)rs.source_age_ms / 1000.0, (unsigned long long)fallbacks,
+        (unsigned long long)rs.refused, (unsigned long long)rs.sessions,
+        (unsigned long long)rs.messages, (unsigned long long)rs.bytes);
 }

@@ -46,6 +46,13 @@ bool mesh_sidecar_is_ready(struct mesh_sidecar *ctx, char *why, size_t cap)
     bool ready = ctx->st.ready;
     snprintf(why, cap, "%s", ctx->st.reason);
     pthread_mutex_unlock(&ctx->mu);
+    if (ctx->relay_mode) {
+        /* Relay mode: say which source this pod follows and how far behind. */
+        char src[300];
+        mesh_sidecar_source_describe(ctx, src, sizeof(src));
+        size_t n = strlen(why);
+        snprintf(why + n, cap - n, "; source %s", src);
+    }
     return ready;
 }
 

@@ -67,8 +67,11 @@ static unsigned route(struct mesh_sidecar *ctx, const char *path, char **out_bod
         *out_body = mesh_asprintf("%s\n", why);
         return live ? 200 : 503;
     } else if (strcmp(path, "/readyz") == 0) {
-        *out_body = mesh_asprintf("%s\n", ctx->st.reason);
-        code = ctx->st.ready ? 200 : 503;
+        pthread_mutex_unlock(&ctx->mu);
+        char why[sizeof(ctx->st.reason) + 320];
+        bool ready = mesh_sidecar_is_ready(ctx, why, sizeof(why));
+        *out_body = mesh_asprintf("%s\n", why);
+        return ready ? 200 : 503;
     } else if (strcmp(path, "/topology") == 0) {
         bool have = ctx->st.have_topology;
         pthread_mutex_unlock(&ctx->mu);

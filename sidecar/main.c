@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "io/k8s_client.h"
 #include "io/k8s_informer.h"
 #include "io/log.h"
+#include "io/relay_client.h"
 #include "sidecar.h"
 
 #define MOD "sidecar"
@@ -56,7 +58,8 @@ static void *informer_thread(void *arg)
     return NULL;
 }
 
-static struct mesh_k8s_client *new_client(const struct mesh_sidecar_opts *o, struct mesh_err *err)
+struct mesh_k8s_client *mesh_sidecar_client_new(const struct mesh_sidecar_opts *o,
+                                                struct mesh_err *err)
 {
     struct mesh_k8s_client_opts co = {
         .apiserver = o->apiserver,
@@ -87,14 +90,101 @@ static void *stopper_thread(void *arg)
     return NULL;
 }
 
+int mesh_sidecar_direct_start(struct mesh_sidecar *ctx, struct mesh_err *err)
+{
+    /* The informer gets its own client: a client serves one thread. */
+    struct mesh_k8s_client *wc = mesh_sidecar_client_new(&ctx->opts, err);
+    if (wc == NULL) {
+        return -MESH_E_CONFIG;
+    }
+    struct mesh_k8s_informer_opts io = {
+        .query = {.ns = ctx->ns, .resource = "pods", .label_selector = ctx->selector},
+        /* Pages of 500 pods (client-go's size): the informer parses a page
+         * item by item, so its size no longer sets the peak memory, and
+         * fewer pages mean fewer round trips. */
+        .page_limit = 500,
+        .stall_timeout_s = ctx->opts.stall_timeout_s,
+        .extract = mesh_sidecar_extract,
+        .record_free = mesh_sidecar_record_free,
+        .equal = mesh_sidecar_record_equal,
+        .cb = {mesh_sidecar_on_add, mesh_sidecar_on_update, mesh_sidecar_on_delete,
+               mesh_sidecar_on_synced},
+        .ctx = ctx,
+    };
+    struct mesh_k8s_informer *inf = mesh_k8s_informer_new(wc, &io, err);
+    if (inf == NULL) {
+        mesh_k8s_client_free(wc);
+        return -MESH_E_CONFIG;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    ctx->inf = inf;
+    ctx->wclient = wc;
+    pthread_mutex_unlock(&ctx->mu);
+    if (pthread_create(&ctx->inf_thread, NULL, informer_thread, inf) != 0) {
+        return mesh_err_set(err, MESH_E_IO, errno, "cannot start the watch thread");
+    }
+    ctx->inf_running = true;
+    return 0;
+}
+
+void mesh_sidecar_direct_stop(struct mesh_sidecar *ctx)
+{
+    if (ctx->inf == NULL) {
+        return;
+    }
+    if (ctx->inf_running) {
+        mesh_k8s_informer_stop(ctx->inf);
+        pthread_join(ctx->inf_thread, NULL);
+        ctx->inf_running = false;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    struct mesh_k8s_informer *inf = ctx->inf;
+    struct mesh_k8s_client *wc = ctx->wclient;
+    ctx->inf = NULL;
+    ctx->wclient = NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    /* Updates the informer noted for a patch refer to its store. */
+    mesh_sidecar_drop_deltas(ctx);
+    mesh_k8s_informer_free(inf);
+    mesh_k8s_client_free(wc);
+    ctx->api_progress = 0;
+}
+
+/* Liveness bookkeeping, once a second: the loop ticked, and the source
+ * (API watch counters, or relay messages) showed progress. */
+static void tick_progress(struct mesh_sidecar *ctx, int64_t mono)
+{
+    uint64_t pr = 0;
+    if (ctx->inf != NULL && !ctx->following) {
+        struct mesh_k8s_informer_stats s;
+        mesh_k8s_informer_stats(ctx->inf, &s);
+        pr = s.lists + s.watches + s.events + s.bookmarks + s.pages;
+    } else {
+        struct mesh_relay_status rs;
+        bool have = false;
+        mesh_sidecar_relay_status(ctx, &rs, &have);
+        pr = have ? rs.messages : 0;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.loop_tick_ms = mono; /* /healthz: the loop is alive */
+    bool moved = pr != ctx->api_progress || ctx->st.last_progress_ms == 0;
+    if (moved) {
+        ctx->api_progress = pr;
+        ctx->st.last_progress_ms = mono;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    if (ctx->grpc != NULL && moved) {
+        mesh_grpc_server_note_progress(ctx->grpc, mono);
+    }
+}
+
 static int run_loop(struct mesh_sidecar *ctx, int sfd)
 {
-    int nfd = mesh_k8s_informer_notify_fd(ctx->inf);
-    uint64_t progress = 0;
     int64_t last_tick = 0;
     for (;;) {
-        struct pollfd p[2] = {{sfd, POLLIN, 0}, {nfd, POLLIN, 0}};
-        int n = poll(p, 2, 1000);
+        int nfd = ctx->inf != NULL ? mesh_k8s_informer_notify_fd(ctx->inf) : -1;
+        struct pollfd p[3] = {{sfd, POLLIN, 0}, {nfd, POLLIN, 0}, {ctx->wake_fd, POLLIN, 0}};
+        int n = poll(p, 3, 1000);
         int64_t woke_us = now_us();
         if (n < 0 && errno != EINTR) {
             mesh_error(MOD, "poll: %s", strerror(errno));
@@ -107,32 +197,23 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
             }
             return 0;
         }
-        if (n > 0 && (p[1].revents & POLLIN)) {
-            uint64_t v;
-            (void)!read(nfd, &v, sizeof(v));
+        for (int i = 1; i < 3; i++) {
+            if (n > 0 && (p[i].revents & POLLIN)) {
+                uint64_t v;
+                (void)!read(p[i].fd, &v, sizeof(v));
+            }
         }
+        mesh_sidecar_relay_tick(ctx);
         int64_t mono = now_ms(CLOCK_MONOTONIC);
         bool tick = mono - last_tick >= 1000;
         if (tick) {
             last_tick = mono;
-            struct mesh_k8s_informer_stats s;
-            mesh_k8s_informer_stats(ctx->inf, &s);
-            uint64_t pr = s.lists + s.watches + s.events + s.bookmarks + s.pages;
-            pthread_mutex_lock(&ctx->mu);
-            ctx->st.loop_tick_ms = mono; /* /healthz: the loop is alive */
-            if (pr != progress) {
-                progress = pr;
-                ctx->st.last_progress_ms = mono;
-            }
-            pthread_mutex_unlock(&ctx->mu);
-            if (ctx->grpc != NULL && ctx->st.last_progress_ms == mono) {
-                mesh_grpc_server_note_progress(ctx->grpc, mono);
-            }
+            tick_progress(ctx, mono);
         }
         bool dirty = atomic_load(&ctx->changes) != ctx->changes_seen;
         bool retry = tick && (ctx->publish_pending ||
                               (ctx->opts.verify_dns && ctx->have_cur && !ctx->last_complete));
-        if (mesh_k8s_informer_has_synced(ctx->inf) && (dirty || retry)) {
+        if (mesh_sidecar_source_synced(ctx) && (dirty || retry)) {
             (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
         }
         mesh_sidecar_grpc_update(ctx);
@@ -159,7 +240,7 @@ static int setup_signals(struct mesh_err *err)
 }
 
 static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **out_http,
-                 struct mesh_k8s_client **out_wclient, struct mesh_err *err)
+                 int *out_grpc_port, struct mesh_err *err)
 {
     int port = 0;
     *out_http = mesh_sidecar_http_start(ctx, ctx->opts.http_addr, &port, err);
@@ -170,6 +251,8 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
               ctx->opts.http_addr, port);
     struct mesh_grpc_server_opts go = {
         .addr = ctx->opts.grpc_addr,
+        .max_pod_streams = ctx->opts.relay_fanout,
+        .max_streams = ctx->opts.relay_fanout + 64,
         .health = mesh_sidecar_grpc_health,
         .ctx = ctx,
     };
@@ -179,9 +262,10 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     }
     mesh_info(MOD, "grpc: serving grpc.health.v1.Health and tpumesh.v1.Topology on %s (port %d)",
               ctx->opts.grpc_addr, port);
+    *out_grpc_port = port;
 
     /* Own pod first, on a client of this thread; a signal stops the retries. */
-    struct mesh_k8s_client *c = new_client(&ctx->opts, err);
+    struct mesh_k8s_client *c = mesh_sidecar_client_new(&ctx->opts, err);
     if (c == NULL) {
         return -MESH_E_CONFIG;
     }
@@ -207,27 +291,11 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     ctx->st.generation = ctx->generation;
     pthread_mutex_unlock(&ctx->mu);
 
-    /* The informer gets its own client: a client serves one thread. */
-    *out_wclient = new_client(&ctx->opts, err);
-    if (*out_wclient == NULL) {
-        return -MESH_E_CONFIG;
+    (void)mesh_sidecar_relay_plan(ctx);
+    if (ctx->relay_mode && ctx->rank > 0) {
+        return mesh_sidecar_relay_start(ctx, *out_grpc_port, err);
     }
-    struct mesh_k8s_informer_opts io = {
-        .query = {.ns = ctx->ns, .resource = "pods", .label_selector = ctx->selector},
-        /* Pages of 500 pods (client-go's size): the informer parses a page
-         * item by item, so its size no longer sets the peak memory, and
-         * fewer pages mean fewer round trips. */
-        .page_limit = 500,
-        .stall_timeout_s = ctx->opts.stall_timeout_s,
-        .extract = mesh_sidecar_extract,
-        .record_free = mesh_sidecar_record_free,
-        .equal = mesh_sidecar_record_equal,
-        .cb = {mesh_sidecar_on_add, mesh_sidecar_on_update, mesh_sidecar_on_delete,
-               mesh_sidecar_on_synced},
-        .ctx = ctx,
-    };
-    ctx->inf = mesh_k8s_informer_new(*out_wclient, &io, err);
-    return ctx->inf != NULL ? 0 : -MESH_E_CONFIG;
+    return mesh_sidecar_direct_start(ctx, err);
 }
 
 int main(int argc, char **argv)
@@ -265,16 +333,15 @@ int main(int argc, char **argv)
 
     int exit_code = 0;
     struct mesh_sidecar_http *http = NULL;
-    struct mesh_k8s_client *wclient = NULL;
-    pthread_t inf_thread;
-    bool inf_running = false;
+    int grpc_port = 0;
+    ctx.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     mesh_autoclose int sfd = setup_signals(&err);
     if (sfd < 0) {
         mesh_error(MOD, "%s", err.msg);
         exit_code = 1;
         goto out;
     }
-    rc = start(&ctx, sfd, &http, &wclient, &err);
+    rc = start(&ctx, sfd, &http, &grpc_port, &err);
     if (rc == 1) {
         mesh_info(MOD, "stopped before the first LIST; exiting");
         goto out;
@@ -284,29 +351,29 @@ int main(int argc, char **argv)
         exit_code = rc == -MESH_E_CONFIG ? 2 : 1;
         goto out;
     }
-    if (pthread_create(&inf_thread, NULL, informer_thread, ctx.inf) != 0) {
-        mesh_error(MOD, "cannot start the watch thread");
-        exit_code = 1;
-        goto out;
-    }
-    inf_running = true;
     if (run_loop(&ctx, sfd) < 0) {
         exit_code = 1;
     }
 
 out:
-    if (inf_running) {
+    if (ctx.inf_running || ctx.relay != NULL) {
         int64_t t0 = now_ms(CLOCK_MONOTONIC);
-        mesh_k8s_informer_stop(ctx.inf);
-        pthread_join(inf_thread, NULL);
+        if (ctx.inf_running) {
+            mesh_k8s_informer_stop(ctx.inf);
+            pthread_join(ctx.inf_thread, NULL);
+            ctx.inf_running = false;
+        }
         mesh_info(MOD, "watch stopped in %lld ms; files stay at generation %llu",
                   (long long)(now_ms(CLOCK_MONOTONIC) - t0), (unsigned long long)ctx.generation);
     }
     mesh_sidecar_http_stop(http);
     mesh_grpc_server_stop(ctx.grpc);
     ctx.grpc = NULL;
-    mesh_k8s_informer_free(ctx.inf);
-    mesh_k8s_client_free(wclient);
+    mesh_sidecar_relay_stop(&ctx);
+    mesh_sidecar_direct_stop(&ctx);
+    if (ctx.wake_fd >= 0) {
+        close(ctx.wake_fd);
+    }
     mesh_sidecar_topology_cleanup(&ctx);
     mesh_sidecar_opts_cleanup(&ctx.opts);
     pthread_mutex_destroy(&ctx.mu);

@@ -18,7 +18,7 @@
 #include "core/mem.h"
 #include "sidecar.h"
 
-enum kind { K_STR, K_INT, K_BOOL, K_MODE, K_LEVEL, K_FORMAT };
+enum kind { K_STR, K_INT, K_BOOL, K_MODE, K_LEVEL, K_FORMAT, K_WATCH };
 
 struct def {
     const char *flag; /* without "--" */
@@ -61,6 +61,13 @@ static const struct def defs[] = {
      "probes and metrics: /healthz /readyz /metrics /topology"},
     {"grpc-addr", K_STR, OFF(grpc_addr), 0, 0, ":9432", "[HOST]:PORT",
      "gRPC: grpc.health.v1.Health and tpumesh.v1.Topology (Get, Watch)"},
+    {"watch-mode", K_WATCH, OFF(watch_mode), 0, 0, "auto", "direct|relay|auto",
+     "direct: watch the API; relay: follow a relay sidecar over gRPC (falls back to\n"
+     "      the API); auto: relay from 33 expected workers on (docs/scale.md)"},
+    {"relay-fanout", K_INT, OFF(relay_fanout), 2, 1024, "64", "N",
+     "relay mode: most subscribers one sidecar serves (larger jobs form a tree)"},
+    {"relay-fallback", K_INT, OFF(relay_fallback_s), 1, 3600, "10", "SECONDS",
+     "relay mode: watch the API after this long (jittered to [S/2, S]) without the relay"},
     {"verify-dns", K_BOOL, OFF(verify_dns), 0, 0, "false", NULL,
      "in dns mode, count a worker only once its name resolves to its pod IP"},
     {"stall-timeout", K_INT, OFF(stall_timeout_s), 5, 3600, "90", "SECONDS",
@@ -153,6 +160,21 @@ static int apply(struct mesh_sidecar_opts *o, const struct def *d, const char *t
                                 where, text);
         }
         return 0;
+    case K_WATCH: {
+        int m;
+        if (strcmp(text, "auto") == 0) {
+            m = MESH_SIDECAR_WATCH_AUTO;
+        } else if (strcmp(text, "direct") == 0) {
+            m = MESH_SIDECAR_WATCH_DIRECT;
+        } else if (strcmp(text, "relay") == 0) {
+            m = MESH_SIDECAR_WATCH_RELAY;
+        } else {
+            return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%s' is not direct|relay|auto", where,
+                                text);
+        }
+        *(int *)(base + d->off) = m;
+        return 0;
+    }
     case K_FORMAT:
         if (mesh_logfmt_parse_format(text, (enum mesh_log_format *)(base + d->off)) < 0) {
             return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%s' is not text|json", where, text);

@@ -38,6 +38,14 @@
 #define MESH_SIDECAR_SELECTOR_MAX 1024
 #define MESH_SIDECAR_LAT_RING 1024
 
+/* --watch-mode (DESIGN.md §9). */
+#define MESH_SIDECAR_WATCH_AUTO 0
+#define MESH_SIDECAR_WATCH_DIRECT 1
+#define MESH_SIDECAR_WATCH_RELAY 2
+/* --watch-mode auto uses relays from this many expected workers on
+ * (docs/scale.md explains the choice). */
+#define MESH_SIDECAR_RELAY_AUTO_MIN 33
+
 /* Options after merging flags > TPUMESH_* variables > defaults. Strings
  * owned (mesh_sidecar_opts_cleanup); NULL = not given. */
 struct mesh_sidecar_opts {
@@ -57,6 +65,9 @@ struct mesh_sidecar_opts {
     int stall_timeout_s;  /* watch with no byte for this long is reconnected, default 90 */
     int stuck_limit_s;    /* /healthz fails after this long without API progress, default 900 */
     enum mesh_addr_mode address_mode;
+    int watch_mode;       /* MESH_SIDECAR_WATCH_*, default auto */
+    int relay_fanout;     /* default 64 */
+    int relay_fallback_s; /* default 10 */
     bool verify_dns;
     /* Given by flag or TPUMESH_* variable (not the default): then the own
      * pod's tpumesh.dev/port / tpumesh.dev/address-mode annotations do not
@@ -186,7 +197,24 @@ struct mesh_sidecar {
     int64_t pending_since_us; /* earliest arrival (mesh_k8s_informer_event_time_us) of
                                  the changes not yet taken by a recompute; 0 = none */
 
+    /* The API watch (main.c: mesh_sidecar_direct_start/stop). NULL while
+     * the sidecar follows its relay; swapped under mu (the HTTP thread
+     * reads its counters). */
     struct mesh_k8s_informer *inf;
+    struct mesh_k8s_client *wclient; /* the informer's client */
+    pthread_t inf_thread;
+    bool inf_running;
+    uint64_t api_progress; /* main loop: informer counters at the last tick */
+
+    /* Relay mode (relay.c). */
+    bool relay_mode;                  /* resolved from --watch-mode at start-up */
+    long rank;                        /* place in the relay tree, -1 = none */
+    int relay_per_slice;              /* JobSets: hosts per slice the rank uses */
+    char relay_kind[8];               /* "job", "jobset", "sts": which index label ranks pods */
+    struct mesh_sidecar_relay *relay; /* subscriber side; NULL for the root and direct mode */
+    atomic_bool following; /* the worker list comes from the relay (main thread writes) */
+    int wake_fd;           /* eventfd the relay thread writes after a change */
+    uint64_t fallbacks;    /* times the API watch was started as a fallback (under mu) */
 
     /* gRPC server (grpc.c; NULL until started) and what it was last given. */
     struct mesh_grpc_server *grpc;
@@ -244,6 +272,10 @@ void mesh_sidecar_on_update(void *ctx, const char *key, const void *old_rec, con
 void mesh_sidecar_on_delete(void *ctx, const char *key, const void *old_rec);
 void mesh_sidecar_on_synced(void *ctx, size_t count);
 
+/* Forget the pod updates noted for a patch (the API watch that noted them
+ * stopped). Main thread, with no informer running. */
+void mesh_sidecar_drop_deltas(struct mesh_sidecar *ctx);
+
 /* Free the main-thread topology state. */
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx);
 
@@ -270,6 +302,40 @@ void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx);
 /* Append the gRPC server's metrics (Prometheus text) to b. Any thread. */
 struct mesh_buf;
 void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b);
+
+/* ---- relay.c ---- */
+
+struct mesh_sidecar_relay;
+struct mesh_relay_status;
+struct mesh_relay_store;
+/* Decide direct or relay mode and this pod's rank (after identity and the
+ * expected count are known); logs the choice. */
+int mesh_sidecar_relay_plan(struct mesh_sidecar *ctx);
+/* Subscribers (rank > 0): start the relay thread. grpc_port: the port
+ * relays listen on (this sidecar's own). No-op otherwise. */
+int mesh_sidecar_relay_start(struct mesh_sidecar *ctx, int grpc_port, struct mesh_err *err);
+void mesh_sidecar_relay_stop(struct mesh_sidecar *ctx);
+/* Main loop, every iteration: follow the relay, fall back, return. */
+void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx);
+/* The current source has a full set of pods (main thread). */
+bool mesh_sidecar_source_synced(struct mesh_sidecar *ctx);
+/* One line: which source this pod follows and how far behind it is. */
+void mesh_sidecar_source_describe(struct mesh_sidecar *ctx, char *out, size_t cap);
+/* Copy of the relay session status; *out_have false without a relay. */
+void mesh_sidecar_relay_status(struct mesh_sidecar *ctx, struct mesh_relay_status *out,
+                               bool *out_have);
+/* The relay's record store, or NULL. */
+struct mesh_relay_store *mesh_sidecar_relay_store(struct mesh_sidecar *ctx);
+
+/* ---- main.c ---- */
+
+/* A Kubernetes client from the options (owned, mesh_k8s_client_free), or
+ * NULL with err. */
+struct mesh_k8s_client *mesh_sidecar_client_new(const struct mesh_sidecar_opts *o,
+                                                struct mesh_err *err);
+/* Start / stop the API watch (informer thread). Main thread. */
+int mesh_sidecar_direct_start(struct mesh_sidecar *ctx, struct mesh_err *err);
+void mesh_sidecar_direct_stop(struct mesh_sidecar *ctx);
 
 /* ---- http.c ---- */
 

@@ -35,6 +35,7 @@
 #include "io/k8s_informer.h"
 #include "io/log.h"
 #include "io/publish.h"
+#include "io/relay_client.h"
 #include "sidecar.h"
 
 #define MOD "topo"
@@ -627,23 +628,44 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     int64_t t0 = mono_us();
     size_t dirty[MESH_SIDECAR_DELTA_MAX], ndirty = 0;
     int rc = 0;
-    mesh_k8s_informer_lock(ctx->inf);
-    bool patched = patch_workers(ctx, &o, dirty, &ndirty);
-    drop_deltas(ctx);
-    if (patched) {
-        atomic_fetch_add(&ctx->w_patched, 1);
-    } else {
-        /* The old list goes first: the peak holds one list, not two. */
+    bool patched = false;
+    if (ctx->following) {
+        /* Records relayed by a peer, checked as if from the API (relay.c):
+         * the list is rebuilt from them, exactly as from an API store. */
+        struct mesh_relay_store *rs = mesh_sidecar_relay_store(ctx);
+        mesh_relay_store_lock(rs);
+        if (ctx->inf == NULL) {
+            drop_deltas(ctx); /* else the API watch, starting as a fallback, owns them */
+        }
         mesh_workers_cleanup(&ctx->w);
         atomic_fetch_add(&ctx->w_rebuilt, 1);
-        struct collect col = {0};
-        col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
-        col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
-        (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
-        rc = mesh_workers_build(col.v, col.n, &o, &ctx->w, &err);
-        mesh_free(col.v);
+        size_t n = mesh_relay_store_count(rs);
+        const struct mesh_k8s_pod_rec **v = mesh_reallocarray(NULL, n + 1, sizeof(*v));
+        for (size_t i = 0; i < n; i++) {
+            v[i] = mesh_relay_store_at(rs, i);
+        }
+        rc = mesh_workers_build(v, n, &o, &ctx->w, &err);
+        mesh_free(v);
+        mesh_relay_store_unlock(rs);
+    } else {
+        mesh_k8s_informer_lock(ctx->inf);
+        patched = patch_workers(ctx, &o, dirty, &ndirty);
+        drop_deltas(ctx);
+        if (patched) {
+            atomic_fetch_add(&ctx->w_patched, 1);
+        } else {
+            /* The old list goes first: the peak holds one list, not two. */
+            mesh_workers_cleanup(&ctx->w);
+            atomic_fetch_add(&ctx->w_rebuilt, 1);
+            struct collect col = {0};
+            col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
+            col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
+            (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
+            rc = mesh_workers_build(col.v, col.n, &o, &ctx->w, &err);
+            mesh_free(col.v);
+        }
+        mesh_k8s_informer_unlock(ctx->inf);
     }
-    mesh_k8s_informer_unlock(ctx->inf);
     ctx->cost_workers_us = mono_us() - t0;
     if (rc < 0) {
         if (strcmp(err.msg, ctx->last_reason) != 0) {
@@ -692,6 +714,11 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     }
     ctx->have_cur = true;
     return rc;
+}
+
+void mesh_sidecar_drop_deltas(struct mesh_sidecar *ctx)
+{
+    drop_deltas(ctx);
 }
 
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)

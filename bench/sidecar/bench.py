@@ -180,7 +180,7 @@ def run_size(n, events, changes, workdir):
         pc = subprocess.Popen([os.path.join(BUILD, "bin/tpumesh-sidecar"), "--apiserver", sim.url,
                                "--namespace", "default", "--pod-name", own, "--out-dir", cdir,
                                "--address-mode", "ip", "--expected-workers", str(n),
-                               "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"],
+                               "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--watch-mode", "direct"],
                               stderr=subprocess.PIPE, text=True)
         procs = [("c", pc)]
         c_anon = PeakAnon(pc.pid)

@@ -74,7 +74,7 @@ def run(pods, changes, rate, kind, mode):
         proc = subprocess.Popen([os.path.join(BUILD, "bin/tpumesh-sidecar"), "--apiserver", sim.url,
                                  "--namespace", "default", "--pod-name", own, "--out-dir", out,
                                  "--address-mode", mode, "--expected-workers", str(pods),
-                                 "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level", "debug"],
+                                 "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--watch-mode", "direct", "--log-level", "debug"],
                                 stderr=subprocess.PIPE, text=True)
         threading.Thread(target=lambda: [logs.append(l) for l in proc.stderr], daemon=True).start()
         deadline = time.time() + 300

@@ -52,7 +52,7 @@ def main():
         cmd = [os.path.join(BUILD, "bin/tpumesh-sidecar"), "--apiserver", sim.url,
                "--namespace", "default", "--pod-name", own, "--out-dir", out,
                "--address-mode", "ip", "--expected-workers", str(a.pods),
-               "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"] + (["--ca-file", sim.ca] if a.tls else [])
+               "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--watch-mode", "direct"] + (["--ca-file", sim.ca] if a.tls else [])
         t0 = time.time()
         with open(log, "w") as errf:
             proc = subprocess.Popen(cmd, stderr=errf)

@@ -1,0 +1,317 @@
+"""A job start with N real tpumesh-sidecars against the kube-apiserver simulator, in direct and
+relay mode (issue 15, docs/scale.md).
+
+Every pod gets an IP in 127.64.0.0/16 and its sidecar binds HTTP and gRPC to that IP, so the
+sidecars reach each other on loopback only. The job start: all N pods are created scheduled
+without an IP (Pending); then each pod gets its IP and its sidecar starts; each pod is marked Ready
+once its own sidecar logged a complete topology. The run ends when every sidecar's files show all
+N workers, complete and Ready, with the right DTENSOR_JOBS.
+
+Per mode and N it reports: API bytes (the simulator's bytes sent), watch events sent, requests,
+peak open watches, bytes between sidecars (gRPC message bytes sent by all sidecars), time from the
+last IP to the last sidecar ready, total sidecar CPU seconds, publishes per sidecar (mean, max),
+and checks the goals of the issue: relay API bytes at the largest N <= 1/20 of direct, fitted
+exponent of relay API bytes <= 1.2, relay last-ready <= direct + 500 ms, every file correct.
+--kill adds the relay-death scenarios at one size: a relay killed mid-start, and a relay killed
+after the start followed by a worker replaced (every sidecar must go incomplete, never keep a stale
+complete, then converge on the new IP).
+
+    ROOT=$PWD BUILD=build /usr/bin/python3 bench/relay/bench.py --sizes 16,32,64,128,256 --kill 64
+"""
+import argparse
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+
+ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+BUILD = os.environ.get("BUILD", "build")
+if not os.path.isabs(BUILD):
+    BUILD = os.path.join(ROOT, BUILD)
+sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
+from simctl import start_sim  # noqa: E402
+
+SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def ip_of(i):
+    return "127.64.%d.%d" % (i // 250, i % 250 + 1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.64.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Car:
+    def __init__(self, i, name, args, port, tok, sim_url, outroot, mode, fanout, on_complete):
+        self.i, self.name = i, name
+        self.out = os.path.join(outroot, "p%d" % i)
+        os.makedirs(self.out, exist_ok=True)
+        self.complete_at = None
+        self.on_complete = on_complete
+        self.lines = []
+        cmd = [SIDECAR, "--apiserver", sim_url, "--token-file", tok, "--namespace", "default",
+               "--pod-name", name, "--out-dir", self.out, "--address-mode", "ip",
+               "--http-addr", "%s:%d" % (ip_of(i), port), "--grpc-addr", "%s:%d" % (ip_of(i), port + 1),
+               "--watch-mode", mode, "--relay-fanout", str(fanout), "--expected-workers", str(args.n)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            if len(self.lines) < 2000:
+                self.lines.append(line.rstrip("\n"))
+            if self.complete_at is None and "topology complete with" in line:
+                self.complete_at = time.monotonic()
+                self.on_complete(self)
+
+    def cpu(self):
+        try:
+            with open("/proc/%d/stat" % self.proc.pid) as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+            return (int(parts[11]) + int(parts[12])) / TICK
+        except OSError:
+            return 0.0
+
+    def metrics(self, port):
+        import urllib.request
+        try:
+            with urllib.request.urlopen("http://%s:%d/metrics" % (ip_of(self.i), port), timeout=5) as r:
+                body = r.read().decode()
+        except OSError:
+            return {}
+        m = {}
+        for line in body.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                m[k] = float(v)
+        return m
+
+    def stop(self, sig=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def files_ok(car, n, want_jobs, want_ready=True):
+    try:
+        with open(os.path.join(car.out, "topology.json")) as f:
+            t = json.load(f)
+        with open(os.path.join(car.out, "dtensor.env")) as f:
+            env = f.read()
+    except (OSError, ValueError):
+        return False
+    return (t["complete"] and len(t["workers"]) == n and t["clientId"] == car.i
+            and all(w["ready"] == want_ready for w in t["workers"])
+            and [w["ip"] for w in t["workers"]] == [ip_of(i) for i in range(n)]
+            and "DTENSOR_JOBS='%s'" % want_jobs in env)
+
+
+def run_one(args, mode, n, tmp, kill=None):
+    """One job start; returns the figures. kill: None, 'mid' or 'after'."""
+    tok = os.path.join(tmp, "token")
+    with open(tok, "w") as f:
+        f.write("t0\n")
+    sim = start_sim(["--token-file", tok, "--bookmark-interval", "60"])
+    c = sim.client
+    port = free_port()
+    outroot = tempfile.mkdtemp(prefix="relay-bench.", dir="/dev/shm")
+    a = argparse.Namespace(n=n)
+    names = ["trainer-%d-x%04d" % (i, i) for i in range(n)]
+    pool = futures.ThreadPoolExecutor(8)
+    for i in range(n):
+        c.make(name=names[i], index=i, ip="", ready=False, managed_fields=True)
+    c.reset_stats()
+    peak = [0]
+    stop_poll = threading.Event()
+
+    def poll():
+        while not stop_poll.is_set():
+            try:
+                peak[0] = max(peak[0], c.stats()["watchesActive"])
+            except Exception:  # noqa: BLE001
+                pass
+            stop_poll.wait(0.2)
+    threading.Thread(target=poll, daemon=True).start()
+
+    def became_complete(car):
+        pool.submit(c.ready, name=names[car.i], ready=True)
+
+    cars = []
+    t_last_ip = None
+    for i in range(n):
+        c.set_ip(name=names[i], ip=ip_of(i))
+        t_last_ip = time.monotonic()
+        cars.append(Car(i, names[i], a, port, tok, sim.url, outroot, mode, args.fanout, became_complete))
+        if kill == "mid" and i == n // 2:
+            cars[1].stop(sig=9)  # a relay (rank 1 serves ranks fanout+1..2*fanout) dies mid-start
+    want_jobs = ",".join("%s:10000" % ip_of(i) for i in range(n))
+    alive = [car for car in cars if car.proc.poll() is None]
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and not all(car.complete_at for car in alive):
+        time.sleep(0.05)
+    last_ready = max((car.complete_at or float("inf")) for car in alive)
+    while time.monotonic() < deadline and not all(files_ok(car, n, want_jobs) for car in alive):
+        time.sleep(0.1)
+    correct = sum(files_ok(car, n, want_jobs) for car in alive)
+    stop_poll.set()
+    time.sleep(0.3)
+    st = c.stats()
+    r = {"mode": mode, "n": n, "kill": kill, "api_bytes": st["bytesSent"], "events": st["eventsSent"],
+         "requests": sum(st["requests"].values()), "peak_watches": peak[0],
+         "last_ip_to_last_ready_s": round(last_ready - t_last_ip, 3),
+         "cpu_s": round(sum(car.cpu() for car in cars), 2), "files_correct": correct, "alive": len(alive)}
+    mets = [car.metrics(port) for car in alive]
+    r["sidecar_bytes"] = int(sum(m.get("tpumesh_grpc_sent_bytes_total", 0) for m in mets))
+    pubs = [m.get("tpumesh_publishes_total", 0) for m in mets]
+    r["publishes_mean"] = round(sum(pubs) / max(1, len(pubs)), 1)
+    r["publishes_max"] = int(max(pubs or [0]))
+    r["fallbacks"] = int(sum(m.get("tpumesh_relay_fallbacks_total", 0) for m in mets))
+    if kill == "after":
+        r.update(kill_after(c, cars, names, n, port))
+    for car in cars:
+        car.stop()
+    pool.shutdown()
+    sim.stop()
+    subprocess.run(["rm", "-rf", outroot])
+    return r
+
+
+def kill_after(c, cars, names, n, port):
+    """After the start: kill relay rank 1, then replace worker n-1 (a subscriber of rank 1's
+    subtree when n > fanout+1): every live sidecar must drop to incomplete (no stale complete),
+    then converge on the new IP."""
+    cars[1].stop(sig=9)
+    alive = [car for car in cars if car.proc.poll() is None]
+    victim = n - 1
+    c.delete(name=names[victim], grace=0)
+    c.make(name="trainer-%d-new" % victim, index=victim, ip="", ready=False, managed_fields=True)
+    t0 = time.monotonic()
+    stale = []
+
+    def incomplete(car):
+        try:
+            with open(os.path.join(car.out, "topology.json")) as f:
+                return not json.load(f)["complete"]
+        except (OSError, ValueError):
+            return False
+    ok_incomplete = all(wait_for(lambda car=car: incomplete(car), 30) for car in alive if car.i != victim)
+    if not ok_incomplete:
+        stale = [car.i for car in alive if car.i != victim and not incomplete(car)]
+    new_ip = "127.64.200.1"
+    c.set_ip(name="trainer-%d-new" % victim, ip=new_ip)
+
+    def converged(car):
+        try:
+            with open(os.path.join(car.out, "topology.json")) as f:
+                t = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return t["complete"] and t["workers"][victim]["ip"] == new_ip
+    conv = all(wait_for(lambda car=car: converged(car), 40) for car in alive if car.i != victim)
+    return {"after_kill_no_stale_complete": ok_incomplete, "stale": stale,
+            "after_kill_converged": conv, "after_kill_converge_s": round(time.monotonic() - t0, 2)}
+
+
+def wait_for(pred, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def fit_exponent(xs, ys):
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="16,32,64,128,256")
+    ap.add_argument("--modes", default="direct,relay")
+    ap.add_argument("--fanout", type=int, default=64)
+    ap.add_argument("--kill", type=int, default=0, help="also run the relay-death scenarios at this N")
+    ap.add_argument("--kill-fanout", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    tmp = tempfile.mkdtemp(prefix="relay-bench-tok.")
+    res = []
+    hdr = ("mode", "n", "api_bytes", "events", "requests", "peak_watches", "sidecar_bytes",
+           "last_ip_to_last_ready_s", "cpu_s", "publishes_mean", "publishes_max", "files_correct")
+    print(" ".join("%14s" % h[:14] for h in hdr), flush=True)
+    for n in sizes:
+        for mode in args.modes.split(","):
+            r = run_one(args, mode, n, tmp)
+            res.append(r)
+            print(" ".join("%14s" % r[h] for h in hdr), flush=True)
+    kills = []
+    if args.kill:
+        fo = args.fanout
+        args.fanout = args.kill_fanout
+        for k in ("mid", "after"):
+            r = run_one(args, "relay", args.kill, tmp, kill=k)
+            kills.append(r)
+            print("kill %s (n=%d, fanout %d): %s" % (k, args.kill, args.fanout, json.dumps(r)), flush=True)
+        args.fanout = fo
+    goals = []
+    by = {(r["mode"], r["n"]): r for r in res}
+    big = max(sizes)
+    if ("direct", big) in by and ("relay", big) in by:
+        d, rl = by[("direct", big)], by[("relay", big)]
+        ratio = rl["api_bytes"] / max(1, d["api_bytes"])
+        goals.append(("relay API bytes at N=%d <= 1/20 of direct" % big, ratio <= 0.05, "%.4f" % ratio))
+        goals.append(("relay last ready <= direct + 500 ms at N=%d" % big,
+                      rl["last_ip_to_last_ready_s"] <= d["last_ip_to_last_ready_s"] + 0.5,
+                      "%.3f vs %.3f s" % (rl["last_ip_to_last_ready_s"], d["last_ip_to_last_ready_s"])))
+    rel = [by[("relay", n)] for n in sizes if ("relay", n) in by]
+    if len(rel) >= 2:
+        e = fit_exponent([r["n"] for r in rel], [r["api_bytes"] for r in rel])
+        goals.append(("relay API bytes fitted exponent <= 1.2", e <= 1.2, "%.2f" % e))
+    dr = [by[("direct", n)] for n in sizes if ("direct", n) in by]
+    if len(dr) >= 2:
+        goals.append(("(direct API bytes fitted exponent, for reference)", True,
+                      "%.2f" % fit_exponent([r["n"] for r in dr], [r["api_bytes"] for r in dr])))
+    goals.append(("every sidecar's files correct", all(r["files_correct"] == r["alive"] for r in res + kills),
+                  ";".join("%s/%d:%d/%d" % (r["mode"], r["n"], r["files_correct"], r["alive"]) for r in res + kills)))
+    goals.append(("publishes per sidecar <= 10 at N=%d (both modes)" % big,
+                  all(r["publishes_max"] <= 10 for r in res if r["n"] == big),
+                  ",".join("%s:%d" % (r["mode"], r["publishes_max"]) for r in res if r["n"] == big)))
+    for k in kills:
+        if k["kill"] == "after":
+            goals.append(("relay killed after start: no stale complete, converged",
+                          k["after_kill_no_stale_complete"] and k["after_kill_converged"],
+                          "stale=%s converge %.2f s" % (k["stale"], k["after_kill_converge_s"])))
+    print()
+    for name, ok, val in goals:
+        print("%-4s %-55s %s" % ("ok" if ok else "MISS", name, val))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": res, "kills": kills, "goals": goals}, f, indent=1)
+    subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    main()

@@ -184,7 +184,13 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
     for (;;) {
         int nfd = ctx->inf != NULL ? mesh_k8s_informer_notify_fd(ctx->inf) : -1;
         struct pollfd p[3] = {{sfd, POLLIN, 0}, {nfd, POLLIN, 0}, {ctx->wake_fd, POLLIN, 0}};
-        int n = poll(p, 3, 1000);
+        /* A held-back publish (topology.c, coalescing) is due at hold_until_ms. */
+        int timeout = 1000;
+        if (ctx->hold_until_ms > 0) {
+            int64_t left = ctx->hold_until_ms - now_ms(CLOCK_MONOTONIC);
+            timeout = left <= 0 ? 0 : (left < 1000 ? (int)left : 1000);
+        }
+        int n = poll(p, 3, timeout);
         int64_t woke_us = now_us();
         if (n < 0 && errno != EINTR) {
             mesh_error(MOD, "poll: %s", strerror(errno));
@@ -213,7 +219,8 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
         bool dirty = atomic_load(&ctx->changes) != ctx->changes_seen;
         bool retry = tick && (ctx->publish_pending ||
                               (ctx->opts.verify_dns && ctx->have_cur && !ctx->last_complete));
-        if (mesh_sidecar_source_synced(ctx) && (dirty || retry)) {
+        bool due = ctx->hold_until_ms > 0 && mono >= ctx->hold_until_ms;
+        if (mesh_sidecar_source_synced(ctx) && (dirty || retry || due)) {
             (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
         }
         mesh_sidecar_grpc_update(ctx);

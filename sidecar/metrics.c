@@ -121,6 +121,11 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
     METRIC("tpumesh_publishes_total", "counter", "Publishes that replaced at least one file.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_total %llu\n",
                           (unsigned long long)st.publishes);
+    METRIC("tpumesh_publishes_coalesced_total", "counter",
+           "Publishes held back while the topology was incomplete (then at most one per 100 ms) "
+           "and folded into the next one.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_coalesced_total %llu\n",
+                          (unsigned long long)st.publishes_coalesced);
     METRIC("tpumesh_publish_errors_total", "counter", "Failed renders or publishes.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_errors_total %llu\n",
                           (unsigned long long)st.publish_errors);

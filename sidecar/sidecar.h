@@ -36,6 +36,12 @@
 #include "core/workers.h"
 
 #define MESH_SIDECAR_SELECTOR_MAX 1024
+/* While the topology is incomplete (a job start changes every peer several
+ * times), at most one publish per this many milliseconds; the others are
+ * held back and folded into the next one. A complete topology, the change
+ * that makes it complete, and the change that makes a complete one
+ * incomplete are published at once. */
+#define MESH_SIDECAR_COALESCE_MS 100
 #define MESH_SIDECAR_LAT_RING 1024
 
 /* --watch-mode (DESIGN.md §9). */
@@ -96,7 +102,9 @@ struct mesh_sidecar_status {
     uint64_t generation;
     uint64_t publishes; /* publishes that replaced at least one file */
     uint64_t publish_errors;
-    double last_publish_time; /* seconds since the epoch, 0 = never */
+    uint64_t publishes_coalesced; /* recomputes whose publish was held back (see
+                                     MESH_SIDECAR_COALESCE_MS) */
+    double last_publish_time;     /* seconds since the epoch, 0 = never */
     int expected, present, ready_workers, addressed;
     int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
     int64_t loop_tick_ms;     /* CLOCK_MONOTONIC ms of the main loop's last tick */
@@ -154,7 +162,13 @@ struct mesh_sidecar {
     char **logged; /* problem lines already logged once */
     size_t nlogged;
     bool publish_pending; /* the last publish failed: retry on the next tick */
-    uint64_t *dns_ok;     /* --verify-dns: hashes of (host, ip) pairs seen resolving, sorted */
+    /* Coalescing (MESH_SIDECAR_COALESCE_MS), main thread, CLOCK_MONOTONIC ms. */
+    int64_t last_pub_ms;   /* the last publish, 0 = none by this process yet */
+    bool pub_complete;     /* the last publish was of a complete topology */
+    int64_t hold_until_ms; /* a publish is held back until then: recompute; 0 = none */
+    uint64_t held;         /* recomputes held back since the last publish */
+    int64_t held_since_ms; /* when the first of them was */
+    uint64_t *dns_ok;      /* --verify-dns: hashes of (host, ip) pairs seen resolving, sorted */
     size_t ndns_ok;
 
     /* Counters bumped by informer callbacks (informer thread). */

@@ -11,6 +11,13 @@
  * Only when something differs is it moved to generation + 1 and published;
  * files with unchanged bytes are left untouched (same inode and mtime).
  *
+ * Publishes are coalesced while the topology is incomplete: a job start
+ * changes every peer several times, and until the last one is known each
+ * publish only rewrites topology.json. Then at most one publish per
+ * MESH_SIDECAR_COALESCE_MS goes out (the others are held back, counted and
+ * folded into it); a complete topology, and every change into or out of
+ * completeness, is published at once.
+ *
  * The worker list is kept between recomputes. The informer callbacks note
  * which pods were updated (with the record the list was built from); when
  * only a few were, the recompute patches them in (mesh_workers_patch) and
@@ -523,11 +530,17 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         if (published) {
             /* A readiness-only publish is routine: debug level, not one
              * info line per flip. */
-            mesh_log(readiness_only ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
-                     "published generation %llu (%zu file%s rewritten, %.1f ms after the %s): %s",
+            char held[96] = "";
+            if (ctx->held > 0) {
+                snprintf(held, sizeof(held), "; %llu recompute%s over %lld ms coalesced into it",
+                         (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s",
+                         (long long)(mono_us() / 1000 - ctx->held_since_ms));
+            }
+            mesh_log(readiness_only && ctx->held == 0 ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
+                     "published generation %llu (%zu file%s rewritten, %.1f ms after the %s%s): %s",
                      (unsigned long long)ctx->generation, written, written == 1 ? "" : "s",
                      (double)(ctx->renamed_us - ctx->publish_from_us) / 1000.0,
-                     ctx->publish_from_event ? "change arrived" : "retry began",
+                     ctx->publish_from_event ? "change arrived" : "retry began", held,
                      complete ? "complete"
                               : "incomplete, env files keep the last complete version");
         }
@@ -584,7 +597,7 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t wok
                    since > 0 ? "event arrival" : "wake-up", (long long)(woke_us - from),
                    (long long)ctx->cost_workers_us, (long long)ctx->cost_render_us,
                    (long long)ctx->cost_write_us);
-    } else if (rc < 0 || ctx->publish_pending) {
+    } else if (rc < 0 || ctx->publish_pending || ctx->hold_until_ms > 0) {
         keep_pending(ctx, since);
     }
     return rc;
@@ -614,6 +627,29 @@ static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_op
             dirty[(*ndirty)++] = (size_t)slot;
         }
     }
+    return true;
+}
+
+/* Hold this recompute's publish back (true) when it and the last publish
+ * are both of an incomplete topology and the last publish was less than
+ * MESH_SIDECAR_COALESCE_MS ago: the main loop recomputes when the interval
+ * ends (ctx->hold_until_ms), or earlier on the next change. A complete
+ * topology, or one that stopped being complete, is never held back. */
+static bool hold_back(struct mesh_sidecar *ctx, bool complete)
+{
+    int64_t now = mono_us() / 1000;
+    if (complete || ctx->pub_complete || ctx->last_pub_ms == 0 || ctx->publish_pending ||
+        now - ctx->last_pub_ms >= MESH_SIDECAR_COALESCE_MS) {
+        return false;
+    }
+    if (ctx->held == 0) {
+        ctx->held_since_ms = now;
+    }
+    ctx->held++;
+    ctx->hold_until_ms = ctx->last_pub_ms + MESH_SIDECAR_COALESCE_MS;
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.publishes_coalesced++;
+    pthread_mutex_unlock(&ctx->mu);
     return true;
 }
 
@@ -707,10 +743,21 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     if (w->nworkers == 0) {
         /* Nothing to publish (never an empty DTENSOR_JOBS, docs/DESIGN.md §5). */
         set_status(ctx, false, reason, w, false, now_ms);
+    } else if (hold_back(ctx, complete)) {
+        /* Not rendered: the cache's input stays the last list it saw
+         * (w_rendered false), and /readyz shows the current reason. */
+        set_status(ctx, false, reason, w, false, now_ms);
     } else {
+        uint64_t gen = ctx->generation;
         rc =
             render_and_publish(ctx, w, hint ? dirty : NULL, ndirty, self, complete, reason, now_ms);
         ctx->w_rendered = true; /* after a failure the cache is empty: a full render next */
+        if (ctx->generation != gen) {
+            ctx->last_pub_ms = mono_us() / 1000;
+            ctx->pub_complete = complete;
+        }
+        ctx->held = 0;
+        ctx->hold_until_ms = 0;
     }
     ctx->have_cur = true;
     return rc;

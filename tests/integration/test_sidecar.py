@@ -368,6 +368,64 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     check("restart: next change publishes generation + 1",
           wait(lambda: a2.topology()["generation"] == gen + 1), a2.topology()["generation"])
 
+    # 11. A job start: every peer changes several times while the topology is incomplete.
+    job_start(sim, sc_tok, os.path.join(os.path.dirname(out_a), "burst"), cars)
+
+
+def job_start(sim, sc_tok, out, cars):
+    """N pods appear and change in a burst (created without an IP, Ready, then given an IP; the
+    last IP completes the job): while incomplete the sidecar publishes at most once per 100 ms
+    and counts what it coalesced; the completing change is published and the files are right."""
+    c = sim.client
+    n = 32
+    names = ["burst-%d-%s" % (i, "abcdefghijklmnopqrstuvwxyzabcdef"[i] * 5) for i in range(n)]
+    ips = ["10.65.0.%d" % (i + 2) for i in range(n)]
+    c.make(name=names[0], index=0, job="burst", ip=ips[0])
+    os.mkdir(out)
+    s = Sidecar("C", sim.url, sc_tok, names[0], out, ["--address-mode", "ip", "--expected-workers", str(n)])
+    cars.append(s)
+    check("job start: first publish (1 of %d workers)" % n,
+          wait(lambda: s.metric("tpumesh_publishes_total") == 1), s.metric("tpumesh_publishes_total"))
+    p0 = s.metric("tpumesh_publishes_total")
+    ch0 = s.metric('tpumesh_store_changes_total{type="added"}') + \
+        s.metric('tpumesh_store_changes_total{type="modified"}')
+    t0 = time.monotonic()
+    for i in range(1, n):
+        c.make(name=names[i], index=i, job="burst", ip="", ready=False)
+    for i in range(1, n):
+        c.ready(name=names[i], ready=True)
+    for i in range(1, n):
+        c.set_ip(name=names[i], ip=ips[i])
+    ok_ready = wait(lambda: s.readyz()[0] == 200, 20)
+    elapsed = time.monotonic() - t0
+    check("job start: complete once the last IP arrives", ok_ready, s.readyz())
+    pubs = s.metric("tpumesh_publishes_total") - p0
+    changes = s.metric('tpumesh_store_changes_total{type="added"}') + \
+        s.metric('tpumesh_store_changes_total{type="modified"}') - ch0
+    coalesced = s.metric("tpumesh_publishes_coalesced_total")
+    # At most one publish per 100 ms while incomplete, plus the completing one (and one for a
+    # partial interval at each end).
+    bound = int(elapsed / 0.1) + 3
+    check("job start: at most one publish per 100 ms while incomplete (%d publishes, %d changes, "
+          "%.2f s)" % (pubs, changes, elapsed), pubs <= bound, (pubs, bound))
+    check("job start: fewer publishes than store changes", pubs < changes, (pubs, changes))
+    check("job start: coalesced publishes counted in /metrics", coalesced and coalesced >= 1, coalesced)
+    check("job start: the publish log line says what was coalesced",
+          any("coalesced into it" in l for l in s.lines), "\n".join(s.lines[-20:]))
+    t = s.topology()
+    check("job start: topology.json complete with every worker, all ready",
+          t["complete"] is True and [w["ip"] for w in t["workers"]] == ips
+          and all(w["ready"] for w in t["workers"]), t.get("workers"))
+    check("job start: generation counts the publishes", t["generation"] == p0 + pubs, (t["generation"], p0, pubs))
+    check("job start: DTENSOR_JOBS lists all %d workers in index order" % n,
+          s.sourced("DTENSOR_JOBS") == ",".join("%s:10000" % ip for ip in ips), s.sourced("DTENSOR_JOBS"))
+    check("job start: the volume holds ..data, the current version and at most the one before",
+          os.readlink(os.path.join(out, "..data")).startswith("..")
+          and len([e for e in os.listdir(out) if e.startswith("..") and e != "..data"]) <= 2,
+          sorted(os.listdir(out)))
+    rc, _ = s.stop()
+    check("job start: SIGTERM exit 0", rc == 0, rc)
+
 
 if __name__ == "__main__":
     try:

@@ -43,7 +43,9 @@ struct mesh_init_opts {
     int expected_workers; /* 0 = unknown */
     int timeout_s;        /* default 600 */
     bool skip_init;
-    char *tf_version; /* tf-version.cloud-tpus.google.com annotation, or NULL */
+    char *tf_version;      /* tf-version.cloud-tpus.google.com annotation, or NULL */
+    int megascale_port;    /* tpumesh.dev/megascale-port annotation, 0 = not given */
+    char *jax_coordinator; /* jobset.sigs.k8s.io/coordinator annotation, or NULL */
     /* Where opts.tpu came from, for the log: a static string such as "flag --tpu",
      * "env TPUMESH_TPU" or "annotation tpumesh.dev/tpu"; NULL = "flag --tpu". */
     const char *tpu_origin;
@@ -73,8 +75,16 @@ struct mesh_init {
     struct mesh_worker *workers; /* owned, index order; may be fewer than expected;
                                     one block with its strings (model.h) */
     size_t nworkers;
-    int self_index;                  /* this pod's worker index, -1 if unknown */
-    bool complete;                   /* the whole worker list is known */
+    int self_index; /* this pod's worker index, -1 if unknown; on a
+                       multi-slice TPU VM the index within the slice */
+    bool complete;  /* the whole worker list is known */
+    /* Multi-slice TPU VM (MEGASCALE_* from GKE/JobSet): workers lists this
+     * slice only, with global indices slice_id x nworkers + i. */
+    int num_slices;                  /* MEGASCALE_NUM_SLICES, 1 = one slice */
+    int slice_id;                    /* MEGASCALE_SLICE_ID */
+    bool slice_complete;             /* this slice's workers are all known */
+    char *megascale_coordinator;     /* MEGASCALE_COORDINATOR_ADDRESS host, owned, or NULL */
+    int megascale_port;              /* annotation > MEGASCALE_PORT > 0 (= 8080) */
     struct mesh_endpoint *endpoints; /* TPU Node gRPC endpoints, owned, task order */
     size_t nendpoints;
 

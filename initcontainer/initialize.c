@@ -326,7 +326,32 @@ static int preflight_tpu_vm(struct mesh_init *ctx, struct mesh_err *err)
  * topology.pb. It is published byte for byte as the TPU sent it (docs/DESIGN.md
  * §6); disagreements with the slice we expected are logged, not fatal: the
  * TPU is the authority on its own topology. */
-static int check_node_topology(const struct mesh_init *ctx, const uint8_t *pb, size_t len,
+/* topology.json's slice on the legacy path shows the TPU's own mesh shape
+ * (docs/DESIGN.md §4): the known slice takes it, and an unknown slice (no
+ * --accelerator-type, no API type) is described from the proto alone, with
+ * its accelerator type and topology unknown (null). */
+static void slice_from_proto(struct mesh_init *ctx, const struct mesh_topo_info *info)
+{
+    struct mesh_slice *s = &ctx->slice;
+    if (!ctx->have_slice) {
+        memset(s, 0, sizeof(*s));
+        s->ndims = 3;
+        for (int i = 0; i < 3; i++) {
+            s->dims[i] = info->mesh_shape[i];
+        }
+        s->chips = info->mesh_shape[0] * info->mesh_shape[1] * info->mesh_shape[2];
+        s->hosts = info->num_tasks;
+        s->cores_per_chip = info->mesh_shape[3];
+        s->devices_per_host = info->devices_per_task;
+        s->chips_per_host = info->devices_per_task / info->mesh_shape[3];
+        ctx->have_slice = true;
+    }
+    for (int i = 0; i < 4; i++) {
+        s->mesh_shape[i] = info->mesh_shape[i];
+    }
+}
+
+static int check_node_topology(struct mesh_init *ctx, const uint8_t *pb, size_t len,
                                struct mesh_err *err)
 {
     struct mesh_topo_info info;
@@ -356,6 +381,7 @@ static int check_node_topology(const struct mesh_init *ctx, const uint8_t *pb, s
                       e2.msg);
         }
     }
+    slice_from_proto(ctx, &info);
     mesh_topo_info_cleanup(&info);
     return 0;
 }

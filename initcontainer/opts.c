@@ -360,6 +360,14 @@ int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
         ctx->opts.tf_version = acfg.tf_version;
         acfg.tf_version = NULL;
     }
+    /* Multi-slice: annotation only (no flag); resolve.c falls back to the
+     * MEGASCALE_PORT variable GKE sets. */
+    ctx->opts.megascale_port = acfg.megascale_port;
+    if (acfg.coordinator != NULL) {
+        mesh_free(ctx->opts.jax_coordinator);
+        ctx->opts.jax_coordinator = acfg.coordinator;
+        acfg.coordinator = NULL;
+    }
     mesh_annotations_config_cleanup(&acfg);
     for (size_t i = 0; i < NOPTS; i++) {
         const struct opt_def *d = &opt_defs[i];

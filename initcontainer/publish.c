@@ -22,6 +22,8 @@
 
 #define MOD "publish"
 
+static bool is_node_path(const struct mesh_init *ctx);
+
 static void fill_input(const struct mesh_init *ctx, uint64_t generation,
                        struct mesh_render_input *in)
 {
@@ -40,6 +42,23 @@ static void fill_input(const struct mesh_init *ctx, uint64_t generation,
     in->mode = ctx->opts.address_mode;
     in->generation = generation;
     in->complete = ctx->complete;
+    in->megascale_port = ctx->megascale_port;
+    in->jax_coordinator = ctx->opts.jax_coordinator;
+    if (ctx->num_slices > 1 && !is_node_path(ctx)) {
+        /* GKE's TPU_WORKER_HOSTNAMES names this slice only (render.h,
+         * slice_only): tpu.env and jax.env, not the global lists. */
+        in->slice_only = true;
+        in->slices = ctx->num_slices;
+        in->slice_id = ctx->slice_id;
+        in->megascale_coordinator = ctx->megascale_coordinator;
+        in->expected = 0;
+        /* Slice 0 names its own worker 0; another slice needs the variable. */
+        in->complete =
+            ctx->slice_complete && (ctx->slice_id == 0 || ctx->megascale_coordinator != NULL);
+        if (ctx->self_index >= 0) {
+            in->self_index = ctx->slice_id * (int)ctx->nworkers + ctx->self_index;
+        }
+    }
 }
 
 /* A render error of tpumesh-init. The init container's worker list is
@@ -84,8 +103,8 @@ static int render_set(const struct mesh_init *ctx, uint64_t generation, struct m
         hosts[i] = ctx->endpoints[i].ip;
         ports[i] = ctx->endpoints[i].port > 0 ? ctx->endpoints[i].port : MESH_RENDER_TPU_NODE_PORT;
     }
-    rc = mesh_render_cluster_spec(hosts, ports, ctx->nendpoints, &out->data[MESH_FILE_TF_CONFIG],
-                                  &out->len[MESH_FILE_TF_CONFIG], err);
+    rc = mesh_render_node_tf_config(hosts, ports, ctx->nendpoints, &out->data[MESH_FILE_TF_CONFIG],
+                                    &out->len[MESH_FILE_TF_CONFIG], err);
     mesh_free(hosts);
     mesh_free(ports);
     return rc;
@@ -150,6 +169,11 @@ static void warn_long_env_lines(const struct mesh_render_out *r)
                       MESH_RENDER_ENV_STRING_MAX);
         }
     }
+}
+
+static bool r_has(const struct mesh_publish_file files[], enum mesh_render_file_id id)
+{
+    return files[id].data != NULL;
 }
 
 static bool all_current(const char *dir, const struct mesh_publish_file files[], size_t n)
@@ -223,6 +247,11 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err)
     if (is_node_path(ctx)) {
         mesh_info(MOD, "TPU Node path: dtensor.env, tpu.env and jax.env are not written (the "
                        "pod is a single TensorFlow client of the TPU)");
+    } else if (ctx->num_slices > 1 && r_has(files, MESH_FILE_TPU_ENV)) {
+        mesh_info(MOD,
+                  "multislice: tpu.env and jax.env written for slice %d of %d; the sidecar "
+                  "publishes dtensor.env and tf_config.json once every slice's workers are known",
+                  ctx->slice_id, ctx->num_slices);
     } else if (!ctx->complete) {
         mesh_info(MOD, "worker list incomplete: only topology.json and topology.pb written; the "
                        "sidecar "

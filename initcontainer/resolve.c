@@ -23,6 +23,7 @@
 #include "core/accel.h"
 #include "core/cleanup.h"
 #include "core/json.h"
+#include "core/names.h"
 #include "core/tpuenv.h"
 #include "core/workers.h"
 #include "init.h"
@@ -136,11 +137,57 @@ static bool bounds_equal(const int a[3], const int b[3])
     return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];
 }
 
-/* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID (multislice, set by
- * GKE): validated and logged. *out_slices = the number of slices (1 when
- * unset): TPU_WORKER_HOSTNAMES then names only this slice's VMs. */
-static int check_megascale(const struct mesh_tpuenv *tenv, long long *out_slices,
-                           struct mesh_err *err)
+/* MEGASCALE_COORDINATOR_ADDRESS: a host name or IP literal, optionally
+ * with ":port" (JAX strips it from the variable; so do we: the port is
+ * MEGASCALE_PORT's). The host is kept in ctx->megascale_coordinator. */
+static int take_coordinator(struct mesh_init *ctx, const char *used, const char *v,
+                            struct mesh_err *err)
+{
+    size_t n = strlen(v);
+    const char *colon = strrchr(v, ':');
+    if (colon != NULL && memchr(v, ':', (size_t)(colon - v)) == NULL) {
+        long long port = 0;
+        if (mesh_parse_ll(colon + 1, strlen(colon + 1), 1, 65535, &port, NULL) == 0) {
+            n = (size_t)(colon - v);
+        }
+    }
+    mesh_autofree char *host = mesh_strndup(v, n);
+    if (n == 0 || n > 253 ||
+        (!mesh_names_is_dns_name(host, n, false, true) && !mesh_names_is_ip(host, n, NULL))) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%s%sMEGASCALE_COORDINATOR_ADDRESS='%.64s' is not a host name or IP "
+                            "address (optionally with :port); fix or unset it",
+                            used, *used ? " " : "", v);
+    }
+    mesh_free(ctx->megascale_coordinator);
+    ctx->megascale_coordinator = MESH_STEAL(host);
+    return 0;
+}
+
+/* MEGASCALE_PORT: the tpumesh.dev/megascale-port annotation wins over the
+ * variable GKE sets; 0 = the default (8080, render.h). */
+static int take_megascale_port(struct mesh_init *ctx, const struct mesh_tpuenv *tenv,
+                               struct mesh_err *err)
+{
+    if (ctx->opts.megascale_port > 0) {
+        ctx->megascale_port = ctx->opts.megascale_port;
+        return 0;
+    }
+    bool have = false;
+    long long port = 0;
+    int rc = env_int(tenv, "MEGASCALE_PORT", 1, 65535, &have, &port, err);
+    if (rc == 0 && have) {
+        ctx->megascale_port = (int)port;
+    }
+    return rc;
+}
+
+/* MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID / MEGASCALE_COORDINATOR_ADDRESS /
+ * MEGASCALE_PORT (multislice, set by GKE for JobSets): validated, logged and
+ * kept in ctx. *out_slices = the number of slices (1 when unset):
+ * TPU_WORKER_HOSTNAMES then names only this slice's VMs. */
+static int check_megascale(struct mesh_init *ctx, const struct mesh_tpuenv *tenv,
+                           long long *out_slices, struct mesh_err *err)
 {
     bool have_n = false, have_id = false;
     long long n = 1, id = 0;
@@ -157,12 +204,38 @@ static int check_megascale(const struct mesh_tpuenv *tenv, long long *out_slices
                             "(want 0..%lld)",
                             id, n, n - 1);
     }
+    if (have_n && n > 1 && !have_id) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "MEGASCALE_NUM_SLICES=%lld but MEGASCALE_SLICE_ID is not set; set it "
+                            "to this pod's slice (0..%lld)",
+                            n, n - 1);
+    }
     if (have_n && n > 1) {
         const char *used;
         const char *coord = vm_get(tenv, "MEGASCALE_COORDINATOR_ADDRESS", &used);
-        mesh_info(MOD, "multislice: slice %lld of %lld, coordinator %s", id, n,
-                  coord ? coord : "(not set)");
+        if (coord != NULL && coord[0] != '\0') {
+            bool from_env = strcmp(used, "MEGASCALE_COORDINATOR_ADDRESS") == 0;
+            rc = take_coordinator(ctx, from_env ? "" : used, coord, err);
+        }
+        if (rc == 0) {
+            rc = take_megascale_port(ctx, tenv, err);
+        }
+        if (rc < 0) {
+            return rc;
+        }
+        if (id != 0 && ctx->megascale_coordinator == NULL) {
+            mesh_warn(MOD,
+                      "multislice: MEGASCALE_COORDINATOR_ADDRESS is not set: slice %lld "
+                      "cannot name slice 0's worker 0, so tpu.env and jax.env are left to "
+                      "the sidecar",
+                      id);
+        }
+        mesh_info(MOD, "multislice: slice %lld of %lld, coordinator %s, MEGASCALE_PORT %d", id, n,
+                  ctx->megascale_coordinator ? ctx->megascale_coordinator : "(not set)",
+                  ctx->megascale_port > 0 ? ctx->megascale_port : 8080);
     }
+    ctx->num_slices = (int)n;
+    ctx->slice_id = (int)id;
     *out_slices = n;
     return 0;
 }
@@ -319,7 +392,7 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
     ctx->self_index = (int)id;
     check_self_host(ctx);
     long long slices = 1;
-    rc = check_megascale(tenv, &slices, err);
+    rc = check_megascale(ctx, tenv, &slices, err);
     if (rc == 0) {
         rc = resolve_vm_slice(ctx, md, ctx->nworkers, err);
     }
@@ -346,13 +419,19 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
                             ctx->opts.expected_workers, ctx->nworkers);
     }
     /* docs/DESIGN.md §5: a multislice job's workers are slice-major across all
-     * slices; this pod only knows its own slice, so the sidecar completes it. */
+     * slices; this pod only knows its own slice: it publishes the slice's
+     * tpu.env and jax.env, and the sidecar completes the worker list. */
     ctx->complete = ctx->nworkers > 0 && slices == 1;
+    ctx->slice_complete = ctx->nworkers > 0 && have_id && slices > 1;
     if (ctx->nworkers > 0 && slices > 1) {
+        for (size_t i = 0; i < ctx->nworkers; i++) {
+            ctx->workers[i].index = ctx->slice_id * (int)ctx->nworkers + (int)i;
+        }
         mesh_info(MOD,
-                  "multislice: TPU_WORKER_HOSTNAMES names this slice only; the sidecar "
-                  "completes the worker list across %lld slices",
-                  slices);
+                  "multislice: TPU_WORKER_HOSTNAMES names this slice only (global indices "
+                  "%d..%d); the sidecar completes the worker list across %lld slices",
+                  ctx->slice_id * (int)ctx->nworkers,
+                  ctx->slice_id * (int)ctx->nworkers + (int)ctx->nworkers - 1, slices);
     }
     mesh_info(MOD, "TPU VM: worker %d of %zu, slice %s%s%s, worker list %s", ctx->self_index,
               ctx->nworkers, ctx->have_slice ? ctx->slice.accelerator_type : "unknown",

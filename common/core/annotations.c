@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/names.h"
 
 static int hexval(char c)
 {
@@ -279,8 +280,8 @@ int mesh_annotations_parse(const char *buf, size_t len, struct mesh_annotations 
 /* ---- tpumesh.dev keys ---------------------------------------------------- */
 
 #define KEYS_TEXT                                                                                  \
-    "tpu, zone, project, job-name, port, address-mode, expected-workers, timeout, inject, "        \
-    "containers"
+    "tpu, zone, project, job-name, port, address-mode, expected-workers, timeout, "                \
+    "megascale-port, inject, containers"
 
 static bool all_chars(const char *s, const char *extra, bool upper, bool underscore)
 {
@@ -379,6 +380,8 @@ static int config_key(const char *key, const char *name, const char *v,
         return want_int(key, v, 1, 65536, &c->expected_workers, err);
     } else if (strcmp(name, "timeout") == 0) {
         return want_int(key, v, 1, 86400, &c->timeout_s, err);
+    } else if (strcmp(name, "megascale-port") == 0) {
+        return want_int(key, v, 1, 65535, &c->megascale_port, err);
     } else if (strcmp(name, "address-mode") == 0) {
         static const char *const modes[] = {"auto", "dns", "ip"};
         for (size_t i = 0; i < 3; i++) {
@@ -411,6 +414,7 @@ void mesh_annotations_config_cleanup(struct mesh_annotations_config *c)
     mesh_free(c->project);
     mesh_free(c->job_name);
     mesh_free(c->tf_version);
+    mesh_free(c->coordinator);
     memset(c, 0, sizeof(*c));
 }
 
@@ -433,6 +437,16 @@ int mesh_annotations_config(const struct mesh_annotations *a,
                                   key, v);
             } else {
                 c.tf_version = mesh_strdup(v);
+            }
+        } else if (strcmp(key, MESH_ANNOTATION_JOBSET_COORDINATOR) == 0) {
+            size_t n = strlen(v);
+            if (n == 0 || n > 253 || !mesh_names_is_dns_name(v, n, false, false)) {
+                rc = mesh_err_set(err, MESH_E_CONFIG, 0,
+                                  "annotation %s=\"%.32s\" is not a host name (<pod "
+                                  "hostname>.<headless service>)",
+                                  key, v);
+            } else {
+                c.coordinator = mesh_strdup(v);
             }
         }
         if (rc < 0) {

@@ -55,6 +55,9 @@ int mesh_annotations_unquote(const char *s, size_t len, char **out_value, struct
 /* The prefix of our keys and the legacy TPU Node key. */
 #define MESH_ANNOTATION_PREFIX "tpumesh.dev/"
 #define MESH_ANNOTATION_TF_VERSION "tf-version.cloud-tpus.google.com"
+/* JobSet's coordinator, "<pod hostname>.<headless service>" (JobSet sets it
+ * as label and annotation when the JobSet names a coordinator pod). */
+#define MESH_ANNOTATION_JOBSET_COORDINATOR "jobset.sigs.k8s.io/coordinator"
 
 /* tpumesh's configuration from annotations. Strings owned (NULL = absent);
  * numbers 0 = absent; has_address_mode says whether address_mode is set. */
@@ -69,10 +72,13 @@ struct mesh_annotations_config {
     enum mesh_addr_mode address_mode; /* tpumesh.dev/address-mode auto|dns|ip */
     int expected_workers;             /* tpumesh.dev/expected-workers, 1-65536 */
     int timeout_s;                    /* tpumesh.dev/timeout, whole seconds 1-86400 */
+    int megascale_port;               /* tpumesh.dev/megascale-port, 1-65535 */
+    char *coordinator;                /* jobset.sigs.k8s.io/coordinator: an RFC 1123 host name */
 };
 
 /* Extract and validate tpumesh's keys from a. Keys outside tpumesh.dev/ are
- * ignored except tf-version.cloud-tpus.google.com. tpumesh.dev/inject (the
+ * ignored except tf-version.cloud-tpus.google.com and
+ * jobset.sigs.k8s.io/coordinator. tpumesh.dev/inject (the
  * webhook's switch) and tpumesh.dev/containers (which containers the webhook
  * mounts the volume in; tpumesh-injector checks it) are accepted and ignored. Any other
  * tpumesh.dev/ key, or a bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.

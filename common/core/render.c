@@ -210,6 +210,11 @@ int mesh_render_worker_address(const struct mesh_worker *w, enum mesh_addr_mode 
 
 static int expected_of(const struct mesh_render_input *in)
 {
+    if (in->slice_only) {
+        /* Checked in check_common: 2 <= slices, nworkers <= the limit. */
+        long long total = (long long)(in->slices > 1 ? in->slices : 1) * (long long)in->nworkers;
+        return total > MESH_RENDER_MAX_WORKERS ? MESH_RENDER_MAX_WORKERS : (int)total;
+    }
     return in->expected > 0 ? in->expected : (int)in->nworkers;
 }
 
@@ -244,7 +249,32 @@ struct prep {
     size_t addr_bytes;        /* sum of the bare addresses in mode */
     char port[8];             /* ":<port>" of in->port */
     size_t port_len;
+    /* Slices (render.h): derived by prep_slices. */
+    int nslices;     /* >= 1 */
+    int total;       /* workers of the whole job (expected_of) */
+    int hps;         /* hosts per slice */
+    int self_slice;  /* this pod's slice, -1 = unknown */
+    int base_idx;    /* global index of this pod's slice's worker 0 (0 when unknown) */
+    size_t base_pos; /* its position in workers[] */
+    uint64_t digest; /* workersDigest, set by prep_digest */
 };
+
+/* The slice facts of a checked input (check_common has ruled out the
+ * inconsistent ones). */
+static void prep_slices(struct prep *p)
+{
+    const struct mesh_render_input *in = p->in;
+    p->nslices = in->slices > 1 ? in->slices : 1;
+    p->total = expected_of(in);
+    p->hps = in->slice_only ? (int)in->nworkers : p->total / p->nslices;
+    if (in->slice_only) {
+        p->self_slice = in->slice_id;
+    } else {
+        p->self_slice = in->self_index >= 0 && p->hps > 0 ? in->self_index / p->hps : -1;
+    }
+    p->base_idx = p->self_slice > 0 ? p->self_slice * p->hps : 0;
+    p->base_pos = in->slice_only ? 0 : (size_t)p->base_idx;
+}
 
 static void prep_cleanup(struct prep *p)
 {
@@ -291,6 +321,62 @@ static int check_worker_facts(const struct mesh_worker *w, struct wfacts *f, str
     return 0;
 }
 
+/* A coordinator host given by the caller: "" or NULL (none), else a host
+ * name or an IP literal. */
+static int check_coordinator(const char *what, const char *s, struct mesh_err *err)
+{
+    if (s == NULL || s[0] == '\0' || is_hostname(s) || is_ip(s, NULL)) {
+        return 0;
+    }
+    char shown[96];
+    escape_for_msg(s, MESH_HOST_MAX, shown, sizeof(shown));
+    return mesh_err_set(err, MESH_E_INVAL, 0,
+                        "%s \"%s\" is not a host name or IP address (no port, no scheme)", what,
+                        shown);
+}
+
+/* The multi-slice fields of render.h. */
+static int check_slices(const struct mesh_render_input *in, struct mesh_err *err)
+{
+    if (in->slices < 0 || in->slices > MESH_RENDER_MAX_WORKERS) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "slice count %d is outside 0..%d", in->slices,
+                            MESH_RENDER_MAX_WORKERS);
+    }
+    if (in->megascale_port < 0 || in->megascale_port > 65535) {
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "MEGASCALE_PORT %d is outside 1..65535 (0 = the default %d)",
+                            in->megascale_port, MESH_RENDER_MEGASCALE_PORT);
+    }
+    int rc = check_coordinator("JAX coordinator", in->jax_coordinator, err);
+    if (rc == 0) {
+        rc = check_coordinator("MEGASCALE_COORDINATOR_ADDRESS", in->megascale_coordinator, err);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (in->slice_only) {
+        if (in->slices < 2 || in->slice_id < 0 || in->slice_id >= in->slices) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "slice id %d is outside 0..%d (one slice of %d listed)",
+                                in->slice_id, in->slices - 1, in->slices);
+        }
+        if ((long long)in->slices * (long long)in->nworkers > MESH_RENDER_MAX_WORKERS) {
+            return mesh_err_set(err, MESH_E_RANGE, 0,
+                                "%d slices of %zu workers exceed the limit of %d", in->slices,
+                                in->nworkers, MESH_RENDER_MAX_WORKERS);
+        }
+        return 0;
+    }
+    int total = expected_of(in);
+    if (in->slices > 1 && total % in->slices != 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "%d workers do not split into %d equal slices: check the expected "
+                            "worker count (the total over all slices)",
+                            total, in->slices);
+    }
+    return 0;
+}
+
 /* Everything that holds for any render: sizes, port, job name, every
  * worker's fields (each checked once, its facts kept in p). On success p
  * owns memory: prep_cleanup. */
@@ -332,6 +418,10 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
         return mesh_err_set(err, MESH_E_RANGE, 0, "own worker index %d is out of range",
                             in->self_index);
     }
+    int rc = check_slices(in, err);
+    if (rc < 0) {
+        return rc;
+    }
     if (in->nworkers > 0) {
         p->f = mesh_malloc(in->nworkers * sizeof(*p->f));
     }
@@ -341,7 +431,7 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
     size_t text_bytes = 0;
     for (size_t i = 0; i < in->nworkers; i++) {
         struct wfacts *f = &p->f[i];
-        int rc = check_worker_facts(&in->workers[i], f, err);
+        rc = check_worker_facts(&in->workers[i], f, err);
         if (rc < 0) {
             prep_cleanup(p);
             return rc;
@@ -359,6 +449,7 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
     p->addr_bytes = p->mode == MESH_ADDR_DNS ? host_bytes : ip_bytes;
     p->text_bytes = text_bytes;
     p->port_len = (size_t)snprintf(p->port, sizeof(p->port), ":%d", in->port);
+    prep_slices(p);
     return 0;
 }
 
@@ -380,6 +471,8 @@ static size_t bare_of(const struct prep *p, size_t i, const char **out, bool *ou
 
 /* What the env files and TF_CONFIG additionally need: the whole job, dense
  * indices, our own index in range, an address for every worker. */
+static int check_complete_slice(const struct prep *p, struct mesh_err *err);
+
 static int check_complete(const struct prep *p, struct mesh_err *err)
 {
     const struct mesh_render_input *in = p->in;
@@ -387,6 +480,9 @@ static int check_complete(const struct prep *p, struct mesh_err *err)
     if (!in->complete) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
                             "the worker list is incomplete: env files keep their last version");
+    }
+    if (in->slice_only) {
+        return check_complete_slice(p, err);
     }
     if (n == 0 || (size_t)n != in->nworkers) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "%zu of %d workers known", in->nworkers, n);
@@ -415,9 +511,67 @@ static int check_complete(const struct prep *p, struct mesh_err *err)
     return 0;
 }
 
-static int prepare_complete(const struct mesh_render_input *in, struct prep *p,
-                            struct mesh_err *err)
+/* One slice listed (render.h, slice_only): dense global indices from the
+ * slice's first, our own index among them, an address for each, and a
+ * known host for slice 0 worker 0. */
+static int check_complete_slice(const struct prep *p, struct mesh_err *err)
 {
+    const struct mesh_render_input *in = p->in;
+    int m = (int)in->nworkers;
+    if (m == 0) {
+        return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "no worker of slice %d is known",
+                            in->slice_id);
+    }
+    if (in->self_index < p->base_idx || in->self_index >= p->base_idx + m) {
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "own worker index %d is outside slice %d's %d..%d: check "
+                            "TPU_WORKER_ID and MEGASCALE_SLICE_ID",
+                            in->self_index, in->slice_id, p->base_idx, p->base_idx + m - 1);
+    }
+    for (int i = 0; i < m; i++) {
+        const struct mesh_worker *w = &in->workers[i];
+        const struct wfacts *f = &p->f[i];
+        if (w->index != p->base_idx + i) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "worker at position %d of slice %d has index %d, not %d", i,
+                                in->slice_id, w->index, p->base_idx + i);
+        }
+        if ((p->mode == MESH_ADDR_DNS ? f->host_len : f->ip_len) == 0) {
+            return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "worker %d has no %s yet", w->index,
+                                p->mode == MESH_ADDR_DNS ? "host name" : "pod IP");
+        }
+    }
+    if (in->slice_id != 0 &&
+        (in->megascale_coordinator == NULL || in->megascale_coordinator[0] == '\0')) {
+        return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
+                            "slice %d cannot name slice 0's worker 0: "
+                            "MEGASCALE_COORDINATOR_ADDRESS is not set",
+                            in->slice_id);
+    }
+    return 0;
+}
+
+/* Whether file id is rendered for in (render.h): topology.json always; the
+ * others only when complete; for one slice alone only tpu.env and jax.env. */
+static bool renders(const struct mesh_render_input *in, int id)
+{
+    if (id == MESH_FILE_TOPOLOGY_JSON) {
+        return true;
+    }
+    if (id == MESH_FILE_TOPOLOGY_PB || !in->complete) {
+        return false;
+    }
+    return !in->slice_only || id == MESH_FILE_TPU_ENV || id == MESH_FILE_JAX_ENV;
+}
+
+static int prepare_complete(const struct mesh_render_input *in, enum mesh_render_file_id id,
+                            struct prep *p, struct mesh_err *err)
+{
+    if (in->slice_only && in->complete && !renders(in, id)) {
+        return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
+                            "%s needs every slice's workers; only slice %d is listed",
+                            mesh_render_file_name(id), in->slice_id);
+    }
     int rc = check_common(in, p, err);
     if (rc == 0) {
         rc = check_complete(p, err);
@@ -643,19 +797,41 @@ static size_t tpu_hint(const struct prep *p)
 
 static void tpu_prefix(struct wr *w, const struct prep *p)
 {
-    env_line_int(w, "TPU_WORKER_ID", p->in->self_index);
+    /* libtpu reads both as this ICI slice's: the index within the slice and
+     * the slice's own hosts, as GKE sets them for an Indexed Job. */
+    env_line_int(w, "TPU_WORKER_ID", p->in->self_index - p->base_idx);
     WR_LIT(w, "TPU_WORKER_HOSTNAMES='");
 }
 
+/* Only the workers of this pod's slice (positions base_pos..+hps) are
+ * listed; the others' fragments are empty. */
 static void tpu_frag(struct wr *w, const struct prep *p, size_t i)
 {
+    if (i < p->base_pos || i >= p->base_pos + (size_t)p->hps) {
+        return;
+    }
     const char *bare;
     bool v6;
     size_t len = bare_of(p, i, &bare, &v6);
-    if (i > 0) {
+    if (i > p->base_pos) {
         wr_ch(w, ',');
     }
     wr_mem(w, bare, len);
+}
+
+/* The host (no port) of slice 0 worker 0: MEGASCALE_COORDINATOR_ADDRESS as
+ * the environment gave it when only one slice is listed, else the first
+ * worker's address in the effective mode. */
+static size_t slice0_host(const struct prep *p, const char **out, bool *out_v6)
+{
+    const char *mc = p->in->megascale_coordinator;
+    if (p->in->slice_only && mc != NULL && mc[0] != '\0') {
+        *out = mc;
+        *out_v6 = false;
+        (void)is_ip(mc, out_v6);
+        return strlen(mc);
+    }
+    return bare_of(p, 0, out, out_v6);
 }
 
 static void tpu_suffix(struct wr *w, const struct prep *p)
@@ -668,13 +844,32 @@ static void tpu_suffix(struct wr *w, const struct prep *p)
         env_line_bounds(w, "TPU_HOST_BOUNDS", in->slice->host_bounds);
         env_line_bounds(w, "TPU_CHIPS_PER_HOST_BOUNDS", in->slice->chips_per_host_bounds);
     }
+    if (p->nslices > 1) {
+        /* What GKE sets for a multi-slice JobSet and libtpu's megascale
+         * (DCN) runtime and JAX read: the host of slice 0 worker 0 without a
+         * port, the slice count, this pod's slice, the coordinator port. */
+        const char *host;
+        bool v6;
+        size_t len = slice0_host(p, &host, &v6);
+        WR_LIT(w, "MEGASCALE_COORDINATOR_ADDRESS='");
+        wr_mem(w, host, len);
+        WR_LIT(w, "'\n");
+        env_line_int(w, "MEGASCALE_NUM_SLICES", p->nslices);
+        env_line_int(w, "MEGASCALE_SLICE_ID", p->self_slice);
+        env_line_int(w, "MEGASCALE_PORT",
+                     in->megascale_port > 0 ? in->megascale_port : MESH_RENDER_MEGASCALE_PORT);
+    }
 }
 
 /* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE it takes worker 0
  * on port 8476 as coordinator and TPU_WORKER_ID as process id.
  * JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
  * conventional names for jax.distributed.initialize(num_processes=,
- * process_id=) that launchers pass; we write the same values GKE implies. */
+ * process_id=) that launchers pass; we write the same values GKE implies.
+ * Multi-slice, what JAX's own multislice detection computes: slice 0 worker
+ * 0 as coordinator, hosts per slice x slices processes, process id = slice
+ * id x hosts per slice + worker id (= the global index). A JobSet's
+ * coordinator, when the job names one, replaces slice 0 worker 0. */
 static size_t jax_hint(const struct prep *p)
 {
     (void)p;
@@ -687,12 +882,19 @@ static void jax_prefix(struct wr *w, const struct prep *p)
     struct prep jax = *p;
     jax.port_len = (size_t)snprintf(jax.port, sizeof(jax.port), ":%d", MESH_RENDER_JAX_PORT);
     const char *bare;
-    bool v6;
-    size_t len = bare_of(p, 0, &bare, &v6);
+    bool v6 = false;
+    size_t len;
+    if (in->jax_coordinator != NULL && in->jax_coordinator[0] != '\0') {
+        bare = in->jax_coordinator;
+        len = strlen(bare);
+        (void)is_ip(bare, &v6);
+    } else {
+        len = slice0_host(p, &bare, &v6);
+    }
     WR_LIT(w, "JAX_COORDINATOR_ADDRESS='");
     wr_address(w, &jax, bare, len, v6);
     WR_LIT(w, "'\n");
-    env_line_int(w, "JAX_NUM_PROCESSES", (long long)in->nworkers);
+    env_line_int(w, "JAX_NUM_PROCESSES", p->total);
     env_line_int(w, "JAX_PROCESS_ID", in->self_index);
 }
 
@@ -703,7 +905,7 @@ int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data,
                             struct mesh_err *err)
 {
     struct prep p;
-    int rc = prepare_complete(in, &p, err);
+    int rc = prepare_complete(in, MESH_FILE_DTENSOR_ENV, &p, err);
     if (rc == 0) {
         write_file(MESH_FILE_DTENSOR_ENV, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
@@ -715,7 +917,7 @@ int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, siz
                         struct mesh_err *err)
 {
     struct prep p;
-    int rc = prepare_complete(in, &p, err);
+    int rc = prepare_complete(in, MESH_FILE_TPU_ENV, &p, err);
     if (rc == 0 && in->slice != NULL) {
         rc = check_slice_tokens(in->slice, err);
         if (rc < 0) {
@@ -733,7 +935,7 @@ int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, siz
                         struct mesh_err *err)
 {
     struct prep p;
-    int rc = prepare_complete(in, &p, err);
+    int rc = prepare_complete(in, MESH_FILE_JAX_ENV, &p, err);
     if (rc == 0) {
         write_file(MESH_FILE_JAX_ENV, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
@@ -876,7 +1078,7 @@ int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, s
                           struct mesh_err *err)
 {
     struct prep p;
-    int rc = prepare_complete(in, &p, err);
+    int rc = prepare_complete(in, MESH_FILE_TF_CONFIG, &p, err);
     if (rc == 0) {
         write_file(MESH_FILE_TF_CONFIG, &p, NULL, out_data, out_len);
         prep_cleanup(&p);
@@ -884,13 +1086,25 @@ int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, s
     return rc;
 }
 
-/* "slice": {...} at depth 1, members at depth 2. */
+/* A string, or null when it is empty (unknown). */
+static void wr_json_str_or_null(struct wr *w, const char *s)
+{
+    if (s[0] == '\0') {
+        WR_LIT(w, "null");
+    } else {
+        wr_json_str(w, s);
+    }
+}
+
+/* "slice": {...} at depth 1, members at depth 2. An empty accelerator type
+ * or topology is unknown (null): on the legacy TPU Node path the slice may
+ * be known only from the TopologyProto the TPU returned. */
 static void write_slice_json(struct wr *w, const struct mesh_slice *s)
 {
     WR_LIT(w, "{\n\t\t\"acceleratorType\":\t");
-    wr_json_str(w, s->accelerator_type);
+    wr_json_str_or_null(w, s->accelerator_type);
     WR_LIT(w, ",\n\t\t\"topology\":\t");
-    wr_json_str(w, s->topology);
+    wr_json_str_or_null(w, s->topology);
     WR_LIT(w, ",\n\t\t\"chips\":\t");
     wr_int(w, s->chips);
     WR_LIT(w, ",\n\t\t\"hosts\":\t");
@@ -946,10 +1160,63 @@ static void write_worker_json(struct wr *w, const struct prep *p, size_t i)
  * used to size the block. */
 #define WORKER_JSON_FIXED 160
 
+/* 64-bit FNV-1a (render.h, mesh_render_workers_digest). */
+#define FNV_BASIS 14695981039346656037ULL
+#define FNV_PRIME 1099511628211ULL
+
+static inline uint64_t fnv_bytes(uint64_t h, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
+    }
+    return h;
+}
+
+/* workersDigest over the listed workers: per worker "<index>\t<pod>\t<address>\n",
+ * the address as topology.json's workers[].address shows it. */
+static uint64_t workers_digest(const struct prep *p)
+{
+    uint64_t h = FNV_BASIS;
+    for (size_t i = 0; i < p->in->nworkers; i++) {
+        const struct mesh_worker *wk = &p->in->workers[i];
+        char num[16];
+        int n = snprintf(num, sizeof(num), "%d\t", wk->index);
+        h = fnv_bytes(h, num, (size_t)n);
+        h = fnv_bytes(h, wk->pod, p->f[i].pod_len);
+        h = fnv_bytes(h, "\t", 1);
+        const char *bare;
+        bool v6;
+        size_t len = bare_of(p, i, &bare, &v6);
+        if (len > 0) {
+            if (v6) {
+                h = fnv_bytes(h, "[", 1);
+            }
+            h = fnv_bytes(h, bare, len);
+            if (v6) {
+                h = fnv_bytes(h, "]", 1);
+            }
+            h = fnv_bytes(h, p->port, p->port_len);
+        }
+        h = fnv_bytes(h, "\n", 1);
+    }
+    return h;
+}
+
+static void digest_hex(uint64_t h, char out[17])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--) {
+        out[i] = hex[h & 15];
+        h >>= 4;
+    }
+    out[16] = '\0';
+}
+
 /* topology.json (docs/DESIGN.md §4): what is known, complete or not. Keys in this
- * order: generation, complete, slice, jobName, clientId, numClients,
- * coordinator, workers[] {index, pod, host, ip, address, ready}. Unknown
- * values are null. */
+ * order: generation, complete, slice, slices {count, id, hostsPerSlice},
+ * jobName, clientId, numClients, coordinator, workersDigest,
+ * workers[] {index, pod, host, ip, address, ready}. Unknown values are null.
+ * "complete" is false while only one slice is listed (slice_only). */
 static size_t topo_hint(const struct prep *p)
 {
     return 1024 + p->text_bytes + p->addr_bytes +
@@ -962,7 +1229,7 @@ static void topo_prefix(struct wr *w, const struct prep *p)
     size_t n = in->nworkers;
     WR_LIT(w, "{\n\t\"generation\":\t");
     wr_json_generation(w, in->generation);
-    if (in->complete) {
+    if (in->complete && !in->slice_only) {
         WR_LIT(w, ",\n\t\"complete\":\ttrue,\n\t\"slice\":\t");
     } else {
         WR_LIT(w, ",\n\t\"complete\":\tfalse,\n\t\"slice\":\t");
@@ -972,6 +1239,17 @@ static void topo_prefix(struct wr *w, const struct prep *p)
     } else {
         WR_LIT(w, "null");
     }
+    WR_LIT(w, ",\n\t\"slices\":\t{\n\t\t\"count\":\t");
+    wr_int(w, p->nslices);
+    WR_LIT(w, ",\n\t\t\"id\":\t");
+    if (p->self_slice >= 0) {
+        wr_int(w, p->self_slice);
+    } else {
+        WR_LIT(w, "null");
+    }
+    WR_LIT(w, ",\n\t\t\"hostsPerSlice\":\t");
+    wr_int(w, p->hps);
+    WR_LIT(w, "\n\t}");
     WR_LIT(w, ",\n\t\"jobName\":\t");
     wr_json_str(w, job_name_of(in));
     WR_LIT(w, ",\n\t\"clientId\":\t");
@@ -995,7 +1273,11 @@ static void topo_prefix(struct wr *w, const struct prep *p)
     } else {
         WR_LIT(w, "null");
     }
-    WR_LIT(w, ",\n\t\"workers\":\t[");
+    char hex[17];
+    digest_hex(p->digest, hex);
+    WR_LIT(w, ",\n\t\"workersDigest\":\t\"");
+    wr_mem(w, hex, 16);
+    WR_LIT(w, "\",\n\t\"workers\":\t[");
 }
 
 static void topo_frag(struct wr *w, const struct prep *p, size_t i)
@@ -1032,10 +1314,24 @@ int mesh_render_topology_json(const struct mesh_render_input *in, char **out_dat
     }
     rc = check_slice_terminated(in->slice, err);
     if (rc == 0) {
+        p.digest = workers_digest(&p);
         write_file(MESH_FILE_TOPOLOGY_JSON, &p, NULL, out_data, out_len);
     }
     prep_cleanup(&p);
     return rc;
+}
+
+int mesh_render_workers_digest(const struct mesh_render_input *in, char out[17],
+                               struct mesh_err *err)
+{
+    struct prep p;
+    int rc = check_common(in, &p, err);
+    if (rc < 0) {
+        return rc;
+    }
+    digest_hex(workers_digest(&p), out);
+    prep_cleanup(&p);
+    return 0;
 }
 
 /* The parts of each text file (topology.pb is binary, not rendered here).
@@ -1132,8 +1428,10 @@ static int check_all(const struct mesh_render_input *in, struct prep *p, struct 
     }
     if (rc < 0) {
         prep_cleanup(p);
+        return rc;
     }
-    return rc;
+    p->digest = workers_digest(p);
+    return 0;
 }
 
 int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
@@ -1148,7 +1446,7 @@ int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *
     struct mesh_render_out tmp;
     mesh_render_out_init(&tmp);
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (file_parts[i].prefix != NULL && (i == MESH_FILE_TOPOLOGY_JSON || in->complete)) {
+        if (file_parts[i].prefix != NULL && renders(in, i)) {
             write_file((enum mesh_render_file_id)i, &p, NULL, &tmp.data[i], &tmp.len[i]);
         }
     }
@@ -1157,7 +1455,8 @@ int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *
     return 0;
 }
 
-/* cJSON's compact print plus a newline, in our allocation (cluster_spec). */
+/* cJSON's compact print plus a newline, in our allocation (the TPU Node
+ * tf_config.json). */
 static int print_json(cJSON *root, char **out_data, size_t *out_len, struct mesh_err *err)
 {
     char *text = cJSON_PrintUnformatted(root);
@@ -1176,10 +1475,12 @@ static int print_json(cJSON *root, char **out_data, size_t *out_len, struct mesh
     return 0;
 }
 
-/* cluster_spec() of the legacy TPU Node path:
- * job "worker", tasks 0..n-1 = the endpoints in order, dense list. */
-int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t n, char **out_data,
-                             size_t *out_len, struct mesh_err *err)
+/* tf_config.json of the legacy TPU Node path (docs/DESIGN.md §6): cluster =
+ * TensorFlow's cluster_spec(), job "worker", tasks 0..n-1 = the endpoints in
+ * order; no task: TFConfigClusterResolver then reads the cluster and leaves
+ * the task unset, which is right for the TPU's client. */
+int mesh_render_node_tf_config(const char *const *hosts, const int *ports, size_t n,
+                               char **out_data, size_t *out_len, struct mesh_err *err)
 {
     if (n == 0 || hosts == NULL) {
         return mesh_err_set(err, MESH_E_INVAL, 0, "no TPU endpoints to write a cluster_spec for");
@@ -1189,7 +1490,8 @@ int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t 
                             MESH_RENDER_MAX_WORKERS);
     }
     mesh_autocjson cJSON *root = cJSON_CreateObject();
-    cJSON *list = cJSON_AddArrayToObject(root, "worker");
+    cJSON *cluster = cJSON_AddObjectToObject(root, "cluster");
+    cJSON *list = cJSON_AddArrayToObject(cluster, "worker");
     for (size_t i = 0; i < n; i++) {
         const char *h = hosts[i];
         int port = ports != NULL ? ports[i] : MESH_RENDER_TPU_NODE_PORT;
@@ -1282,7 +1584,11 @@ struct mesh_render_cache {
     struct cfile file[MESH_FILE__COUNT];
     bool valid;    /* the fields below describe the last successful update */
     bool complete; /* env files are current (rendered at the last update) */
+    bool slice_only;
     size_t n;
+    int nslices, hps; /* the slice facts tpu.env's fragments depend on */
+    size_t base_pos;
+    uint64_t wdigest;         /* workersDigest of the last update */
     enum mesh_addr_mode mode; /* effective */
     int port;
     struct wfacts *f; /* owned, n entries */
@@ -1534,16 +1840,31 @@ static long find_changed(struct mesh_render_cache *c, const struct mesh_render_i
     return (long)nchanged;
 }
 
+/* check_header saw no workers: the slice split of the real count, and the
+ * slice tpu.env lists, must be what the cached fragments assume. */
+static bool slices_match(const struct mesh_render_cache *c, const struct mesh_render_input *in)
+{
+    if (in->slices > 1 && expected_of(in) % in->slices != 0) {
+        return false;
+    }
+    struct prep sl = {.in = in};
+    prep_slices(&sl);
+    return sl.nslices == c->nslices && sl.hps == c->hps && sl.base_pos == c->base_pos;
+}
+
 /* The incremental update; -1 when it cannot apply (the caller renders in
  * full), else the mask of changed files. Touches nothing before it knows it
  * applies. */
 static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render_input *in)
 {
     if (!c->valid || in->nworkers != c->n || in->port != c->port || in->complete != c->complete ||
-        (in->nworkers > 0 && in->workers == NULL)) {
+        in->slice_only || c->slice_only || (in->nworkers > 0 && in->workers == NULL)) {
         return -1;
     }
     if (check_header(in, NULL) < 0) {
+        return -1;
+    }
+    if (!slices_match(c, in)) {
         return -1;
     }
     size_t n = in->nworkers;
@@ -1578,9 +1899,15 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
     }
     struct prep p = {.in = in, .f = c->f, .mode = mode};
     p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
+    prep_slices(&p);
+    /* The digest reads what a readiness flip does not change. */
+    if (content) {
+        c->wdigest = workers_digest(&p);
+    }
+    p.digest = c->wdigest;
     int mask = 0;
     for (int id = 0; id < MESH_FILE__COUNT; id++) {
-        if (file_parts[id].prefix == NULL || (id != MESH_FILE_TOPOLOGY_JSON && !in->complete)) {
+        if (file_parts[id].prefix == NULL || !renders(in, id)) {
             continue;
         }
         int how = cache_patch_file(c, (enum mesh_render_file_id)id, &p, nchanged);
@@ -1610,7 +1937,7 @@ static int cache_full(struct mesh_render_cache *c, const struct mesh_render_inpu
     int mask = 0;
     for (int id = 0; id < MESH_FILE__COUNT; id++) {
         const struct parts *fp = &file_parts[id];
-        if (fp->prefix == NULL || (id != MESH_FILE_TOPOLOGY_JSON && !in->complete)) {
+        if (fp->prefix == NULL || !renders(in, id)) {
             continue;
         }
         struct cfile *cf = &c->file[id];
@@ -1640,6 +1967,11 @@ static int cache_full(struct mesh_render_cache *c, const struct mesh_render_inpu
     c->mode = p.mode;
     c->port = in->port;
     c->complete = in->complete;
+    c->slice_only = in->slice_only;
+    c->nslices = p.nslices;
+    c->hps = p.hps;
+    c->base_pos = p.base_pos;
+    c->wdigest = p.digest;
     c->valid = true;
     c->only_ready = false;
     return mask;
@@ -1681,7 +2013,10 @@ void mesh_render_cache_view(const struct mesh_render_cache *c, struct mesh_rende
         return;
     }
     for (int id = 0; id < MESH_FILE__COUNT; id++) {
-        if (c->file[id].data != NULL && (id == MESH_FILE_TOPOLOGY_JSON || c->complete)) {
+        bool shown =
+            id == MESH_FILE_TOPOLOGY_JSON ||
+            (c->complete && (!c->slice_only || id == MESH_FILE_TPU_ENV || id == MESH_FILE_JAX_ENV));
+        if (c->file[id].data != NULL && shown) {
             out->data[id] = c->file[id].data;
             out->len[id] = c->file[id].len;
         }
@@ -1713,6 +2048,8 @@ int mesh_render_cache_set_generation(struct mesh_render_cache *c,
     /* Only topology.json shows the generation, in its prefix. */
     struct prep p = {.in = in, .f = c->f, .mode = c->mode};
     p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
+    prep_slices(&p);
+    p.digest = c->wdigest;
     (void)cache_patch_file(c, MESH_FILE_TOPOLOGY_JSON, &p, 0);
     return 0;
 }

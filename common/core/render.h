@@ -31,6 +31,9 @@
 #define MESH_RENDER_JAX_PORT 8476
 /* TensorFlow's TPU Node gRPC port. */
 #define MESH_RENDER_TPU_NODE_PORT 8470
+/* MEGASCALE_PORT when nothing overrides it: the multi-slice (DCN)
+ * coordinator port GKE and JAX use. */
+#define MESH_RENDER_MEGASCALE_PORT 8080
 /* Largest generation we write: JSON numbers are exact up to 2^53. */
 #define MESH_RENDER_GENERATION_MAX ((uint64_t)9007199254740991ULL)
 
@@ -78,6 +81,33 @@ struct mesh_render_input {
     enum mesh_addr_mode mode;
     uint64_t generation;
     bool complete;
+    /* Multi-slice jobs (docs/DESIGN.md §4-§5). slices: 0 or 1 = one slice; > 1 =
+     * that many equal slices, workers slice-major (global index = slice id x
+     * hosts per slice + index within the slice), hosts per slice = the
+     * expected count / slices (it must divide). tpu.env then names this
+     * pod's slice only and carries MEGASCALE_*; DTENSOR_JOBS, TF_CONFIG and
+     * jax.env stay global.
+     *   megascale_port  MEGASCALE_PORT, 1..65535; 0 = MESH_RENDER_MEGASCALE_PORT
+     *   jax_coordinator host (name or IP, no port) of JAX's coordinator when
+     *                   the job names one (a JobSet's coordinator); NULL or ""
+     *                   = slice 0 worker 0
+     * slice_only: workers[] is this pod's slice alone, not the whole job
+     * (tpumesh-init on a multi-slice TPU VM: GKE's TPU_WORKER_HOSTNAMES names
+     * one slice). Then slices > 1, slice_id is this pod's slice, workers[i]
+     * must have index slice_id x nworkers + i, self_index is global,
+     * `expected` is ignored (the job has slices x nworkers workers), and
+     * `complete` means the slice is complete: only tpu.env and jax.env are
+     * rendered besides topology.json (which says "complete": false: the
+     * job's worker list is not known). megascale_coordinator is
+     * MEGASCALE_COORDINATOR_ADDRESS as the environment gave it (host, no
+     * port); NULL or "" = workers[0] when slice_id is 0, else unknown
+     * (tpu.env and jax.env are then not rendered: -MESH_E_INCOMPLETE). */
+    int slices;
+    int megascale_port;
+    const char *jax_coordinator;
+    bool slice_only;
+    int slice_id;
+    const char *megascale_coordinator;
     /* Optional, read by mesh_render_cache_update only. Non-NULL: the caller
      * knows which workers may differ from the previous update's input, and
      * every worker not listed (indices, any order, repeats allowed) is field
@@ -168,12 +198,27 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
 int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
                     struct mesh_err *err);
 
-/* Legacy TPU Node path (docs/DESIGN.md §6): TensorFlow's cluster_spec
- * {"worker": ["ip:port", ...]} for the TPU's gRPC endpoints in task order,
- * compact JSON plus a newline. hosts[i] is an IP literal or host name
- * (borrowed), ports[i] 1..65535 (NULL = 8470 for all). */
-int mesh_render_cluster_spec(const char *const *hosts, const int *ports, size_t n, char **out_data,
-                             size_t *out_len, struct mesh_err *err);
+/* Legacy TPU Node path (docs/DESIGN.md §6): tf_config.json, a
+ * TF_CONFIG whose cluster is TensorFlow's cluster_spec for the TPU's gRPC
+ * endpoints in task order, {"cluster":{"worker":["ip:port", ...]}}, and no
+ * task (the pod is TensorFlow's client, not one of the workers); compact
+ * JSON plus a newline. hosts[i] is an IP literal or host name (borrowed),
+ * ports[i] 1..65535 (NULL = 8470 for all). */
+int mesh_render_node_tf_config(const char *const *hosts, const int *ports, size_t n,
+                               char **out_data, size_t *out_len, struct mesh_err *err);
+
+/* The workersDigest of topology.json: 64-bit FNV-1a (offset basis
+ * 14695981039346656037, prime 1099511628211) over, for each listed worker
+ * in list order, the bytes of "<index>\t<pod>\t<address>\n" (index in
+ * decimal; pod and address as topology.json shows them, "" for null),
+ * written as 16 lower-case hex digits. It depends on nothing else (not the
+ * generation, readiness or this pod's own index), so every pod that sees
+ * the same workers at the same addresses gets the same digest. A
+ * consistency check, not a security measure. Exported for tests and tools:
+ * out must hold 17 bytes. Returns 0 or mesh_render_topology_json's input
+ * errors. */
+int mesh_render_workers_digest(const struct mesh_render_input *in, char out[17],
+                               struct mesh_err *err);
 
 /* Which files would differ between two inputs, ignoring the generation:
  * returns a bit mask (1u << enum mesh_render_file_id) of the text files whose

@@ -202,6 +202,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in.port = (data[3] << 8) | data[4];
     in.generation = size;
 
+    /* Multi-slice fields from the input's length (the corpus format stays):
+     * a few slice counts, one slice listed alone, MEGASCALE_PORT, and
+     * coordinators taken from the input's bytes (validated or refused). */
+    unsigned ms = (unsigned)(size % 13);
+    in.slices = ms <= 4 ? (int)ms : 0;
+    in.slice_only = in.slices >= 2 && size % 3 == 0;
+    in.slice_id = data[4] % (in.slices + 1);
+    in.megascale_coordinator = n > 0 && size % 2 == 0 ? w[0].pod : NULL;
+    in.jax_coordinator = size % 4 == 1 ? job : NULL;
+    in.megascale_port = size % 5 == 2 ? data[3] * 300 : 0;
     struct mesh_render_out out;
     mesh_render_out_init(&out);
     if (mesh_render_all(&in, &out, NULL) == 0) {
@@ -233,7 +243,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     char *cs = NULL;
     size_t cs_len = 0;
-    if (mesh_render_cluster_spec(hosts, NULL, n, &cs, &cs_len, NULL) == 0) {
+    if (mesh_render_node_tf_config(hosts, NULL, n, &cs, &cs_len, NULL) == 0) {
         check_json(cs, cs_len);
         mesh_free(cs);
     }

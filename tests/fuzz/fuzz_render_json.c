@@ -195,6 +195,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t g = (uint64_t)size * 0x9e3779b97f4a7c15ULL;
         in.generation = (g >> (data[2] % 11)) % (MESH_RENDER_GENERATION_MAX + 2);
     }
+    /* Multi-slice fields from the input's length (the corpus format stays):
+     * a few slice counts, one slice listed alone, MEGASCALE_PORT, and
+     * coordinators taken from the input's bytes (validated or refused). */
+    unsigned ms = (unsigned)(size % 13);
+    in.slices = ms <= 4 ? (int)ms : 0;
+    in.slice_only = in.slices >= 2 && size % 3 == 0;
+    in.slice_id = data[4] % (in.slices + 1);
+    in.megascale_coordinator = n > 0 && size % 2 == 0 ? w[0].pod : NULL;
+    in.jax_coordinator = size % 4 == 1 ? job : NULL;
+    in.megascale_port = size % 5 == 2 ? data[3] * 300 : 0;
     compare(&in);
     mesh_free(w);
     mesh_free(bufs);

@@ -137,8 +137,8 @@ expect "no source: TensorFlow's message -> 2" 2 "Please provide a TPU Name to co
 KUBE=KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS=grpc://10.120.27.5:8470,grpc://10.120.27.6:8470,grpc://10.120.27.7
 run_init kube "$KUBE"
 expect "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS -> TPU Node" 0 "complete"
-check_eq "kube: cluster_spec in env order, default port 8470" \
-    '{"worker":["10.120.27.5:8470","10.120.27.6:8470","10.120.27.7:8470"]}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
+check_eq "kube: TF_CONFIG cluster in env order, default port 8470, no task" \
+    '{"cluster":{"worker":["10.120.27.5:8470","10.120.27.6:8470","10.120.27.7:8470"]}}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 check "kube: source logged" grep -q "from env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" "$OUT.log"
 
 run_init kubetype "$KUBE" -- --accelerator-type v3-32
@@ -159,20 +159,20 @@ expect "endpoint port out of range -> 2" 2 "invalid port"
 
 run_init flagwins "$KUBE" -- --tpu grpc://10.9.9.9:8471
 expect "--tpu beats KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" 0 "complete"
-check_eq "flag wins: its endpoint" '{"worker":["10.9.9.9:8471"]}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
+check_eq "flag wins: its endpoint" '{"cluster":{"worker":["10.9.9.9:8471"]}}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 check "flag wins: source logged" grep -q "from flag --tpu" "$OUT.log"
 
 printf 'kubernetes.io/config.seen="2026-01-01T00:00:00Z"\ntpumesh.dev/tpu="grpc://10.8.8.8"\ntpumesh.dev/port="10001"' >"$TMP/ann"
 run_init annwins "$KUBE" TPUMESH_TPU=grpc://10.7.7.7 -- --annotations-file "$TMP/ann"
 expect "annotation beats TPUMESH_TPU and KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" 0 "complete"
-check_eq "annotation wins: its endpoint" '{"worker":["10.8.8.8:8470"]}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
+check_eq "annotation wins: its endpoint" '{"cluster":{"worker":["10.8.8.8:8470"]}}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 check "annotation wins: source logged" grep -q "from annotation tpumesh.dev/tpu" "$OUT.log"
 
 run_init flagoverann -- --annotations-file "$TMP/ann" --tpu grpc://10.6.6.6
-check_eq "flag beats annotation" '{"worker":["10.6.6.6:8470"]}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
+check_eq "flag beats annotation" '{"cluster":{"worker":["10.6.6.6:8470"]}}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 
 run_init envtpu "$KUBE" TPUMESH_TPU=grpc://10.7.7.7
-check_eq "TPUMESH_TPU beats KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" '{"worker":["10.7.7.7:8470"]}' \
+check_eq "TPUMESH_TPU beats KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS" '{"cluster":{"worker":["10.7.7.7:8470"]}}' \
     "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 
 run_init kubeovername "$KUBE" "TPU_NAME=not a name"

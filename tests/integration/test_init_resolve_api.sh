@@ -93,7 +93,8 @@ check_eq "tpu-api sim: node resource" "READY HEALTHY projects/sim-proj/locations
 
 run_init ready -- --tpu ready
 expect "READY+HEALTHY node -> exit 0" 0 "complete"
-check_eq "ready: cluster_spec from networkEndpoints" '{"worker":["10.0.0.1:8470","10.0.0.2:8470"]}' \
+check_eq "ready: TF_CONFIG cluster from networkEndpoints" \
+    '{"cluster":{"worker":["10.0.0.1:8470","10.0.0.2:8470"]}}' \
     "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 check "ready: project and zone from metadata" grep -q "project sim-proj, zone us-central2-b" "$OUT.log"
 check "ready: slice from acceleratorType" grep -q '"acceleratorType":.*"v3-32"' "$OUT/topology.json"
@@ -142,11 +143,11 @@ run_init badip -- --tpu badip
 expect "endpoint that is not an IP -> exit 5" 5 "networkEndpoints[0].ipAddress"
 
 run_init legacy -- --tpu legacy
-check_eq "deprecated top-level ipAddress/port" '{"worker":["10.1.1.1:8471"]}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
+check_eq "deprecated top-level ipAddress/port" '{"cluster":{"worker":["10.1.1.1:8471"]}}' "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 
 run_init multi -- --tpu ready,second
 expect "comma list of TPU names" 0 "complete"
-check_eq "multi: endpoints of every TPU in order" '{"worker":["10.0.0.1:8470","10.0.0.2:8470","10.3.3.3:8470"]}' \
+check_eq "multi: endpoints of every TPU in order" '{"cluster":{"worker":["10.0.0.1:8470","10.0.0.2:8470","10.3.3.3:8470"]}}' \
     "$(cat "$OUT/tf_config.json" 2>/dev/null)"
 
 # timed2 is READY after 1.5 s; with one deadline for both TPUs the run ends

@@ -4,7 +4,9 @@ TensorFlow master (tests/sim/tf-master/tf_master_sim.py).
 
 Drives the real binary with `--tpu grpc://127.0.0.1:<port>` and with
 KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS: success publishes topology.pb equal to the simulator's bytes
-and tf_config.json = TensorFlow's cluster_spec(); every failure exits with its docs/DESIGN.md §6 code
+and tf_config.json = a TF_CONFIG whose cluster is TensorFlow's cluster_spec() and which has no
+task (read back by tfconfig_check, which parses it as TFConfigClusterResolver does); every failure
+exits with its docs/DESIGN.md §6 code
 and one clear last log line; deadlines hold. The simulator records every call, which proves the
 session is always closed and Reset never sent. Env: ROOT, BUILD, PY (tests/run.sh).
 """
@@ -23,6 +25,7 @@ if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import tap  # noqa: E402
+import tfconfig_check  # noqa: E402
 
 INIT = os.path.join(BUILD, "bin", "tpumesh-init")
 SIM = os.path.join(ROOT, "tests", "sim", "tf-master", "tf_master_sim.py")
@@ -84,6 +87,15 @@ def run_init(args, env=None, timeout=60):
     return p.returncode, lines, time.monotonic() - t0, out
 
 
+def tf_config(out):
+    """tf_config.json as TFConfigClusterResolver reads it: (cluster, task type), or the error."""
+    try:
+        jobs, task_type, _, _ = tfconfig_check.parse(read(os.path.join(out, "tf_config.json")))
+        return jobs, task_type
+    except (OSError, ValueError) as e:
+        return str(e), None
+
+
 def read(path, mode="r"):
     with open(path, mode) as f:
         return f.read()
@@ -119,9 +131,12 @@ def test_success():
     got = read(os.path.join(out, "topology.pb"), "rb") if rc == 0 else b""
     tap.check("grpc success: topology.pb is exactly the TPU's bytes", got == want,
               f"{got.hex()} != {want.hex()}")
-    tf = json.loads(read(os.path.join(out, "tf_config.json"))) if rc == 0 else None
-    tap.check("grpc success: tf_config.json is the cluster_spec",
-              tf == {"worker": [f"127.0.0.1:{sim.port}"]}, f"{tf}")
+    tf = tf_config(out)
+    tap.check("grpc success: tf_config.json is a TF_CONFIG: cluster_spec, no task",
+              tf == ({"worker": [f"127.0.0.1:{sim.port}"]}, None), f"{tf}")
+    topo = json.loads(read(os.path.join(out, "topology.json"))) if rc == 0 else {}
+    tap.check("grpc success: topology.json's slice.meshShape is the TPU's",
+              (topo.get("slice") or {}).get("meshShape") == [2, 2, 1, 2], f"{topo.get('slice')}")
     calls = sim.calls()
     tap.check("grpc success: CreateSession, RunStep, CloseSession in order",
               [c["method"] for c in calls] == ["CreateSession", "RunStep", "CloseSession"],
@@ -160,10 +175,15 @@ def test_env_endpoints_multi_host():
     want = sim_topology("--accelerator-type", "v3-32")
     got = read(os.path.join(out, "topology.pb"), "rb") if rc == 0 else b""
     tap.check("env endpoints v3-32: topology.pb is the TPU's bytes", got == want)
-    tf = json.loads(read(os.path.join(out, "tf_config.json"))) if rc == 0 else None
-    tap.check("env endpoints v3-32: cluster_spec keeps task order and default port",
-              tf == {"worker": [f"127.0.0.1:{sim.port}", "10.0.0.3:8470", "10.0.0.4:8470",
-                                "10.0.0.5:8470"]}, f"{tf}")
+    tf = tf_config(out)
+    tap.check("env endpoints v3-32: TF_CONFIG cluster keeps task order and default port",
+              tf == ({"worker": [f"127.0.0.1:{sim.port}", "10.0.0.3:8470", "10.0.0.4:8470",
+                                 "10.0.0.5:8470"]}, None), f"{tf}")
+    topo = json.loads(read(os.path.join(out, "topology.json"))) if rc == 0 else {}
+    sl = topo.get("slice") or {}
+    tap.check("env endpoints v3-32: slice known from the TopologyProto alone (type unknown)",
+              sl.get("meshShape") == [4, 4, 1, 2] and sl.get("acceleratorType") is None
+              and sl.get("hosts") == 4, f"{sl}")
     cs = sim.calls()[0] if sim.calls() else {}
     tap.check("env endpoints v3-32: cluster_def lists all four tasks",
               json.loads(cs.get("jobs", "{}")) == {"worker": {
@@ -393,9 +413,9 @@ def test_tpu_name_via_api():
     got = read(os.path.join(out, "topology.pb"), "rb") if rc == 0 else b""
     tap.check("TPU name via the Cloud TPU API: topology.pb is the TPU's bytes",
               got == sim_topology("--accelerator-type", "v3-8"))
-    spec = json.loads(read(os.path.join(out, "tf_config.json"))) if rc == 0 else None
-    tap.check("TPU name via the Cloud TPU API: cluster_spec of the node's endpoints",
-              spec == {"worker": [f"127.0.0.1:{tf.port}"]}, f"{spec}")
+    spec = tf_config(out)
+    tap.check("TPU name via the Cloud TPU API: TF_CONFIG cluster of the node's endpoints",
+              spec == ({"worker": [f"127.0.0.1:{tf.port}"]}, None), f"{spec}")
     warns = [x for x in lines if " WARN " in x]
     tap.check("TPU name via the Cloud TPU API: the TPU's topology matches v3-8, no warnings",
               rc == 0 and not warns and any("mesh_shape [2,2,1,2]" in x for x in lines),

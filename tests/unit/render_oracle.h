@@ -129,7 +129,40 @@ static int o_check_worker(const struct mesh_worker *w, struct mesh_err *err)
 
 static int o_expected(const struct mesh_render_input *in)
 {
+    if (in->slice_only) {
+        long long t = (long long)(in->slices > 1 ? in->slices : 1) * (long long)in->nworkers;
+        return t > MESH_RENDER_MAX_WORKERS ? MESH_RENDER_MAX_WORKERS : (int)t;
+    }
     return in->expected > 0 ? in->expected : (int)in->nworkers;
+}
+
+/* Slice facts: count, hosts per slice, own slice (-1), its first global
+ * index and its first position in workers[]. */
+struct o_slices {
+    int count, hps, self, base_idx;
+    size_t base_pos;
+};
+
+static struct o_slices o_slices_of(const struct mesh_render_input *in)
+{
+    struct o_slices r;
+    r.count = in->slices > 1 ? in->slices : 1;
+    r.hps = in->slice_only ? (int)in->nworkers : o_expected(in) / r.count;
+    if (in->slice_only) {
+        r.self = in->slice_id;
+    } else if (in->self_index >= 0 && r.hps > 0) {
+        r.self = in->self_index / r.hps;
+    } else {
+        r.self = -1;
+    }
+    r.base_idx = r.self > 0 ? r.self * r.hps : 0;
+    r.base_pos = in->slice_only ? 0 : (size_t)r.base_idx;
+    return r;
+}
+
+static bool o_is_host(const char *s)
+{
+    return s == NULL || s[0] == '\0' || render_oracle_is_hostname(s) || oracle_is_ip(s);
 }
 
 static const char *o_job_name(const struct mesh_render_input *in)
@@ -176,6 +209,43 @@ static int o_check_common(const struct mesh_render_input *in, struct mesh_err *e
         return mesh_err_set(err, MESH_E_RANGE, 0, "own worker index %d is out of range",
                             in->self_index);
     }
+    if (in->slices < 0 || in->slices > MESH_RENDER_MAX_WORKERS) {
+        return mesh_err_set(err, MESH_E_RANGE, 0, "slice count %d is outside 0..%d", in->slices,
+                            MESH_RENDER_MAX_WORKERS);
+    }
+    if (in->megascale_port < 0 || in->megascale_port > 65535) {
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "MEGASCALE_PORT %d is outside 1..65535 (0 = the default %d)",
+                            in->megascale_port, MESH_RENDER_MEGASCALE_PORT);
+    }
+    const char *names[2] = {"JAX coordinator", "MEGASCALE_COORDINATOR_ADDRESS"};
+    const char *hosts[2] = {in->jax_coordinator, in->megascale_coordinator};
+    for (int k = 0; k < 2; k++) {
+        if (!o_is_host(hosts[k])) {
+            char shown[96];
+            oracle_escape(hosts[k], MESH_HOST_MAX, shown, sizeof(shown));
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "%s \"%s\" is not a host name or IP address (no port, no scheme)",
+                                names[k], shown);
+        }
+    }
+    if (in->slice_only) {
+        if (in->slices < 2 || in->slice_id < 0 || in->slice_id >= in->slices) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "slice id %d is outside 0..%d (one slice of %d listed)",
+                                in->slice_id, in->slices - 1, in->slices);
+        }
+        if ((long long)in->slices * (long long)in->nworkers > MESH_RENDER_MAX_WORKERS) {
+            return mesh_err_set(err, MESH_E_RANGE, 0,
+                                "%d slices of %zu workers exceed the limit of %d", in->slices,
+                                in->nworkers, MESH_RENDER_MAX_WORKERS);
+        }
+    } else if (in->slices > 1 && o_expected(in) % in->slices != 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "%d workers do not split into %d equal slices: check the expected "
+                            "worker count (the total over all slices)",
+                            o_expected(in), in->slices);
+    }
     for (size_t i = 0; i < in->nworkers; i++) {
         int rc = o_check_worker(&in->workers[i], err);
         if (rc < 0) {
@@ -198,6 +268,40 @@ static int o_check_complete(const struct mesh_render_input *in, enum mesh_addr_m
     if (!in->complete) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
                             "the worker list is incomplete: env files keep their last version");
+    }
+    if (in->slice_only) {
+        struct o_slices sl = o_slices_of(in);
+        int m = (int)in->nworkers;
+        if (m == 0) {
+            return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "no worker of slice %d is known",
+                                in->slice_id);
+        }
+        if (in->self_index < sl.base_idx || in->self_index >= sl.base_idx + m) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "own worker index %d is outside slice %d's %d..%d: check "
+                                "TPU_WORKER_ID and MEGASCALE_SLICE_ID",
+                                in->self_index, in->slice_id, sl.base_idx, sl.base_idx + m - 1);
+        }
+        for (int i = 0; i < m; i++) {
+            const struct mesh_worker *w = &in->workers[i];
+            if (w->index != sl.base_idx + i) {
+                return mesh_err_set(err, MESH_E_INVAL, 0,
+                                    "worker at position %d of slice %d has index %d, not %d", i,
+                                    in->slice_id, w->index, sl.base_idx + i);
+            }
+            if (o_bare(w, mode) == NULL) {
+                return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "worker %d has no %s yet", w->index,
+                                    mode == MESH_ADDR_DNS ? "host name" : "pod IP");
+            }
+        }
+        if (in->slice_id != 0 &&
+            (in->megascale_coordinator == NULL || in->megascale_coordinator[0] == '\0')) {
+            return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
+                                "slice %d cannot name slice 0's worker 0: "
+                                "MEGASCALE_COORDINATOR_ADDRESS is not set",
+                                in->slice_id);
+        }
+        return 0;
     }
     if (n == 0 || (size_t)n != in->nworkers) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0, "%zu of %d workers known", in->nworkers, n);
@@ -224,9 +328,24 @@ static int o_check_complete(const struct mesh_render_input *in, enum mesh_addr_m
     return 0;
 }
 
+static int o_prepare_file(const struct mesh_render_input *in, const char *file,
+                          enum mesh_addr_mode *out_mode, struct mesh_err *err);
+
 static int o_prepare(const struct mesh_render_input *in, enum mesh_addr_mode *out_mode,
                      struct mesh_err *err)
 {
+    return o_prepare_file(in, NULL, out_mode, err);
+}
+
+/* file: a file that needs every slice (NULL: tpu.env, jax.env). */
+static int o_prepare_file(const struct mesh_render_input *in, const char *file,
+                          enum mesh_addr_mode *out_mode, struct mesh_err *err)
+{
+    if (file != NULL && in->slice_only && in->complete) {
+        return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
+                            "%s needs every slice's workers; only slice %d is listed", file,
+                            in->slice_id);
+    }
     int rc = o_check_common(in, err);
     if (rc < 0) {
         return rc;
@@ -299,7 +418,7 @@ static int o_dtensor_env(const struct mesh_render_input *in, char **out_data, si
                          struct mesh_err *err)
 {
     enum mesh_addr_mode mode;
-    int rc = o_prepare(in, &mode, err);
+    int rc = o_prepare_file(in, "dtensor.env", &mode, err);
     if (rc < 0) {
         return rc;
     }
@@ -336,9 +455,13 @@ static int o_tpu_env(const struct mesh_render_input *in, char **out_data, size_t
     struct mesh_buf b;
     mesh_buf_init(&hosts, ORACLE_MAX_BYTES);
     mesh_buf_init(&b, ORACLE_MAX_BYTES);
-    rc = o_env_line_int(&b, "TPU_WORKER_ID", in->self_index, err);
+    struct o_slices sl = o_slices_of(in);
+    rc = o_env_line_int(&b, "TPU_WORKER_ID", in->self_index - sl.base_idx, err);
     if (rc == 0) {
-        rc = o_join(in, mode, -1, &hosts, err);
+        struct mesh_render_input own = *in;
+        own.workers = in->workers + sl.base_pos;
+        own.nworkers = (size_t)sl.hps;
+        rc = o_join(&own, mode, -1, &hosts, err);
     }
     if (rc == 0) {
         rc = o_env_line(&b, "TPU_WORKER_HOSTNAMES", mesh_buf_str(&hosts), err);
@@ -369,6 +492,22 @@ static int o_tpu_env(const struct mesh_render_input *in, char **out_data, size_t
             rc = o_env_line(&b, "TPU_CHIPS_PER_HOST_BOUNDS", cb, err);
         }
     }
+    if (rc == 0 && sl.count > 1) {
+        const char *mc = in->megascale_coordinator;
+        const char *host =
+            in->slice_only && mc != NULL && mc[0] != '\0' ? mc : o_bare(&in->workers[0], mode);
+        rc = o_env_line(&b, "MEGASCALE_COORDINATOR_ADDRESS", host, err);
+        if (rc == 0) {
+            rc = o_env_line_int(&b, "MEGASCALE_NUM_SLICES", sl.count, err);
+        }
+        if (rc == 0) {
+            rc = o_env_line_int(&b, "MEGASCALE_SLICE_ID", sl.self, err);
+        }
+        if (rc == 0) {
+            rc = o_env_line_int(&b, "MEGASCALE_PORT",
+                                in->megascale_port > 0 ? in->megascale_port : 8080, err);
+        }
+    }
     mesh_buf_cleanup(&hosts);
     return o_finish(&b, rc, out_data, out_len);
 }
@@ -384,13 +523,27 @@ static int o_jax_env(const struct mesh_render_input *in, char **out_data, size_t
     char coord[ORACLE_ADDR_MAX];
     struct mesh_buf b;
     mesh_buf_init(&b, ORACLE_MAX_BYTES);
-    rc = mesh_render_worker_address(&in->workers[0], mode, MESH_RENDER_JAX_PORT, coord,
-                                    sizeof(coord), err);
+    const char *jc = in->jax_coordinator;
+    const char *mc = in->megascale_coordinator;
+    const char *host = NULL;
+    if (jc != NULL && jc[0] != '\0') {
+        host = jc;
+    } else if (in->slice_only && mc != NULL && mc[0] != '\0') {
+        host = mc;
+    }
+    if (host != NULL) {
+        struct mesh_worker fake = {.index = 0, .pod = "", .host = host, .ip = host};
+        rc = mesh_render_worker_address(&fake, MESH_ADDR_DNS, MESH_RENDER_JAX_PORT, coord,
+                                        sizeof(coord), err);
+    } else {
+        rc = mesh_render_worker_address(&in->workers[0], mode, MESH_RENDER_JAX_PORT, coord,
+                                        sizeof(coord), err);
+    }
     if (rc == 0) {
         rc = o_env_line(&b, "JAX_COORDINATOR_ADDRESS", coord, err);
     }
     if (rc == 0) {
-        rc = o_env_line_int(&b, "JAX_NUM_PROCESSES", (long long)in->nworkers, err);
+        rc = o_env_line_int(&b, "JAX_NUM_PROCESSES", o_expected(in), err);
     }
     if (rc == 0) {
         rc = o_env_line_int(&b, "JAX_PROCESS_ID", in->self_index, err);
@@ -420,7 +573,7 @@ static int o_tf_config(const struct mesh_render_input *in, char **out_data, size
                        struct mesh_err *err)
 {
     enum mesh_addr_mode mode;
-    int rc = o_prepare(in, &mode, err);
+    int rc = o_prepare_file(in, "tf_config.json", &mode, err);
     if (rc < 0) {
         return rc;
     }
@@ -453,8 +606,8 @@ static void o_str_or_null(cJSON *o, const char *key, const char *v)
 static cJSON *o_slice_json(const struct mesh_slice *s)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "acceleratorType", s->accelerator_type);
-    cJSON_AddStringToObject(o, "topology", s->topology);
+    o_str_or_null(o, "acceleratorType", s->accelerator_type);
+    o_str_or_null(o, "topology", s->topology);
     cJSON_AddNumberToObject(o, "chips", s->chips);
     cJSON_AddNumberToObject(o, "hosts", s->hosts);
     cJSON_AddNumberToObject(o, "chipsPerHost", s->chips_per_host);
@@ -479,12 +632,21 @@ static int o_topology_json(const struct mesh_render_input *in, char **out_data, 
     enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, in->nworkers);
     mesh_autocjson cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "generation", (double)in->generation);
-    cJSON_AddBoolToObject(root, "complete", in->complete);
+    cJSON_AddBoolToObject(root, "complete", in->complete && !in->slice_only);
     if (in->slice != NULL) {
         cJSON_AddItemToObject(root, "slice", o_slice_json(in->slice));
     } else {
         cJSON_AddNullToObject(root, "slice");
     }
+    struct o_slices sl = o_slices_of(in);
+    cJSON *slices = cJSON_AddObjectToObject(root, "slices");
+    cJSON_AddNumberToObject(slices, "count", sl.count);
+    if (sl.self >= 0) {
+        cJSON_AddNumberToObject(slices, "id", sl.self);
+    } else {
+        cJSON_AddNullToObject(slices, "id");
+    }
+    cJSON_AddNumberToObject(slices, "hostsPerSlice", sl.hps);
     cJSON_AddStringToObject(root, "jobName", o_job_name(in));
     if (in->self_index >= 0) {
         cJSON_AddNumberToObject(root, "clientId", in->self_index);
@@ -499,6 +661,25 @@ static int o_topology_json(const struct mesh_render_input *in, char **out_data, 
                                          NULL);
     }
     o_str_or_null(root, "coordinator", coord);
+    /* workersDigest: FNV-1a 64 over "<index>\t<pod>\t<address>\n" per worker. */
+    struct mesh_buf canon;
+    mesh_buf_init(&canon, ORACLE_MAX_BYTES);
+    for (size_t i = 0; i < in->nworkers; i++) {
+        const struct mesh_worker *w = &in->workers[i];
+        char addr[ORACLE_ADDR_MAX];
+        addr[0] = '\0';
+        (void)mesh_render_worker_address(w, mode, in->port, addr, sizeof(addr), NULL);
+        (void)mesh_buf_printf(&canon, NULL, "%d\t%s\t%s\n", w->index, w->pod, addr);
+    }
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < canon.len; i++) {
+        h ^= (unsigned char)canon.data[i];
+        h *= 1099511628211ULL;
+    }
+    mesh_buf_cleanup(&canon);
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+    cJSON_AddStringToObject(root, "workersDigest", hex);
     cJSON *list = cJSON_AddArrayToObject(root, "workers");
     for (size_t i = 0; i < in->nworkers; i++) {
         const struct mesh_worker *w = &in->workers[i];
@@ -524,13 +705,15 @@ static int o_render_all(const struct mesh_render_input *in, struct mesh_render_o
     mesh_render_out_init(&tmp);
     int rc = o_topology_json(in, &tmp.data[MESH_FILE_TOPOLOGY_JSON],
                              &tmp.len[MESH_FILE_TOPOLOGY_JSON], err);
-    if (rc == 0 && in->complete) {
+    if (rc == 0 && in->complete && !in->slice_only) {
         rc = o_dtensor_env(in, &tmp.data[MESH_FILE_DTENSOR_ENV], &tmp.len[MESH_FILE_DTENSOR_ENV],
                            err);
         if (rc == 0) {
             rc =
                 o_tf_config(in, &tmp.data[MESH_FILE_TF_CONFIG], &tmp.len[MESH_FILE_TF_CONFIG], err);
         }
+    }
+    if (rc == 0 && in->complete) {
         if (rc == 0) {
             rc = o_tpu_env(in, &tmp.data[MESH_FILE_TPU_ENV], &tmp.len[MESH_FILE_TPU_ENV], err);
         }

@@ -147,6 +147,8 @@ static void test_config(void **state)
          "tpumesh.dev/port=\"10001\"\ntpumesh.dev/address-mode=\"ip\"\n"
          "tpumesh.dev/expected-workers=\"4\"\ntpumesh.dev/timeout=\"30\"\n"
          "tpumesh.dev/inject=\"true\"\ntf-version.cloud-tpus.google.com=\"2.12.0\"\n"
+         "tpumesh.dev/megascale-port=\"8081\"\n"
+         "jobset.sigs.k8s.io/coordinator=\"js-d-0-0.js\"\n"
          "other.io/x=\"anything at all\"",
          0, NULL},
         {"tpumesh.dev/bogus=\"1\"", -MESH_E_CONFIG, "unknown annotation tpumesh.dev/bogus"},
@@ -163,6 +165,10 @@ static void test_config(void **state)
         {"tpumesh.dev/job-name=\"1x\"", -MESH_E_CONFIG, "not a TensorFlow job name"},
         {"tpumesh.dev/job-name=\"tpu_worker\"", -MESH_E_CONFIG, "reserved"},
         {"tf-version.cloud-tpus.google.com=\"\"", -MESH_E_CONFIG, "TensorFlow version"},
+        {"tpumesh.dev/megascale-port=\"65536\"", -MESH_E_CONFIG,
+         "tpumesh.dev/megascale-port=\"65536\" is not an integer in 1..65535"},
+        {"jobset.sigs.k8s.io/coordinator=\"x:8476\"", -MESH_E_CONFIG, "is not a host name"},
+        {"jobset.sigs.k8s.io/coordinator=\"\"", -MESH_E_CONFIG, "coordinator"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct mesh_annotations a;
@@ -190,6 +196,8 @@ static void test_config(void **state)
         assert_int_equal(c.address_mode, MESH_ADDR_IP);
         assert_int_equal(c.expected_workers, 4);
         assert_int_equal(c.timeout_s, 30);
+        assert_int_equal(c.megascale_port, 8081);
+        assert_string_equal(c.coordinator, "js-d-0-0.js");
         mesh_annotations_config_cleanup(&c);
     }
 }

@@ -1,7 +1,7 @@
 /*
  * test_render.c - the renderers of the shared-volume files (core/render.h):
  * golden bytes for each file, DTensor's defaults, address modes, hostile
- * worker values, incomplete jobs, the TPU Node cluster_spec and the diff.
+ * worker values, incomplete jobs, the TPU Node tf_config.json and the diff.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -164,10 +164,17 @@ static void test_golden_topology_json(void **state)
                   "\t\t\"devicesPerHost\":\t4,\n"
                   "\t\t\"meshShape\":\t[2, 2, 4, 1]\n"
                   "\t},\n"
+                  "\t\"slices\":\t{\n"
+                  "\t\t\"count\":\t1,\n"
+                  "\t\t\"id\":\t0,\n"
+                  "\t\t\"hostsPerSlice\":\t2\n"
+                  "\t},\n"
                   "\t\"jobName\":\t\"worker\",\n"
                   "\t\"clientId\":\t0,\n"
                   "\t\"numClients\":\t2,\n"
                   "\t\"coordinator\":\t\"w-0.job.ns.svc:10000\",\n"
+                  /* FNV-1a 64 of "0\tw-0\tw-0.job.ns.svc:10000\n1\tw-1\tw-1.job.ns.svc:10000\n" */
+                  "\t\"workersDigest\":\t\"68048317628d24b4\",\n"
                   "\t\"workers\":\t[{\n"
                   "\t\t\t\"index\":\t0,\n"
                   "\t\t\t\"pod\":\t\"w-0\",\n"
@@ -201,10 +208,17 @@ static void test_topology_json_incomplete(void **state)
                   "\t\"generation\":\t1,\n"
                   "\t\"complete\":\tfalse,\n"
                   "\t\"slice\":\tnull,\n"
+                  "\t\"slices\":\t{\n"
+                  "\t\t\"count\":\t1,\n"
+                  "\t\t\"id\":\tnull,\n"
+                  "\t\t\"hostsPerSlice\":\t2\n"
+                  "\t},\n"
                   "\t\"jobName\":\t\"worker\",\n"
                   "\t\"clientId\":\tnull,\n"
                   "\t\"numClients\":\t2,\n"
                   "\t\"coordinator\":\tnull,\n"
+                  /* FNV-1a 64 of "1\t\t[fd00::b]:10000\n" */
+                  "\t\"workersDigest\":\t\"7f6edaa4a0f2cb99\",\n"
                   "\t\"workers\":\t[{\n"
                   "\t\t\t\"index\":\t1,\n"
                   "\t\t\t\"pod\":\tnull,\n"
@@ -430,9 +444,10 @@ static void test_shell_quote(void **state)
     mesh_buf_cleanup(&small);
 }
 
-/* ---- TPU Node cluster_spec ------------------------------------------------- */
+/* ---- TPU Node tf_config.json ---------------------------------------------- */
 
-static void test_cluster_spec(void **state)
+/* A TF_CONFIG with TensorFlow's cluster_spec as its cluster and no task. */
+static void test_node_tf_config(void **state)
 {
     (void)state;
     static const struct {
@@ -443,14 +458,20 @@ static void test_cluster_spec(void **state)
         int rc;
         const char *want; /* output, or a needle of the message */
     } rows[] = {
-        {1, {"10.120.27.5"}, {0}, true, 0, "{\"worker\":[\"10.120.27.5:8470\"]}\n"},
+        {1, {"10.120.27.5"}, {0}, true, 0, "{\"cluster\":{\"worker\":[\"10.120.27.5:8470\"]}}\n"},
         {3,
          {"10.120.27.5", "10.120.27.6", "fd00::9"},
          {8470, 8471, 8470},
          false,
          0,
-         "{\"worker\":[\"10.120.27.5:8470\",\"10.120.27.6:8471\",\"[fd00::9]:8470\"]}\n"},
-        {1, {"tpu-host.internal"}, {0}, true, 0, "{\"worker\":[\"tpu-host.internal:8470\"]}\n"},
+         "{\"cluster\":{\"worker\":[\"10.120.27.5:8470\",\"10.120.27.6:8471\",\"[fd00::9]:"
+         "8470\"]}}\n"},
+        {1,
+         {"tpu-host.internal"},
+         {0},
+         true,
+         0,
+         "{\"cluster\":{\"worker\":[\"tpu-host.internal:8470\"]}}\n"},
         {0, {NULL}, {0}, true, -MESH_E_INVAL, "no TPU endpoints"},
         {2, {"10.0.0.1", "10.0.0.2\"]}"}, {0}, true, -MESH_E_INVAL, "TPU endpoint 1"},
         {1, {"10.0.0.1"}, {0}, false, -MESH_E_RANGE, "port 0"},
@@ -461,8 +482,8 @@ static void test_cluster_spec(void **state)
         struct mesh_err err;
         mesh_err_clear(&err);
         int rc =
-            mesh_render_cluster_spec(rows[r].hosts, rows[r].default_ports ? NULL : rows[r].ports,
-                                     rows[r].n, &out, &len, &err);
+            mesh_render_node_tf_config(rows[r].hosts, rows[r].default_ports ? NULL : rows[r].ports,
+                                       rows[r].n, &out, &len, &err);
         assert_int_equal(rc, rows[r].rc);
         if (rc == 0) {
             assert_string_equal(out, rows[r].want);
@@ -473,6 +494,252 @@ static void test_cluster_spec(void **state)
             assert_non_null(strstr(err.msg, rows[r].want));
         }
     }
+}
+
+/* ---- multi-slice ------------------------------------------------------------ */
+
+/* Every pod of an S x H JobSet (workers slice-major, global index s*H + w):
+ * tpu.env names its own slice only, with the index within the slice and
+ * MEGASCALE_*; jax.env and dtensor.env stay global. */
+static void check_multislice_pod(int slices, int hps, int self, int mport)
+{
+    int n = slices * hps;
+    char(*hosts)[32] = mesh_calloc((size_t)n, sizeof(*hosts));
+    char(*pods)[32] = mesh_calloc((size_t)n, sizeof(*pods));
+    struct mesh_worker *w = mesh_calloc((size_t)n, sizeof(*w));
+    for (int i = 0; i < n; i++) {
+        snprintf(pods[i], sizeof(pods[i]), "js-slice-%d-%d", i / hps, i % hps);
+        snprintf(hosts[i], sizeof(hosts[i]), "%s.js", pods[i]);
+        w[i] = (struct mesh_worker){.index = i, .pod = pods[i], .host = hosts[i], .ip = ""};
+    }
+    struct mesh_render_input in = input_of(w, (size_t)n, self, NULL);
+    in.slices = slices;
+    in.megascale_port = mport;
+    int sid = self / hps, wid = self % hps;
+    struct mesh_buf want;
+    mesh_buf_init(&want, 1 << 16);
+    (void)mesh_buf_printf(&want, NULL, "TPU_WORKER_ID='%d'\nTPU_WORKER_HOSTNAMES='", wid);
+    for (int k = 0; k < hps; k++) {
+        (void)mesh_buf_printf(&want, NULL, "%s%s", k ? "," : "", hosts[sid * hps + k]);
+    }
+    (void)mesh_buf_printf(&want, NULL,
+                          "'\nMEGASCALE_COORDINATOR_ADDRESS='js-slice-0-0.js'\n"
+                          "MEGASCALE_NUM_SLICES='%d'\nMEGASCALE_SLICE_ID='%d'\n"
+                          "MEGASCALE_PORT='%d'\n",
+                          slices, sid, mport > 0 ? mport : 8080);
+    expect_render(mesh_render_tpu_env, &in, mesh_buf_str(&want));
+    mesh_buf_reset(&want);
+    (void)mesh_buf_printf(&want, NULL,
+                          "JAX_COORDINATOR_ADDRESS='js-slice-0-0.js:8476'\n"
+                          "JAX_NUM_PROCESSES='%d'\nJAX_PROCESS_ID='%d'\n",
+                          n, sid * hps + wid);
+    expect_render(mesh_render_jax_env, &in, mesh_buf_str(&want));
+    /* DTENSOR_JOBS stays global and slice-major; the client id is global. */
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_render_dtensor_env(&in, &out, &len, NULL), 0);
+    char needle[64];
+    snprintf(needle, sizeof(needle), "DTENSOR_CLIENT_ID='%d'", self);
+    assert_non_null(strstr(out, needle));
+    assert_non_null(strstr(out, "DTENSOR_JOBS='js-slice-0-0.js:10000,"));
+    snprintf(needle, sizeof(needle), "DTENSOR_NUM_CLIENTS='%d'", n);
+    assert_non_null(strstr(out, needle));
+    mesh_free(out);
+    assert_int_equal(mesh_render_topology_json(&in, &out, &len, NULL), 0);
+    snprintf(needle, sizeof(needle),
+             "\"slices\":\t{\n\t\t\"count\":\t%d,\n\t\t\"id\":\t%d,\n\t\t\"hostsPerSlice\":\t%d\n",
+             slices, sid, hps);
+    assert_non_null(strstr(out, needle));
+    mesh_free(out);
+    mesh_buf_cleanup(&want);
+    mesh_free(w);
+    mesh_free(pods);
+    mesh_free(hosts);
+}
+
+static void test_multislice_every_pod(void **state)
+{
+    (void)state;
+    for (int self = 0; self < 4; self++) {
+        check_multislice_pod(2, 2, self, 0);
+    }
+    for (int self = 0; self < 16; self++) {
+        check_multislice_pod(4, 4, self, self % 2 ? 8081 : 0);
+    }
+}
+
+/* Pod 3 of a 2 x 2 JobSet, byte for byte; a JobSet coordinator moves JAX's
+ * coordinator only. */
+static void test_multislice_golden(void **state)
+{
+    (void)state;
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+    struct mesh_slice s = slice_v4_32();
+    s.hosts = 2;
+    struct mesh_render_input in = input_of(w, 4, 3, &s);
+    in.slices = 2;
+    in.megascale_port = 9090;
+    expect_render(mesh_render_tpu_env, &in,
+                  "TPU_WORKER_ID='1'\n"
+                  "TPU_WORKER_HOSTNAMES='w-2.job.ns.svc,w-3.job.ns.svc'\n"
+                  "TPU_ACCELERATOR_TYPE='v4-32'\n"
+                  "TPU_TOPOLOGY='2x2x4'\n"
+                  "TPU_HOST_BOUNDS='1,1,4'\n"
+                  "TPU_CHIPS_PER_HOST_BOUNDS='2,2,1'\n"
+                  "MEGASCALE_COORDINATOR_ADDRESS='w-0.job.ns.svc'\n"
+                  "MEGASCALE_NUM_SLICES='2'\n"
+                  "MEGASCALE_SLICE_ID='1'\n"
+                  "MEGASCALE_PORT='9090'\n");
+    in.jax_coordinator = "js-leader-0-0.js";
+    expect_render(mesh_render_jax_env, &in,
+                  "JAX_COORDINATOR_ADDRESS='js-leader-0-0.js:8476'\n"
+                  "JAX_NUM_PROCESSES='4'\n"
+                  "JAX_PROCESS_ID='3'\n");
+    in.jax_coordinator = "fd00::1";
+    expect_render(mesh_render_jax_env, &in,
+                  "JAX_COORDINATOR_ADDRESS='[fd00::1]:8476'\n"
+                  "JAX_NUM_PROCESSES='4'\n"
+                  "JAX_PROCESS_ID='3'\n");
+    /* The coordinator does not change tpu.env (MEGASCALE names slice 0
+     * worker 0, as GKE does). */
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_render_tpu_env(&in, &out, &len, NULL), 0);
+    assert_non_null(strstr(out, "MEGASCALE_COORDINATOR_ADDRESS='w-0.job.ns.svc'\n"));
+    mesh_free(out);
+    /* Refusals name the problem. */
+    in.jax_coordinator = "http://x:1";
+    expect_fail(mesh_render_jax_env, &in, MESH_E_INVAL, "JAX coordinator");
+    in.jax_coordinator = NULL;
+    in.slices = 3;
+    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "do not split into 3 equal slices");
+    in.slices = 2;
+    in.megascale_port = 70000;
+    expect_fail(mesh_render_tpu_env, &in, MESH_E_RANGE, "MEGASCALE_PORT 70000");
+    mesh_free(w);
+}
+
+/* tpumesh-init's multi-slice case: only this pod's slice is listed (GKE's
+ * TPU_WORKER_HOSTNAMES), with MEGASCALE_* from the environment. */
+static void test_slice_only(void **state)
+{
+    (void)state;
+    static const char *const h2[] = {"s1-0.js", "s1-1.js"};
+    struct mesh_worker *w = workers_of(h2, NULL, NULL, 2);
+    w[0].index = 2;
+    w[1].index = 3;
+    struct mesh_render_input in = input_of(w, 2, 3, NULL);
+    in.slice_only = true;
+    in.slices = 2;
+    in.slice_id = 1;
+    in.megascale_coordinator = "s0-0.js";
+    expect_render(mesh_render_tpu_env, &in,
+                  "TPU_WORKER_ID='1'\n"
+                  "TPU_WORKER_HOSTNAMES='s1-0.js,s1-1.js'\n"
+                  "MEGASCALE_COORDINATOR_ADDRESS='s0-0.js'\n"
+                  "MEGASCALE_NUM_SLICES='2'\n"
+                  "MEGASCALE_SLICE_ID='1'\n"
+                  "MEGASCALE_PORT='8080'\n");
+    expect_render(mesh_render_jax_env, &in,
+                  "JAX_COORDINATOR_ADDRESS='s0-0.js:8476'\n"
+                  "JAX_NUM_PROCESSES='4'\n"
+                  "JAX_PROCESS_ID='3'\n");
+    /* The job's global lists are not known from one slice. */
+    expect_fail(mesh_render_dtensor_env, &in, MESH_E_INCOMPLETE, "only slice 1 is listed");
+    expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "only slice 1 is listed");
+    struct mesh_render_out out;
+    mesh_render_out_init(&out);
+    assert_int_equal(mesh_render_all(&in, &out, NULL), 0);
+    assert_null(out.data[MESH_FILE_DTENSOR_ENV]);
+    assert_null(out.data[MESH_FILE_TF_CONFIG]);
+    assert_non_null(out.data[MESH_FILE_TPU_ENV]);
+    assert_non_null(out.data[MESH_FILE_JAX_ENV]);
+    assert_non_null(strstr(out.data[MESH_FILE_TOPOLOGY_JSON], "\"complete\":\tfalse"));
+    assert_non_null(strstr(out.data[MESH_FILE_TOPOLOGY_JSON], "\"numClients\":\t4"));
+    assert_non_null(strstr(out.data[MESH_FILE_TOPOLOGY_JSON], "\"clientId\":\t3"));
+    mesh_render_out_cleanup(&out);
+    /* Without MEGASCALE_COORDINATOR_ADDRESS slice 1 cannot name slice 0's
+     * worker 0: nothing but topology.json. */
+    in.megascale_coordinator = NULL;
+    expect_fail(mesh_render_tpu_env, &in, MESH_E_INCOMPLETE, "MEGASCALE_COORDINATOR_ADDRESS");
+    assert_int_equal(mesh_render_all(&in, &out, NULL), -MESH_E_INCOMPLETE);
+    /* Slice 0 names its own first worker. */
+    w[0].index = 0;
+    w[1].index = 1;
+    in.slice_id = 0;
+    in.self_index = 0;
+    char *t = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_render_tpu_env(&in, &t, &len, NULL), 0);
+    assert_non_null(strstr(t, "MEGASCALE_COORDINATOR_ADDRESS='s1-0.js'\n"));
+    mesh_free(t);
+    /* Indices must be the slice's global ones, our own among them. */
+    in.slice_id = 1;
+    in.megascale_coordinator = "s0-0.js";
+    in.self_index = 3;
+    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "has index 0, not 2");
+    w[0].index = 2;
+    w[1].index = 3;
+    in.self_index = 1;
+    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "outside slice 1's 2..3");
+    in.slice_id = 2;
+    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "slice id 2 is outside 0..1");
+    mesh_free(w);
+}
+
+/* workersDigest: equal for every pod that sees the same workers, whatever
+ * its own index, generation or its peers' readiness; different when a
+ * worker's address changes. */
+static void test_workers_digest(void **state)
+{
+    (void)state;
+    struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
+    struct mesh_render_input a = input_of(w, 4, 0, NULL);
+    struct mesh_render_input b = input_of(w, 4, 3, NULL);
+    b.generation = 12345;
+    char da[17], db[17];
+    assert_int_equal(mesh_render_workers_digest(&a, da, NULL), 0);
+    w[2].ready = !w[2].ready;
+    assert_int_equal(mesh_render_workers_digest(&b, db, NULL), 0);
+    assert_string_equal(da, db);
+    /* FNV-1a 64 of the canonical lines, computed independently. */
+    const char *canon = "0\tw-0\tw-0.job.ns.svc:10000\n1\tw-1\tw-1.job.ns.svc:10000\n"
+                        "2\tw-2\tw-2.job.ns.svc:10000\n3\tw-3\tw-3.job.ns.svc:10000\n";
+    uint64_t h = 14695981039346656037ULL;
+    for (const char *c = canon; *c; c++) {
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    }
+    char want[17];
+    snprintf(want, sizeof(want), "%016llx", (unsigned long long)h);
+    assert_string_equal(da, want);
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_render_topology_json(&b, &out, &len, NULL), 0);
+    char needle[64];
+    snprintf(needle, sizeof(needle), "\"workersDigest\":\t\"%s\"", want);
+    assert_non_null(strstr(out, needle));
+    mesh_free(out);
+    w[2].host = "w-9.job.ns.svc";
+    assert_int_equal(mesh_render_workers_digest(&b, db, NULL), 0);
+    assert_string_not_equal(da, db);
+    mesh_free(w);
+}
+
+/* The legacy TPU Node slice may be known from the TopologyProto alone:
+ * unknown accelerator type and topology are null. */
+static void test_slice_unknown_strings(void **state)
+{
+    (void)state;
+    struct mesh_slice s = slice_v4_32();
+    s.accelerator_type[0] = '\0';
+    s.topology[0] = '\0';
+    struct mesh_render_input in = input_of(NULL, 0, 0, &s);
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_render_topology_json(&in, &out, &len, NULL), 0);
+    assert_non_null(strstr(out, "\"acceleratorType\":\tnull,\n\t\t\"topology\":\tnull,"));
+    assert_non_null(strstr(out, "\"meshShape\":\t[2, 2, 4, 1]"));
+    mesh_free(out);
 }
 
 /* ---- diff ------------------------------------------------------------------ */
@@ -582,7 +849,12 @@ int main(void)
         cmocka_unit_test(test_hostile_table),
         cmocka_unit_test(test_hostile_long_value),
         cmocka_unit_test(test_shell_quote),
-        cmocka_unit_test(test_cluster_spec),
+        cmocka_unit_test(test_node_tf_config),
+        cmocka_unit_test(test_multislice_every_pod),
+        cmocka_unit_test(test_multislice_golden),
+        cmocka_unit_test(test_slice_only),
+        cmocka_unit_test(test_workers_digest),
+        cmocka_unit_test(test_slice_unknown_strings),
         cmocka_unit_test(test_diff),
         cmocka_unit_test(test_env_longest),
         cmocka_unit_test(test_render_all_complete),

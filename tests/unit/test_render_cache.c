@@ -82,6 +82,9 @@ struct model {
     int expected;
     uint64_t generation;
     bool complete;
+    int slices; /* multi-slice: tpu.env lists one slice */
+    int mport;
+    const char *jaxc;
 };
 
 static void slice_v4_32(struct mesh_slice *s)
@@ -131,7 +134,7 @@ static void model_init(struct model *m, size_t n)
 static void mutate(struct model *m)
 {
     size_t i = m->n > 0 ? pick(m->n) : 0;
-    switch (pick(24)) {
+    switch (pick(26)) {
     case 0:
     case 1:
     case 2:
@@ -198,6 +201,24 @@ static void mutate(struct model *m)
     case 22:
         m->have_slice = !m->have_slice;
         break;
+    case 23: {
+        /* Mostly a slice count that divides the job, so renders succeed. */
+        int k = (int)pick(5);
+        if (pick(4) != 0) {
+            while (k > 1 && m->n % (size_t)k != 0) {
+                k--;
+            }
+        }
+        m->slices = k;
+        break;
+    }
+    case 24: {
+        static const char *const coords[] = {NULL,       "",        "coord.js.ns",
+                                             "10.9.0.1", "fd00::1", "bad host"};
+        m->jaxc = coords[pick(sizeof(coords) / sizeof(coords[0]))];
+        m->mport = pick(4) == 0 ? (int)pick(3) * 40000 : 0;
+        break;
+    }
     default:
         m->expected = pick(3) == 0 ? (int)m->n + 1 : (pick(2) == 0 ? 0 : (int)m->n);
         break;
@@ -236,6 +257,9 @@ static void next_generation(struct mesh_render_cache *c, struct model *m, struct
         .mode = m->mode,
         .generation = m->generation,
         .complete = m->complete,
+        .slices = m->slices,
+        .megascale_port = m->mport,
+        .jax_coordinator = m->jaxc,
     };
     struct mesh_render_out full, view;
     mesh_render_out_init(&full);
@@ -306,6 +330,9 @@ static bool step(struct mesh_render_cache *c, struct model *m, struct last *last
         .mode = m->mode,
         .generation = m->generation,
         .complete = m->complete,
+        .slices = m->slices,
+        .megascale_port = m->mport,
+        .jax_coordinator = m->jaxc,
     };
     struct mesh_err e1, e2;
     mesh_err_clear(&e1);

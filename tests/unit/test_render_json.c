@@ -673,6 +673,33 @@ static void random_case(uint64_t *s, struct wcase *c, struct mesh_render_input *
     in->port = rnd(s, 40) == 0 ? (int)rnd(s, 70000) : 1 + (int)rnd(s, 65535);
     in->mode = (enum mesh_addr_mode)rnd(s, 3);
     in->generation = rng_next(s) >> (11 + rnd(s, 53));
+    /* Multi-slice: mostly a count that splits the job, sometimes one slice
+     * listed alone (tpumesh-init's case), sometimes nonsense. */
+    static const char *const coords[] = {NULL, "", "c.js.ns", "10.1.2.3", "fd00::7", "no good"};
+    in->slices = (int)rnd(s, 5);
+    if (rnd(s, 4) != 0) {
+        int total = in->expected > 0 ? in->expected : (int)n;
+        while (in->slices > 1 && total % in->slices != 0) {
+            in->slices--;
+        }
+    }
+    in->megascale_port = rnd(s, 10) == 0 ? (int)rnd(s, 70000) : (rnd(s, 2) == 0 ? 0 : 9090);
+    in->jax_coordinator = coords[rnd(s, 6)];
+    if (rnd(s, 6) == 0) {
+        /* One slice alone: indices from slice_id x n, own index among them. */
+        in->slice_only = true;
+        in->slices = 2 + (int)rnd(s, 3);
+        in->slice_id = rnd(s, 12) == 0 ? in->slices : (int)rnd(s, (uint64_t)in->slices);
+        in->megascale_coordinator = coords[rnd(s, 6)];
+        for (size_t i = 0; i < n; i++) {
+            if (rnd(s, 40) != 0) {
+                c->w[i].index = in->slice_id * (int)n + (int)i;
+            }
+        }
+        if (in->self_index >= 0) {
+            in->self_index += in->slice_id * (int)n;
+        }
+    }
 }
 
 static void test_random(void **state)

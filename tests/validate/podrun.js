@@ -456,10 +456,11 @@ async function main() {
                     skipInit: false,
                     afterInit: (out) => {
                         const e = [];
-                        /* TensorFlow's cluster_spec() for the TPU's workers (docs/DESIGN.md §6) */
+                        /* A TF_CONFIG whose cluster is TensorFlow's cluster_spec() for the
+                         * TPU's workers, no task: the pod is the client (docs/DESIGN.md §6). */
                         const tf = JSON.parse(fs.readFileSync(path.join(out, 'tf_config.json'), 'utf8'));
-                        if (JSON.stringify(tf.worker) !== JSON.stringify([endpoint])) {
-                            e.push(`tf_config.json worker is ${JSON.stringify(tf.worker)}, want ["${endpoint}"]`);
+                        if (JSON.stringify(tf) !== JSON.stringify({ cluster: { worker: [endpoint] } })) {
+                            e.push(`tf_config.json is ${JSON.stringify(tf)}, want {"cluster":{"worker":["${endpoint}"]}}`);
                         }
                         if (!(fs.statSync(path.join(out, 'topology.pb')).size > 0)) {
                             e.push('topology.pb is empty');

@@ -294,6 +294,14 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
                   ? "dns"
                   : (ctx->opts.address_mode == MESH_ADDR_IP ? "ip" : "auto"),
               mode_src);
+    if (multislice) {
+        mesh_info(
+            MOD, "multi-slice: MEGASCALE_PORT %d (from %s), JAX coordinator %s (from %s)",
+            ctx->self.megascale_port > 0 ? ctx->self.megascale_port : MESH_RENDER_MEGASCALE_PORT,
+            ctx->self.megascale_port > 0 ? "annotation " MESH_K8S_KEY_MEGASCALE_PORT : "default",
+            ctx->self.coordinator[0] ? ctx->self.coordinator : "slice 0 worker 0",
+            ctx->self.coordinator[0] ? MESH_K8S_KEY_COORDINATOR : "default");
+    }
     if (ctx->expected > 0) {
         mesh_info(MOD, "expecting %d workers (from %s)", ctx->expected, src);
     } else {

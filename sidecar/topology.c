@@ -462,6 +462,21 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     return 0;
 }
 
+/* The slices of a multi-slice JobSet (DESIGN.md §5): the worker list is
+ * slice-major with w->per_slice hosts per slice, so tpu.env names this
+ * pod's slice and carries MEGASCALE_* (render.h). 1 for every other job. A
+ * count that does not split evenly is passed rounded up: the renderer then
+ * refuses it and says why (the expected count is not slices x hosts). */
+static int slice_count(const struct mesh_sidecar *ctx, const struct mesh_workers *w)
+{
+    bool multislice = ctx->self.job_global_index >= 0 || ctx->self.job_index >= 0;
+    if (!multislice || !w->indexed || w->per_slice <= 0 || w->nworkers == 0) {
+        return 1;
+    }
+    long n = (long)w->nworkers;
+    return (int)((n + w->per_slice - 1) / w->per_slice);
+}
+
 /* "Changed" is decided by the render cache (core/render.h): it is brought to
  * the new input at the current generation, and reports which files' bytes
  * differ from the last ones it rendered. For files whose last bytes are on
@@ -485,6 +500,9 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         .mode = w->mode,
         .generation = ctx->generation,
         .complete = complete,
+        .slices = slice_count(ctx, w),
+        .megascale_port = ctx->self.megascale_port > 0 ? ctx->self.megascale_port : 0,
+        .jax_coordinator = ctx->self.coordinator[0] ? ctx->self.coordinator : NULL,
     };
     if (ctx->cache == NULL) {
         ctx->cache = mesh_render_cache_new();

@@ -78,6 +78,35 @@ static void read_label(struct mesh_k8s_pod *p, const cJSON *labels, const char *
     copy_str(dst, cap, v);
 }
 
+/* The own pod's multi-slice keys: tpumesh.dev/megascale-port and JobSet's
+ * coordinator. */
+static void read_multislice(struct mesh_k8s_pod *p, const cJSON *labels, const cJSON *annos)
+{
+    const char *mport = mesh_json_str(annos, MESH_K8S_KEY_MEGASCALE_PORT);
+    if (mport != NULL) {
+        long long n = 0;
+        if (mesh_parse_ll(mport, strlen(mport), 1, 65535, &n, NULL) < 0) {
+            set_invalid(p, MESH_K8S_KEY_MEGASCALE_PORT, mport, "is not a port in 1..65535");
+        } else {
+            p->megascale_port = (int)n;
+        }
+    }
+    /* JobSet stamps its coordinator as label and annotation with the same
+     * value (<pod hostname>.<headless service>); the annotation wins. */
+    const char *coord = mesh_json_str(annos, MESH_K8S_KEY_COORDINATOR);
+    if (coord == NULL) {
+        coord = mesh_json_str(labels, MESH_K8S_KEY_COORDINATOR);
+    }
+    if (coord != NULL) {
+        size_t n = strnlen(coord, MESH_HOST_MAX);
+        if (n >= MESH_HOST_MAX || !mesh_names_is_dns_name(coord, n, false, false)) {
+            set_invalid(p, MESH_K8S_KEY_COORDINATOR, coord, "is not an RFC 1123 host name");
+        } else {
+            copy_str(p->coordinator, sizeof(p->coordinator), coord);
+        }
+    }
+}
+
 static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
 {
     const char *ns = mesh_json_str(md, "namespace");
@@ -141,6 +170,7 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
             p->port = (int)n;
         }
     }
+    read_multislice(p, labels, annos);
     const char *mode = mesh_json_str(annos, MESH_K8S_KEY_ADDR_MODE);
     if (mode != NULL) {
         if (strcmp(mode, "auto") == 0) {
@@ -250,6 +280,7 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
     out->expected_workers = -1;
     out->port = -1;
     out->address_mode = -1;
+    out->megascale_port = -1;
 
     const cJSON *md =
         cJSON_IsObject(pod) ? cJSON_GetObjectItemCaseSensitive(pod, "metadata") : NULL;
@@ -339,6 +370,7 @@ void mesh_k8s_pod_unpack(const struct mesh_k8s_pod_rec *r, struct mesh_k8s_pod *
     out->expected_workers = -1;
     out->port = -1;
     out->address_mode = -1;
+    out->megascale_port = -1;
     out->ready = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_READY);
     out->terminating = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_TERMINATING);
     out->finished = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_FINISHED);

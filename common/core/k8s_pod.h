@@ -11,8 +11,11 @@
  *     batch.kubernetes.io/job-name               (Indexed Job; legacy "job-name" too)
  *     jobset.sigs.k8s.io/jobset-name, replicatedjob-name, job-index, job-global-index
  *     tpumesh.dev/expected-workers               (annotation)
- *     tpumesh.dev/port, tpumesh.dev/address-mode (annotations; the sidecar
+ *     tpumesh.dev/port, tpumesh.dev/address-mode, tpumesh.dev/megascale-port
+ *                                                (annotations; the sidecar
  *                                                 reads them from its own pod)
+ *     jobset.sigs.k8s.io/coordinator             (annotation, else label: the
+ *                                                 JobSet's coordinator host)
  *   metadata.ownerReferences[] (the one with controller: true)
  *   spec.hostname, spec.subdomain
  *   status.podIP (else status.podIPs[0].ip), status.phase,
@@ -56,6 +59,8 @@
 #define MESH_K8S_KEY_EXPECTED "tpumesh.dev/expected-workers"
 #define MESH_K8S_KEY_PORT "tpumesh.dev/port"
 #define MESH_K8S_KEY_ADDR_MODE "tpumesh.dev/address-mode"
+#define MESH_K8S_KEY_MEGASCALE_PORT "tpumesh.dev/megascale-port"
+#define MESH_K8S_KEY_COORDINATOR "jobset.sigs.k8s.io/coordinator"
 
 /* One pod. Strings are NUL-terminated, "" = absent. Integers are -1 when
  * absent. When `invalid` is true the other fields hold what could be read
@@ -79,10 +84,14 @@ struct mesh_k8s_pod {
     int expected_workers; /* tpumesh.dev/expected-workers, or -1 */
     int port;             /* tpumesh.dev/port (1..65535), or -1 */
     int address_mode;     /* tpumesh.dev/address-mode as enum mesh_addr_mode, or -1 */
-    bool ip_v6;           /* ip is an IPv6 address (render as [ip]:port) */
-    bool ready;           /* condition Ready == "True" */
-    bool terminating;     /* metadata.deletionTimestamp set */
-    bool finished;        /* status.phase Succeeded or Failed: no process behind the IP */
+    int megascale_port;   /* tpumesh.dev/megascale-port (1..65535), or -1 */
+    /* jobset.sigs.k8s.io/coordinator: "<pod hostname>.<headless service>",
+     * an RFC 1123 host name, or "" */
+    char coordinator[MESH_HOST_MAX];
+    bool ip_v6;       /* ip is an IPv6 address (render as [ip]:port) */
+    bool ready;       /* condition Ready == "True" */
+    bool terminating; /* metadata.deletionTimestamp set */
+    bool finished;    /* status.phase Succeeded or Failed: no process behind the IP */
     bool invalid;
     char reason[MESH_K8S_REASON_MAX]; /* why invalid, e.g. "spec.hostname 'a b' is not ..." */
 };
@@ -112,7 +121,8 @@ bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod 
  *
  * (each bounded as in struct mesh_k8s_pod; a typical pod is ~110 B with
  * the allocator's header). Fields left out (ns, uid, job/jobset/replicated
- * job names, owner, expected_workers, port, address_mode) feed only the
+ * job names, owner, expected_workers, port, address_mode, megascale_port,
+ * coordinator) feed only the
  * sidecar's own-pod identity, which uses the full struct; they never reach
  * a peer's worker entry. Validation is unchanged: a pod whose left-out
  * field is bad is still packed with invalid set and its reason. A packed

@@ -300,12 +300,50 @@ static void test_tpumesh_annotations(void **state)
     }
 }
 
+/* Multi-slice keys of the own pod: tpumesh.dev/megascale-port (validated
+ * as tpumesh-init does) and JobSet's coordinator (annotation, else label). */
+static void test_multislice_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *labels, *annos; /* JSON object texts */
+        int mport;
+        const char *coord;
+        bool invalid;
+    } cases[] = {
+        {"{}", "{}", -1, "", false},
+        {"{}", "{\"tpumesh.dev/megascale-port\":\"8081\"}", 8081, "", false},
+        {"{}", "{\"tpumesh.dev/megascale-port\":\"0\"}", -1, "", true},
+        {"{}", "{\"tpumesh.dev/megascale-port\":\"65536\"}", -1, "", true},
+        {"{}", "{\"tpumesh.dev/megascale-port\":\"80 80\"}", -1, "", true},
+        {"{\"jobset.sigs.k8s.io/coordinator\":\"js-d-0-0.js\"}", "{}", -1, "js-d-0-0.js", false},
+        {"{\"jobset.sigs.k8s.io/coordinator\":\"js-d-0-0.js\"}",
+         "{\"jobset.sigs.k8s.io/coordinator\":\"js-w-0-0.js\"}", -1, "js-w-0-0.js", false},
+        {"{}", "{\"jobset.sigs.k8s.io/coordinator\":\"a b;rm\"}", -1, "", true},
+        {"{}", "{\"jobset.sigs.k8s.io/coordinator\":\"js-0.js:8476\"}", -1, "", true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char doc[512];
+        snprintf(doc, sizeof(doc),
+                 "{\"metadata\":{\"name\":\"w-0\",\"labels\":%s,\"annotations\":%s}}",
+                 cases[i].labels, cases[i].annos);
+        struct mesh_k8s_pod p;
+        assert_int_equal(mesh_k8s_pod_parse(doc, strlen(doc), &p, NULL), 0);
+        assert_int_equal(p.invalid, cases[i].invalid);
+        if (!cases[i].invalid) {
+            assert_int_equal(p.megascale_port, cases[i].mport);
+            assert_string_equal(p.coordinator, cases[i].coord);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures),      cmocka_unit_test(test_equal_ignores_irrelevant),
-        cmocka_unit_test(test_malformed),     cmocka_unit_test(test_tpumesh_annotations),
-        cmocka_unit_test(test_pack_fixtures), cmocka_unit_test(test_pack_equal),
+        cmocka_unit_test(test_fixtures),        cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_tpumesh_annotations),
+        cmocka_unit_test(test_pack_fixtures),   cmocka_unit_test(test_pack_equal),
+        cmocka_unit_test(test_multislice_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

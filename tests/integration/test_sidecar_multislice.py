@@ -1,0 +1,155 @@
+"""End-to-end: multi-slice JobSets with the real sidecar on every pod, against the
+kube-apiserver simulator. A 2 x 2 and a 4 x 4 JobSet; each pod's sidecar must publish a tpu.env
+for its own slice (TPU_WORKER_ID within the slice, the slice's hosts in order) with MEGASCALE_*
+(slice 0 worker 0, the slice count, its slice, the port: 8080 or tpumesh.dev/megascale-port),
+a jax.env with what JAX's multislice detection computes (or the JobSet's coordinator), global
+slice-major DTENSOR_JOBS and TF_CONFIG (read back as TFConfigClusterResolver does), and a
+topology.json whose slices and workersDigest agree across pods.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_sidecar import Sidecar, wait  # noqa: E402
+from simctl import start_sim  # noqa: E402
+from tap import check, done, fail  # noqa: E402
+import tfconfig_check  # noqa: E402
+
+
+def sourced(out, f):
+    """Every variable of env file f after `set -a; . ./f` in sh."""
+    r = subprocess.run(["sh", "-c", "env -i sh -c 'set -a; . ./%s; set +a; env'" % f], cwd=out,
+                       capture_output=True, text=True, timeout=10)
+    return dict(l.split("=", 1) for l in r.stdout.splitlines()
+                if "=" in l and l.split("=", 1)[0] not in ("PWD", "SHLVL", "_", "OLDPWD"))
+
+
+def fnv1a64(data):
+    h = 14695981039346656037
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def make_jobset(c, name, slices, hps, annotations=None, labels=None):
+    anns = {"tpumesh.dev/expected-workers": str(slices * hps)}
+    anns.update(annotations or {})
+    # Created out of order: the sidecars must not depend on creation order.
+    for s in reversed(range(slices)):
+        for w in range(hps):
+            c.make(jobset=name, slice=s, index=w, slices=slices, per_slice=hps,
+                   annotations=anns, labels=labels or {})
+
+
+def check_job(label, cars, slices, hps, mport, jax_host):
+    """cars[s][w]: the sidecar of slice s worker w."""
+    host = lambda s, w: "%s-slice-%d-%d.%s" % (label, s, w, label)  # noqa: E731
+    jobs = ",".join("%s:10000" % host(s, w) for s in range(slices) for w in range(hps))
+    problems, digests = [], set()
+    for s in range(slices):
+        for w in range(hps):
+            car = cars[s][w]
+            tpu = sourced(car.out, "tpu.env")
+            want = {"TPU_WORKER_ID": str(w),
+                    "TPU_WORKER_HOSTNAMES": ",".join(host(s, k) for k in range(hps)),
+                    "MEGASCALE_COORDINATOR_ADDRESS": host(0, 0),
+                    "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(s),
+                    "MEGASCALE_PORT": str(mport)}
+            got = {k: tpu.get(k) for k in want}
+            if got != want:
+                problems.append("%d/%d tpu.env %r" % (s, w, got))
+            jax = sourced(car.out, "jax.env")
+            jwant = {"JAX_COORDINATOR_ADDRESS": jax_host + ":8476",
+                     "JAX_NUM_PROCESSES": str(slices * hps), "JAX_PROCESS_ID": str(s * hps + w)}
+            if jax != jwant:
+                problems.append("%d/%d jax.env %r" % (s, w, jax))
+            dt = sourced(car.out, "dtensor.env")
+            if dt.get("DTENSOR_JOBS") != jobs or dt.get("DTENSOR_CLIENT_ID") != str(s * hps + w):
+                problems.append("%d/%d dtensor.env %r" % (s, w, dt))
+            with open(car.path("tf_config.json")) as f:
+                cluster, ttype, tid, _ = tfconfig_check.parse(f.read())
+            if cluster != {"worker": jobs.split(",")} or (ttype, tid) != ("worker", s * hps + w):
+                problems.append("%d/%d TF_CONFIG %r %r %r" % (s, w, cluster, ttype, tid))
+            t = car.topology()
+            if t["slices"] != {"count": slices, "id": s, "hostsPerSlice": hps}:
+                problems.append("%d/%d slices %r" % (s, w, t["slices"]))
+            canon = "".join("%d\t%s\t%s\n" % (x["index"], x["pod"] or "", x["address"] or "")
+                            for x in t["workers"])
+            if t["workersDigest"] != fnv1a64(canon.encode()):
+                problems.append("%d/%d workersDigest %s is not FNV-1a of the list" %
+                                (s, w, t["workersDigest"]))
+            digests.add(t["workersDigest"])
+    check("%s: per-slice tpu.env and MEGASCALE_*, global jax.env, DTENSOR_JOBS and TF_CONFIG on "
+          "every pod" % label, not problems, "\n".join(problems[:8]))
+    check("%s: workersDigest equal on every pod" % label, len(digests) == 1, digests)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="tpumesh-sidecar-ms.")
+    tok = os.path.join(tmp, "token")
+    with open(tok, "w") as f:
+        f.write("t0\n")
+    sim = start_sim(["--token", "t0"])
+    cars = []
+    try:
+        c = sim.client
+        make_jobset(c, "ms22", 2, 2)
+        coord = {"jobset.sigs.k8s.io/coordinator": "ms44-slice-1-0.ms44"}
+        make_jobset(c, "ms44", 4, 4, annotations=dict(coord, **{"tpumesh.dev/megascale-port": "8081"}),
+                    labels=coord)
+        pods = {p["metadata"]["name"]: p for p in c.pods()}
+        by = {}
+        for name, p in pods.items():
+            lab = p["metadata"]["labels"]
+            key = (lab["jobset.sigs.k8s.io/jobset-name"], int(lab["jobset.sigs.k8s.io/job-index"]),
+                   int(lab["batch.kubernetes.io/job-completion-index"]))
+            by[key] = name
+        grid = {}
+        for (js, s, w), name in sorted(by.items()):
+            out = os.path.join(tmp, "%s-%d-%d" % (js, s, w))
+            os.mkdir(out)
+            car = Sidecar("%s/%d/%d" % (js, s, w), sim.url, tok, name, out)
+            cars.append(car)
+            grid.setdefault(js, {}).setdefault(s, {})[w] = car
+        check("all %d sidecars ready" % len(cars),
+              wait(lambda: all(car.readyz()[0] == 200 for car in cars), 60),
+              [(car.name, car.readyz()) for car in cars if car.readyz()[0] != 200][:4])
+        check_job("ms22", grid["ms22"], 2, 2, 8080, "ms22-slice-0-0.ms22")
+        check_job("ms44", grid["ms44"], 4, 4, 8081, "ms44-slice-1-0.ms44")
+        car = grid["ms44"][2][3]
+        check("ms44: the multi-slice settings and their sources are logged",
+              car.log_count("MEGASCALE_PORT 8081 (from annotation tpumesh.dev/megascale-port), "
+                            "JAX coordinator ms44-slice-1-0.ms44") == 1, car.lines[:14])
+        # A peer's IP changes (dns mode: the addresses stay): every pod still agrees.
+        for car in cars:
+            car.gen0 = car.topology()["generation"]
+        c.set_ip(name=by[("ms22", 1, 1)], ip="10.77.0.9")
+        ms22 = [grid["ms22"][s][w] for s in range(2) for w in range(2)]
+        check("ms22: every pod republishes the changed IP",
+              wait(lambda: all(any(x["ip"] == "10.77.0.9" for x in car.topology()["workers"])
+                               for car in ms22), 20))
+        check("ms22: workersDigest unchanged by an IP change in dns mode, equal everywhere",
+              len({car.topology()["workersDigest"] for car in ms22}) == 1)
+        for car in cars:
+            rc, _ = car.stop()
+            if rc != 0:
+                fail("%s: SIGTERM exit %s" % (car.name, rc))
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        fail("test raised", repr(e))
+    finally:
+        for car in cars:
+            car.stop()
+            if os.environ.get("VERBOSE"):
+                print("\n".join("# %s: %s" % (car.name, l) for l in car.lines))
+        sim.stop()
+        os.system("rm -rf '%s'" % tmp)
+    return done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -237,6 +238,66 @@ static void load_topology(struct mesh_sidecar *ctx, const char *path)
     }
 }
 
+/* MEGASCALE_PORT in the tpu.env tpumesh-init left (it read GKE's variable,
+ * which this container may not have): 0 when absent or unusable. */
+static int port_in_tpu_env(const char *out_dir)
+{
+    mesh_autofree char *path = mesh_asprintf("%s/tpu.env", out_dir);
+    struct mesh_buf b;
+    mesh_buf_init(&b, 1 << 20);
+    int port = 0;
+    if (mesh_sys_read_file(path, b.max, &b, NULL) == 0 && b.len > 0) {
+        static const char key[] = "MEGASCALE_PORT='";
+        for (const char *p = b.data; p != NULL && p < b.data + b.len;) {
+            const char *end = b.data + b.len;
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            size_t n = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+            long long v = 0;
+            if (n > sizeof(key) && memcmp(p, key, sizeof(key) - 1) == 0 && p[n - 1] == '\'' &&
+                mesh_parse_ll(p + sizeof(key) - 1, n - sizeof(key), 1, 65535, &v, NULL) == 0) {
+                port = (int)v;
+            }
+            p = nl != NULL ? nl + 1 : NULL;
+        }
+    }
+    mesh_buf_cleanup(&b);
+    return port;
+}
+
+/* MEGASCALE_PORT for a multi-slice tpu.env, the same choice tpumesh-init
+ * makes: the own pod's tpumesh.dev/megascale-port, else this container's
+ * MEGASCALE_PORT, else the one tpumesh-init published (from its
+ * container's MEGASCALE_PORT), else 0 (the default, 8080). Kept in
+ * ctx->self.megascale_port; *out_src names the source. */
+static int choose_megascale_port(struct mesh_sidecar *ctx, const char **out_src,
+                                 struct mesh_err *err)
+{
+    *out_src = "default";
+    if (ctx->self.megascale_port > 0) {
+        *out_src = "annotation " MESH_K8S_KEY_MEGASCALE_PORT;
+        return 0;
+    }
+    const char *v = getenv("MEGASCALE_PORT");
+    if (v != NULL && v[0] != '\0') {
+        long long port = 0;
+        if (mesh_parse_ll(v, strlen(v), 1, 65535, &port, NULL) != 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "MEGASCALE_PORT='%.32s' is not a port in 1..65535; fix or unset "
+                                "it, or set the pod annotation " MESH_K8S_KEY_MEGASCALE_PORT,
+                                v);
+        }
+        ctx->self.megascale_port = (int)port;
+        *out_src = "env MEGASCALE_PORT";
+        return 0;
+    }
+    int port = port_in_tpu_env(ctx->opts.out_dir);
+    if (port > 0) {
+        ctx->self.megascale_port = port;
+        *out_src = "the tpu.env tpumesh-init published";
+    }
+    return 0;
+}
+
 int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
 {
     if (ctx->opts.job_name != NULL) {
@@ -294,13 +355,17 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
                   ? "dns"
                   : (ctx->opts.address_mode == MESH_ADDR_IP ? "ip" : "auto"),
               mode_src);
+    const char *mport_src = "default";
+    int rc = choose_megascale_port(ctx, &mport_src, err);
+    if (rc < 0) {
+        return rc;
+    }
     if (multislice) {
-        mesh_info(
-            MOD, "multi-slice: MEGASCALE_PORT %d (from %s), JAX coordinator %s (from %s)",
-            ctx->self.megascale_port > 0 ? ctx->self.megascale_port : MESH_RENDER_MEGASCALE_PORT,
-            ctx->self.megascale_port > 0 ? "annotation " MESH_K8S_KEY_MEGASCALE_PORT : "default",
-            ctx->self.coordinator[0] ? ctx->self.coordinator : "slice 0 worker 0",
-            ctx->self.coordinator[0] ? MESH_K8S_KEY_COORDINATOR : "default");
+        mesh_info(MOD, "multi-slice: MEGASCALE_PORT %d (from %s), JAX coordinator %s (from %s)",
+                  ctx->self.megascale_port > 0 ? ctx->self.megascale_port
+                                               : MESH_RENDER_MEGASCALE_PORT,
+                  mport_src, ctx->self.coordinator[0] ? ctx->self.coordinator : "slice 0 worker 0",
+                  ctx->self.coordinator[0] ? MESH_K8S_KEY_COORDINATOR : "default");
     }
     if (ctx->expected > 0) {
         mesh_info(MOD, "expecting %d workers (from %s)", ctx->expected, src);

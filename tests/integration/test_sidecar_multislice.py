@@ -19,6 +19,20 @@ from tap import check, done, fail  # noqa: E402
 import tfconfig_check  # noqa: E402
 
 
+def run_init(out, s, w, hps, slices, extra_env):
+    """tpumesh-init as GKE starts it on pod s/w of JobSet ms21 (static path, no TPU)."""
+    build = os.environ.get("BUILD", "build")
+    root = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+    exe = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "bin/tpumesh-init")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TPU_WORKER_ID": str(w),
+           "TPU_WORKER_HOSTNAMES": ",".join("ms21-slice-%d-%d.ms21" % (s, k) for k in range(hps)),
+           "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(s),
+           "MEGASCALE_COORDINATOR_ADDRESS": "ms21-slice-0-0.ms21"}
+    env.update(extra_env)
+    return subprocess.run([exe, "--skip-init", "--out-dir", out, "--annotations-file", "/dev/null"],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
 def sourced(out, f):
     """Every variable of env file f after `set -a; . ./f` in sh."""
     r = subprocess.run(["sh", "-c", "env -i sh -c 'set -a; . ./%s; set +a; env'" % f], cwd=out,
@@ -118,6 +132,43 @@ def main():
               wait(lambda: all(car.readyz()[0] == 200 for car in cars), 60),
               [(car.name, car.readyz()) for car in cars if car.readyz()[0] != 200][:4])
         check_job("ms22", grid["ms22"], 2, 2, 8080, "ms22-slice-0-0.ms22")
+        # tpumesh-init then the sidecar on the same volume (JobSet ms21: 2 slices x 1 host):
+        # init takes MEGASCALE_PORT from GKE's variable, which the sidecar's container does
+        # not have; the sidecar keeps it, and its complete files leave init's tpu.env and
+        # jax.env byte for byte as they were.
+        make_jobset(c, "ms21", 2, 1)
+        before, cars21 = {}, []
+        for s in range(2):
+            name = next(p["metadata"]["name"] for p in c.pods()
+                        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "ms21"
+                        and p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == str(s))
+            out = os.path.join(tmp, "ms21-%d" % s)
+            os.mkdir(out)
+            r = run_init(out, s, 0, 1, 2, {"MEGASCALE_PORT": "8095"})
+            check("ms21 slice %d: tpumesh-init exit 0" % s, r.returncode == 0, r.stderr[-800:])
+            before[s] = {f: open(os.path.join(out, f)).read() for f in ("tpu.env", "jax.env")}
+            car = Sidecar("ms21/%d" % s, sim.url, tok, name, out)
+            cars.append(car)
+            cars21.append(car)
+        check("ms21: sidecars ready", wait(lambda: all(x.readyz()[0] == 200 for x in cars21), 30))
+        for s, car in enumerate(cars21):
+            after = {f: open(car.path(f)).read() for f in ("tpu.env", "jax.env")}
+            check("ms21 slice %d: init's tpu.env and jax.env unchanged by the sidecar" % s,
+                  after == before[s] and "MEGASCALE_PORT='8095'" in after["tpu.env"],
+                  "%r\n%r" % (before[s], after))
+            check("ms21 slice %d: the port's source is logged" % s,
+                  car.log_count("MEGASCALE_PORT 8095 (from the tpu.env tpumesh-init published)") == 1,
+                  car.lines[:14])
+        # A bad MEGASCALE_PORT in the sidecar's own environment: exit 2, saying so.
+        os.environ["MEGASCALE_PORT"] = "80a"
+        try:
+            bad = Sidecar("bad-port", sim.url, tok, by[("ms22", 0, 0)], os.path.join(tmp, "bad"))
+        finally:
+            del os.environ["MEGASCALE_PORT"]
+        rc = bad.proc.wait(20)
+        check("bad MEGASCALE_PORT: the sidecar exits 2 naming it",
+              rc == 2 and any("MEGASCALE_PORT='80a' is not a port" in l for l in bad.lines[-3:]),
+              (rc, bad.lines[-3:]))
         check_job("ms44", grid["ms44"], 4, 4, 8081, "ms44-slice-1-0.ms44")
         car = grid["ms44"][2][3]
         check("ms44: the multi-slice settings and their sources are logged",

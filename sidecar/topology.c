@@ -462,7 +462,7 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     return 0;
 }
 
-/* The slices of a multi-slice JobSet (DESIGN.md §5): the worker list is
+/* The slices of a multi-slice JobSet (docs/DESIGN.md §5): the worker list is
  * slice-major with w->per_slice hosts per slice, so tpu.env names this
  * pod's slice and carries MEGASCALE_* (render.h). 1 for every other job. A
  * count that does not split evenly is passed rounded up: the renderer then

@@ -51,6 +51,15 @@ int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t
     m.num_clients = int_or(j, "numClients", 0);
     m.coordinator = str_or_empty(j, "coordinator");
     m.resource_version = (char *)(rv != NULL ? rv : "");
+    m.workers_digest = str_or_empty(j, "workersDigest");
+    Tpumesh__V1__Slices slices = TPUMESH__V1__SLICES__INIT;
+    const cJSON *ss = cJSON_GetObjectItemCaseSensitive(j, "slices");
+    if (cJSON_IsObject(ss)) {
+        slices.count = int_or(ss, "count", 0);
+        slices.id = int_or(ss, "id", -1);
+        slices.hosts_per_slice = int_or(ss, "hostsPerSlice", 0);
+        m.slices = &slices;
+    }
 
     Tpumesh__V1__Slice slice = TPUMESH__V1__SLICE__INIT;
     int32_t mesh_shape[4];

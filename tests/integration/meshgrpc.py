@@ -85,11 +85,18 @@ def snapshot_as_json(s):
               "chips": s.slice.chips, "hosts": s.slice.hosts, "chipsPerHost": s.slice.chips_per_host,
               "coresPerChip": s.slice.cores_per_chip, "devicesPerHost": s.slice.devices_per_host,
               "meshShape": list(s.slice.mesh_shape)}
-    return {"generation": s.generation, "complete": s.complete, "slice": sl, "jobName": n(s.job_name),
+    out = {"generation": s.generation, "complete": s.complete, "slice": sl}
+    if s.HasField("slices"):
+        out["slices"] = {"count": s.slices.count, "id": s.slices.id if s.slices.id >= 0 else None,
+                         "hostsPerSlice": s.slices.hosts_per_slice}
+    out.update({"jobName": n(s.job_name),
             "clientId": s.client_id if s.client_id >= 0 else None, "numClients": s.num_clients,
-            "coordinator": n(s.coordinator),
-            "workers": [{"index": w.index, "pod": n(w.pod), "host": n(w.host), "ip": n(w.ip),
-                         "address": n(w.address), "ready": w.ready} for w in s.workers]}
+            "coordinator": n(s.coordinator)})
+    if s.workers_digest:
+        out["workersDigest"] = s.workers_digest
+    out["workers"] = [{"index": w.index, "pod": n(w.pod), "host": n(w.host), "ip": n(w.ip),
+                         "address": n(w.address), "ready": w.ready} for w in s.workers]
+    return out
 
 
 def wait(pred, timeout=10.0, interval=0.05):

@@ -123,7 +123,9 @@ static void test_snapshot(void **state)
     static const char json[] =
         "{\"generation\":7,\"complete\":true,\"slice\":{\"acceleratorType\":\"v4-16\","
         "\"topology\":\"2x2x2\",\"chips\":8,\"hosts\":2,\"chipsPerHost\":4,\"coresPerChip\":2,"
-        "\"devicesPerHost\":4,\"meshShape\":[2,2,2,1]},\"jobName\":\"worker\",\"clientId\":null,"
+        "\"devicesPerHost\":4,\"meshShape\":[2,2,2,1]},\"slices\":{\"count\":2,\"id\":null,"
+        "\"hostsPerSlice\":1},\"jobName\":\"worker\",\"clientId\":null,"
+        "\"workersDigest\":\"0123456789abcdef\","
         "\"numClients\":2,\"coordinator\":\"a:1\",\"workers\":[{\"index\":0,\"pod\":\"p0\","
         "\"host\":\"a\",\"ip\":null,\"address\":\"a:1\",\"ready\":true},{\"index\":1,\"pod\":null,"
         "\"host\":\"b\",\"ip\":\"10.0.0.2\",\"address\":\"b:1\",\"ready\":false}]}";
@@ -138,6 +140,11 @@ static void test_snapshot(void **state)
     assert_string_equal(m->resource_version, "99");
     assert_string_equal(m->slice->accelerator_type, "v4-16");
     assert_int_equal(m->slice->n_mesh_shape, 4);
+    assert_non_null(m->slices);
+    assert_int_equal(m->slices->count, 2);
+    assert_int_equal(m->slices->id, -1);
+    assert_int_equal(m->slices->hosts_per_slice, 1);
+    assert_string_equal(m->workers_digest, "0123456789abcdef");
     assert_int_equal(m->n_workers, 2);
     assert_string_equal(m->workers[0]->pod, "p0");
     assert_string_equal(m->workers[0]->ip, "");

@@ -263,3 +263,27 @@ mount, so the kubelet's updates reach it). */}}
   mountPath: {{ $v.sharedVolume.mountPath }}
   readOnly: true
 {{- end -}}
+
+{{/* tpumesh-injector: its resource name, labels and the values under .Values.injector. */}}
+{{- define "tpumesh.injector.fullname" -}}
+{{- printf "%s-injector" (include "tpumesh.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tpumesh.injector.selectorLabels" -}}
+{{ include "tpumesh.selectorLabels" . }}
+app.kubernetes.io/component: injector
+{{- end -}}
+
+{{/* The injector's --config: the named templates above, rendered with this release's values,
+so a webhook-injected pod gets exactly what a pod template including them gets (one source of
+truth). Each entry is what the template renders: a list of one container, or the list. */}}
+{{- define "tpumesh.injector.config" -}}
+initContainer:
+  {{- include "tpumesh.initContainer" . | nindent 2 }}
+sidecar:
+  {{- include "tpumesh.sidecar" . | nindent 2 }}
+volumes:
+  {{- include "tpumesh.volumes" . | nindent 2 }}
+volumeMounts:
+  {{- include "tpumesh.volumeMounts" . | nindent 2 }}
+{{- end -}}

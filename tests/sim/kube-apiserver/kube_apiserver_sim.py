@@ -38,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads  # noqa: E402  (Jobs, StatefulSets, JobSets: GET and LIST)
+import admission  # noqa: E402  (MutatingWebhookConfigurations, webhook calls, SubjectAccessReviews)
 
 SIM_VERSION = "1.0"
 
@@ -549,6 +550,14 @@ class State:
         self.faults = []
         self.forbid = []  # (namespace or "*", set of verbs, set of resources: empty = pods)
         self.workloads = workloads.Store()
+        smap = {}
+        for spec in getattr(args, "webhook_service", None) or []:
+            key, _, addr = spec.partition("=")
+            host, _, port = addr.rpartition(":")
+            if not key.count("/") == 1 or not port.isdigit() or not host.startswith("127."):
+                raise SystemExit("--webhook-service %r: want NS/NAME=127.x.y.z:PORT" % spec)
+            smap[key] = (host, int(port))
+        self.admission = admission.Admission(smap, log=lambda m: sys.stderr.write("kube-apiserver-sim: %s\n" % m))
         self.stall_until = 0.0
         self.unavailable_until = 0.0
         self.unavailable_start = 0.0
@@ -1370,6 +1379,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _api(self, method, path, q):
         st = self.st
+        if admission.PATH.match(path) or path.rstrip("/") == admission.SAR_PATH:
+            return self._admission_api(method, path, q)
         wl = workloads.resource_of(path)
         if wl is not None and not (wl[0] == "jobsets" and not st.workloads.jobset_crd):
             return self._workload(method, path, q, wl)
@@ -1417,7 +1428,7 @@ class Handler(BaseHTTPRequestHandler):
             name = urllib.parse.unquote(name)
         self._authorize(user, verb, ns, name)
         if verb == "create" and name is None and ns is not None and not m.group(1):
-            return self._create(ns)
+            return self._create(ns, q)
         if verb == "delete" and name is not None and not m.group(4):
             return self._delete(ns, name, q)
         if verb not in ("get", "list", "watch"):
@@ -1619,7 +1630,7 @@ class Handler(BaseHTTPRequestHandler):
                 and "v=v2" in accept.replace("v=v2beta1", "")):
             # Aggregated discovery (apidiscovery.k8s.io/v2, GA 1.30): one document per root.
             items = ([AGGREGATED_CORE] if path == "/api"
-                     else workloads.aggregated_groups(self.st.workloads.jobset_crd))
+                     else workloads.aggregated_groups(self.st.workloads.jobset_crd) + admission.aggregated_entries())
             body = gojson_b({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
                              "metadata": {}, "items": items}) + b"\n"
             self.send_body(200, body, ctype="application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
@@ -1629,11 +1640,15 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % self.server.port}]})
         elif path == "/apis":
-            self.send_json(200, workloads.group_list(self.st.workloads.jobset_crd))
+            groups = workloads.group_list(self.st.workloads.jobset_crd)
+            groups["groups"] = groups["groups"] + admission.group_list_entries()
+            self.send_json(200, groups)
         elif path == "/api/v1":
             self.send_json(200, API_RESOURCES)
         elif workloads.group_doc(path, self.st.workloads.jobset_crd) is not None:
             self.send_json(200, workloads.group_doc(path, self.st.workloads.jobset_crd))
+        elif admission.group_doc(path) is not None:
+            self.send_json(200, admission.group_doc(path))
         else:
             raise err_not_found_path()
 
@@ -1657,7 +1672,61 @@ class Handler(BaseHTTPRequestHandler):
         self.send_body(200, body)
 
     # -- writes through the API: create and (graceful) delete ---------------
-    def _create(self, ns):
+    def _admission_api(self, method, path, q):
+        """MutatingWebhookConfigurations (create, get, list, delete) and SubjectAccessReviews
+        (create), see admission.py."""
+        st = self.st
+        m = admission.PATH.match(path)
+        name = urllib.parse.unquote(m.group(1)) if m and m.group(1) else None
+        resource = admission.RESOURCE if m else "subjectaccessreviews"
+        verb = ({"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}.get(method)
+                or ("get" if name else "list"))
+        st.count(verb + "-" + resource)
+        if st.auth:
+            ok = st.check_token(self.headers.get("Authorization"))
+            peer = getattr(self.connection, "getpeercert", None)
+            if ok is not True and peer is not None and peer():
+                ok = True
+            if ok is not True:
+                self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
+                return
+        self._faults(verb + "-" + resource, path)
+        try:
+            if m is None:
+                if method != "POST":
+                    raise admission.AdmissionError(405, "MethodNotAllowed", "the server does not allow this method "
+                                                   "on the requested resource")
+                body = json.loads(self.req_body or b"null")
+                if not isinstance(body, dict) or body.get("kind") != "SubjectAccessReview":
+                    raise admission.AdmissionError(400, "BadRequest", "the body must be an authorization.k8s.io/v1 "
+                                                   "SubjectAccessReview")
+                with st.cond:
+                    forbid = list(st.forbid)
+                self.send_json(201, admission.subject_access_review(body, forbid))
+                return
+            adm = st.admission
+            if method == "POST" and name is None:
+                try:
+                    obj = json.loads(self.req_body or b"null")
+                except ValueError as e:
+                    raise admission.AdmissionError(400, "BadRequest", "the body of the request was in an unknown "
+                                                   "format (%s)" % e)
+                self.send_json(201, adm.create(obj))
+            elif method in ("GET", "HEAD"):
+                self.send_json(200, adm.get(name) if name else adm.list())
+            elif method == "DELETE" and name:
+                adm.delete(name)
+                self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                     "details": {"name": name, "group": admission.GROUP,
+                                                 "kind": admission.RESOURCE}})
+            else:
+                raise admission.AdmissionError(405, "MethodNotAllowed", "the server does not allow this method on "
+                                               "the requested resource")
+        except admission.AdmissionError as e:
+            raise ApiError(status_obj(e.code, e.reason, e.message, details_obj(name=name, group=admission.GROUP,
+                                                                               kind=resource)))
+
+    def _create(self, ns, q=None):
         """POST a pod: 201 with the stored object; 409 if it exists (apiserver create semantics)."""
         st = self.st
         try:
@@ -1682,15 +1751,31 @@ class Handler(BaseHTTPRequestHandler):
         md["namespace"] = ns
         for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
             md.pop(k, None)
+        # Mutating admission (admission.py): the webhooks see the pod as sent, with its namespace.
+        dry_run = "All" in (q or {}).get("dryRun", [])
+        warnings = []
+        try:
+            admitted, warnings = st.admission.admit({"apiVersion": "v1", "kind": "Pod", "metadata": md,
+                                                     "spec": pod.get("spec")}, ns,
+                                                    {"kubernetes.io/metadata.name": ns}, self.server.user,
+                                                    dry_run=dry_run)
+        except admission.AdmissionError as e:
+            raise ApiError(status_obj(e.code, e.reason, e.message))
+        md, pod = dict(admitted.get("metadata") or {}), dict(pod, spec=admitted.get("spec"))
+        md["namespace"] = ns
+        extra = {"Warning": ", ".join('299 - "%s"' % w.replace('"', "'") for w in warnings)} if warnings else None
         status = pod.get("status") or {"phase": "Pending", "qosClass": "BestEffort"}
         pod = normalize_pod({"metadata": md, "spec": pod.get("spec"), "status": status}, ns)
+        if dry_run:
+            self.send_body(201, gojson_b(pod) + b"\n", extra=extra)
+            return
         with st.cond:
             key = (ns, pod["metadata"]["name"])
             if key in st.pods:
                 raise ApiError(status_obj(409, "AlreadyExists", 'pods "%s" already exists' % key[1],
                                           details_obj(name=key[1], kind="pods")))
             rec = st.put(pod)
-        self.send_body(201, rec.full() + b"\n")
+        self.send_body(201, rec.full() + b"\n", extra=extra)
 
     def _delete(self, ns, name, q):
         """DELETE a pod: a scheduled pod with a grace period gets deletionTimestamp
@@ -2324,7 +2409,7 @@ class Control:
              "annotate", "phase", "cut", "malformed", "oversize", "stall", "token", "fail", "forbid",
              "compact", "restart", "stats", "reset-stats", "bookmark", "chunking", "config", "bulk-create",
              "churn", "churn-stop", "batch", "clear", "error-event", "make-job", "make-jobset",
-             "make-statefulset", "put-object", "delete-object", "objects")
+             "make-statefulset", "put-object", "delete-object", "objects", "webhook-service", "admission-calls")
 
     def __init__(self, server):
         self.server = server
@@ -2432,6 +2517,20 @@ class Control:
                 raise ValueError('pods "%s" already exists' % key[1])
             rec = st.put(pod)
             return {"rv": rec.rv, "pod": rec.full_obj()}
+
+    def v_webhook_service(self, a):
+        """Where the Service a webhook's clientConfig.service names listens (admission.py)."""
+        key, addr = a.get("service") or "", a.get("address") or ""
+        host, _, port = addr.rpartition(":")
+        if key.count("/") != 1 or not port.isdigit() or not host.startswith("127."):
+            raise ValueError("want service=NS/NAME address=127.x.y.z:PORT")
+        with self.st.admission.lock:
+            self.st.admission.service_map[key] = (host, int(port))
+        return {"services": {k: "%s:%d" % v for k, v in self.st.admission.service_map.items()}}
+
+    def v_admission_calls(self, a):
+        """Every webhook call so far: [webhook name, patched|allowed|denied|failed|ignored]."""
+        return {"calls": [list(c) for c in self.st.admission.calls]}
 
     def v_update(self, a):
         pod = a.get("pod")
@@ -3084,7 +3183,10 @@ control API (unauthenticated, same port, see README.md):
     token       token=T [keep_old=true] | reload=true | disable=true
     fail        code=429|500|503|... count=N [retry_after=S] [match=any|pods|list|watch|get|discovery]
                 [kind=apf|shutdown|status] [message=...] [agent=SUBSTRING of User-Agent]  (count=0 clears)
-    forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message)
+    forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message; also what
+                SubjectAccessReviews answer)
+    webhook-service service=NS/NAME address=127.x.y.z:PORT   (where a webhook's Service listens)
+    admission-calls   every mutating webhook call so far and its outcome
     compact     [rv=N]       expire history (and continue tokens) up to rv (default: now)
     restart     [rv=N] [unavailable=S] [down=S]  history lost, resourceVersions restart lower (etcd
                 restore); every watch is cut; down: connections refused for S s (process restart);
@@ -3165,6 +3267,9 @@ def server_main(argv):
     p.add_argument("--gc", default="off", choices=("on", "off"),
                    help="Python's cyclic garbage collector (default off: pods and events are acyclic, and full"
                         " collections over a 16k-pod heap stall every stream; about 2x faster churn)")
+    p.add_argument("--webhook-service", action="append", metavar="NS/NAME=127.x.y.z:PORT",
+                   help="where the Service a webhook's clientConfig.service names listens (repeatable); the "
+                        "webhook's certificate is checked for <NAME>.<NS>.svc")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request to stderr")
     args = p.parse_args(argv)
     if args.gc == "off":

@@ -477,7 +477,12 @@ async function main() {
     await Promise.race([simp.exited, sleep(5000)]);
 }
 
-main().catch((e) => check('podrun completes', [e.stack || String(e)])).finally(() => {
+/* Used as a module (tests/validate/injected.js runs a webhook-injected pod the same way). */
+module.exports = { runPod, start, request, waitFor, sleep, check, TMP, done: () => {
     console.log(`1..${n}`);
     process.exitCode = failed ? 1 : 0;
-});
+} };
+
+if (require.main === module) {
+    main().catch((e) => check('podrun completes', [e.stack || String(e)])).finally(module.exports.done);
+}

@@ -1,0 +1,20 @@
+#!/bin/bash
+# tests/integration/test_injector_sim.sh - tpumesh-injector behind the kube-apiserver
+# simulator's mutating admission, driven by the real kubectl: the chart's webhook
+# configuration and certificate, labelled JobSet pods injected on `kubectl create -f`, the
+# injected pod validated (schema, restricted profile, wiring) and run (tpumesh-init and the
+# sidecar, as podrun.js runs pods), denial, warning, reinvocation, timeout and failure
+# policies. See tests/validate/injected.js. Needs node, tests/validate/node_modules, kubectl.
+. "$(dirname "$0")/lib.sh"
+V=$ROOT/tests/validate
+if ! command -v node >/dev/null 2>&1 || [ ! -d "$V/node_modules/yaml" ]; then
+    fail "node and tests/validate/node_modules are installed" "run: make deps"
+    done_testing
+    exit
+fi
+if ! command -v kubectl >/dev/null 2>&1; then
+    fail "kubectl is installed" "run: make deps"
+    done_testing
+    exit
+fi
+BUILD=$BUILD PY=$PY timeout 300 node "$V/injected.js"

@@ -25,6 +25,7 @@ struct mesh_injector_opts {
     char *token_file; /* --token-file (with --apiserver) */
     char *ca_file;    /* --ca-file (with --apiserver) */
     int cert_check_s; /* --cert-check-interval: seconds between looks at the cert files */
+    char *check_ns;   /* --check-namespace: check injection there instead of serving */
     enum mesh_log_format log_format;
     enum mesh_log_level log_level;
 };
@@ -54,6 +55,12 @@ void mesh_injector_access_free(struct mesh_injector_access *a);
  * is CLOCK_MONOTONIC milliseconds. */
 char *mesh_injector_access_check(struct mesh_injector_access *a, const char *ns, const char *sa,
                                  int64_t now_ms);
+
+/* --check-namespace: create a labelled pod in o->check_ns as a dry run and
+ * check that it comes back injected with cfg's containers and mounts.
+ * Returns the exit code: 0 injected, 1 not (logged with what to check),
+ * 2 no API access. */
+int mesh_injector_check(const struct mesh_injector_opts *o, const struct mesh_inject_config *cfg);
 
 /* The servers: one libwebsockets context with two vhosts, served on its own
  * thread. cfg and access are borrowed for the server's life. */

@@ -106,6 +106,12 @@ int main(int argc, char **argv)
         mesh_injector_opts_cleanup(&o);
         return 2;
     }
+    if (o.check_ns != NULL) {
+        rc = mesh_injector_check(&o, &cfg);
+        mesh_inject_config_cleanup(&cfg);
+        mesh_injector_opts_cleanup(&o);
+        return rc;
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);

@@ -15,6 +15,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/names.h"
 #include "injector.h"
 
 enum kind { K_STR, K_INT, K_LEVEL, K_FORMAT };
@@ -50,6 +51,9 @@ static const struct def defs[] = {
      "skipped)"},
     {"token-file", K_STR, OFF(token_file), 0, 0, NULL, "FILE", "bearer token for --apiserver"},
     {"ca-file", K_STR, OFF(ca_file), 0, 0, NULL, "FILE", "CA bundle for --apiserver"},
+    {"check-namespace", K_STR, OFF(check_ns), 0, 0, NULL, "NS",
+     "do not serve: create a labelled pod in NS as a dry run through the API server and\n"
+     "      check that it was injected (exit 0 yes, 1 no); the chart's helm test runs this"},
     {"cert-check-interval", K_INT, OFF(cert_check_s), 1, 3600, "5", "SECONDS",
      "how often the certificate files are checked for a change"},
     {"log-format", K_FORMAT, OFF(log_format), 0, 0, "text", "text|json", "log line format"},
@@ -196,7 +200,13 @@ int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *o
             return -MESH_E_CONFIG;
         }
     }
-    if (out->tls_cert == NULL || out->tls_key == NULL) {
+    if (out->check_ns != NULL && !mesh_names_is_dns_label(out->check_ns, strlen(out->check_ns))) {
+        rc = mesh_err_set(err, MESH_E_CONFIG, 0, "--check-namespace: '%.64s' is not a namespace",
+                          out->check_ns);
+        mesh_injector_opts_cleanup(out);
+        return rc;
+    }
+    if (out->check_ns == NULL && (out->tls_cert == NULL || out->tls_key == NULL)) {
         mesh_injector_opts_cleanup(out);
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "--tls-cert-file and --tls-key-file are required: the API server "

@@ -308,6 +308,31 @@ async function main() {
     kubectl(env, 'delete', 'mutatingwebhookconfiguration', 'slow');
     hang.close();
 
+    /* The chart's helm test (templates/tests/test-injection.yaml) as it is rendered: its
+     * command and env, the injector config it mounts, the API server in place of in-cluster. */
+    const helmTest = (() => {
+        const helm = ['3.17.2', '4.1.4'].map((v) => path.join(BUILD, 'helm', v, 'helm')).find((h) => fs.existsSync(h));
+        if (!helm) return null;
+        const out = execFileSync(helm, ['template', 'tpumesh', path.join(ROOT, 'charts', 'tpumesh'), '--namespace', 'ml'],
+            { encoding: 'utf8' });
+        const docs = YAML.parseAllDocuments(out).map((d) => d.toJS()).filter(Boolean);
+        const pod = docs.find((d) => d.kind === 'Pod' && d.metadata.name === 'tpumesh-injection-test');
+        const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata.name === 'tpumesh-injector');
+        const c = pod.spec.containers[0];
+        const mount = c.volumeMounts.find((m) => m.name === 'config').mountPath;
+        const dir = path.join(TMP, 'helm-test-config');
+        fs.mkdirSync(dir, { recursive: true });
+        fs.writeFileSync(path.join(dir, 'config.yaml'), cm.data['config.yaml']);
+        const env = { PATH: '/usr/bin:/bin', TPUMESH_APISERVER: url };
+        for (const e of c.env) env[e.name] = String(e.value).split(mount).join(dir);
+        return () => spawnSync(path.join(BUILD, 'bin', c.args[0]), c.args.slice(1), { env, encoding: 'utf8' });
+    })();
+    if (helmTest) {
+        r = helmTest();
+        check('the chart\'s helm test (a labelled pod created as a dry run) passes: exit 0',
+            r.status === 0 && /injection works in namespace ml/.test(r.stderr) ? [] : [`exit ${r.status}`, r.stderr]);
+    }
+
     /* failurePolicy Fail: the injector is down, labelled pods are refused */
     inj.kill('SIGTERM');
     const ex = await Promise.race([inj.exited, pr.sleep(10000).then(() => ({ code: 'timeout' }))]);
@@ -316,8 +341,13 @@ async function main() {
     check('failurePolicy Fail: with the injector down a labelled pod is refused (not created without tpumesh)',
         r.status !== 0 && /failed calling webhook "inject\.tpumesh\.dev"/.test(r.stderr) && !getPod(jobsetPod(12).metadata.name)
             ? [] : [r.stderr]);
-    r = create(plain.metadata ? { ...plain, metadata: { ...plain.metadata, name: 'plain-2' } } : plain);
+    r = create({ ...plain, metadata: { ...plain.metadata, name: 'plain-2' } });
     check('... while unlabelled pods are still created', r.status === 0 ? [] : [r.stderr]);
+    if (helmTest) {
+        r = helmTest();
+        check('... and the chart\'s helm test fails, saying why', r.status === 1 && /failed calling webhook/.test(r.stderr)
+            ? [] : [`exit ${r.status}`, r.stderr]);
+    }
 
     simp.kill('SIGTERM');
     await Promise.race([simp.exited, pr.sleep(5000)]);

@@ -421,7 +421,8 @@ async function main() {
     /* 3. the chart's helm test pod at default values. */
     {
         const pod = helmTemplate(path.join(ROOT, 'charts', 'tpumesh'))
-            .find((o) => o.kind === 'Pod' && ((o.metadata.annotations || {})['helm.sh/hook'] === 'test'));
+            .find((o) => o.kind === 'Pod' && ((o.metadata.annotations || {})['helm.sh/hook'] === 'test')
+                && (o.spec.initContainers || []).length);
         const full = jobPod({ metadata: pod.metadata, spec: pod.spec }, { name: pod.metadata.name, index: 0, ip: '10.6.0.9' });
         await sim.ctl('create', { pod: full });
         const port = '10000';

@@ -321,7 +321,7 @@ check('chart: README.md lists every value with its default', (() => {
         const row = readme.split('\n').find((l) => l.startsWith(`| \`${k}\` |`));
         if (!row) {
             e.push(`${k} is not in charts/tpumesh/README.md`);
-        } else if (!row.includes(`\`${typeof v === 'string' && (v === '' || /^[0-9.]+$/.test(v)) ? JSON.stringify(v) : (typeof v === 'object' ? '{}' : v)}\``)) {
+        } else if (!row.includes(`\`${typeof v === 'string' && (v === '' || /^[0-9.]+$/.test(v)) ? JSON.stringify(v) : (Array.isArray(v) ? '[]' : typeof v === 'object' ? '{}' : v)}\``)) {
             e.push(`${k}: README default differs from values.yaml (${JSON.stringify(v)})`);
         }
     }
@@ -504,6 +504,12 @@ check('chart: the values matrix changes every value values.yaml documents', (() 
     })).map((k) => `${k}: no case in tests/helm/values/ or charts/tpumesh/ci/ sets it to another value`);
 })());
 
+/* tpumesh-injector's objects and the helm test's (app.kubernetes.io/component injector or
+ * helm-test); k8s/ has none of them. */
+function isInjector(o) {
+    return ['injector', 'helm-test'].includes(((o.metadata || {}).labels || {})['app.kubernetes.io/component']);
+}
+
 /* Every rendered object through the same checks as k8s/, one TAP line per case. */
 function checkRendered(objs, prefix) {
     const e = [];
@@ -544,11 +550,13 @@ for (const h of HELMS) {
     const d = rendered[h.version];
     if (d) {
         const kinds = d.chart.map((o) => o.kind).sort().join(',');
-        check(`${tag} [defaults]: renders ServiceAccount, Role, RoleBinding and the helm test Pod`,
-            kinds === 'Pod,Role,RoleBinding,ServiceAccount' ? [] : [`got ${kinds}`]);
-        const testPod = d.chart.find((o) => o.kind === 'Pod') || { metadata: {} };
-        check(`${tag} [defaults]: the test Pod is a helm test hook`,
-            ((testPod.metadata.annotations || {})['helm.sh/hook'] === 'test') ? [] : ['missing helm.sh/hook: test']);
+        check(`${tag} [defaults]: renders ServiceAccount, Role, RoleBinding, the helm test Pod and tpumesh-injector (Deployment, Service, PDB, webhook, Secret, ConfigMap, RBAC)`,
+            kinds === 'ClusterRole,ClusterRoleBinding,ConfigMap,Deployment,MutatingWebhookConfiguration,Pod,Pod,PodDisruptionBudget,Role,Role,RoleBinding,RoleBinding,Secret,Service,ServiceAccount,ServiceAccount,ServiceAccount'
+                ? [] : [`got ${kinds}`]);
+        const testPods = d.chart.filter((o) => o.kind === 'Pod');
+        check(`${tag} [defaults]: the test Pods (topology, injection) are helm test hooks`,
+            testPods.length === 2 && testPods.every((p) => (p.metadata.annotations || {})['helm.sh/hook'] === 'test')
+                ? [] : ['missing helm.sh/hook: test']);
     }
     /* The test chart with tpumesh as a dependency: lint, render, validate; with the release
      * named "tpumesh" and default values its Pods must be what k8s/ has (section 3). */
@@ -575,7 +583,7 @@ for (const h of HELMS) {
         if (release === 'train') {
             check(`${name}: the named templates use the parent's context and tpumesh's values`, (() => {
                 const e = [];
-                const sa = objs.find((o) => o.kind === 'ServiceAccount');
+                const sa = objs.find((o) => o.kind === 'ServiceAccount' && !isInjector(o));
                 const pods = objs.filter((o) => o.kind === 'Pod' && !(o.metadata.annotations || {})['helm.sh/hook']);
                 if (!sa || sa.metadata.name !== 'train-tpumesh') e.push(`the subchart's ServiceAccount is ${sa && sa.metadata.name}, want train-tpumesh`);
                 for (const p of pods) {
@@ -654,7 +662,7 @@ for (const [ver, d] of Object.entries(rendered)) {
             delete c.metadata.labels['app.kubernetes.io/managed-by'];
             return c;
         };
-        for (const o of d.chart.filter((x) => ['ServiceAccount', 'Role', 'RoleBinding'].includes(x.kind))) {
+        for (const o of d.chart.filter((x) => ['ServiceAccount', 'Role', 'RoleBinding'].includes(x.kind) && !isInjector(x))) {
             const mine = (manifests['rbac.yaml'] || []).find((x) => x.kind === o.kind);
             if (!mine) e.push(`k8s/rbac.yaml has no ${o.kind}`);
             else diffPaths(mine, strip(o), `k8s/rbac.yaml ${o.kind}`, e);

@@ -142,10 +142,39 @@ function modelFor(apiVersion, kind) {
 }
 
 /* Schema errors of a built-in object; JobSet and other custom resources are not built in. */
+/* cert-manager's CRDs are not in kubernetes-models: the fields the chart uses, from
+ * cert-manager.io/v1 (Certificate: secretName, dnsNames, issuerRef {name, kind, group};
+ * Issuer: exactly one issuer type, here selfSigned). Unknown top-level spec keys are errors. */
+function certManagerErrors(obj, where) {
+    const out = [];
+    const spec = obj.spec || {};
+    const md = obj.metadata || {};
+    if (!md.name) out.push(`${where}: metadata.name is required`);
+    if (obj.kind === 'Certificate') {
+        const known = ['secretName', 'dnsNames', 'issuerRef', 'duration', 'renewBefore', 'commonName', 'ipAddresses', 'usages', 'privateKey'];
+        for (const k of Object.keys(spec)) if (!known.includes(k)) out.push(`${where}: Certificate spec.${k} is not a cert-manager.io/v1 field`);
+        if (!spec.secretName) out.push(`${where}: Certificate spec.secretName is required`);
+        if (!Array.isArray(spec.dnsNames) || !spec.dnsNames.length) out.push(`${where}: Certificate spec.dnsNames is empty`);
+        const ir = spec.issuerRef || {};
+        if (!ir.name || !['Issuer', 'ClusterIssuer'].includes(ir.kind) || (ir.group && ir.group !== 'cert-manager.io')) {
+            out.push(`${where}: Certificate spec.issuerRef must name an Issuer or ClusterIssuer of cert-manager.io, got ${JSON.stringify(ir)}`);
+        }
+    } else if (obj.kind === 'Issuer' || obj.kind === 'ClusterIssuer') {
+        const types = ['selfSigned', 'ca', 'acme', 'vault', 'venafi'].filter((k) => k in spec);
+        if (types.length !== 1) out.push(`${where}: ${obj.kind} needs exactly one issuer type, got ${JSON.stringify(Object.keys(spec))}`);
+    } else {
+        out.push(`${where}: cert-manager.io/v1 ${obj.kind} is not checked by this validator`);
+    }
+    return out;
+}
+
 function schemaErrors(obj, where) {
     const out = [];
     if (!obj || typeof obj.apiVersion !== 'string' || typeof obj.kind !== 'string') {
         return [`${where}: not a Kubernetes object (apiVersion and kind are required)`];
+    }
+    if (obj.apiVersion === 'cert-manager.io/v1') {
+        return certManagerErrors(obj, where);
     }
     const m = modelFor(obj.apiVersion, obj.kind);
     if (!m) {
@@ -290,8 +319,33 @@ const ALLOWED_VERBS = ['get', 'list', 'watch'];
 
 function rbacErrors(obj, where) {
     const out = [];
-    if (obj.kind === 'ClusterRole' || obj.kind === 'ClusterRoleBinding') {
-        out.push(`${where}: ${obj.kind} is not allowed (namespaced Role only)`);
+    /* One cluster-wide grant exists: tpumesh-injector may create SubjectAccessReviews (to ask
+     * whether a pod's service account may watch pods). Nothing else cluster-wide. */
+    if (obj.kind === 'ClusterRole') {
+        const want = JSON.stringify([{ apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] }]);
+        if (JSON.stringify(obj.rules) !== want) {
+            out.push(`${where}: a ClusterRole may only grant create on authorization.k8s.io subjectaccessreviews (the injector's check), got ${JSON.stringify(obj.rules)}`);
+        }
+        return out;
+    }
+    if (obj.kind === 'ClusterRoleBinding') {
+        if (!obj.roleRef || obj.roleRef.kind !== 'ClusterRole') {
+            out.push(`${where}: roleRef must name a ClusterRole`);
+        }
+        for (const s of obj.subjects || []) {
+            if (s.kind !== 'ServiceAccount') {
+                out.push(`${where}: subject ${s.kind} ${s.name} is not a ServiceAccount`);
+            }
+        }
+        return out;
+    }
+    /* The injection test (helm test hook) may create pods, as a dry run; nothing else. */
+    const hook = ((obj.metadata || {}).annotations || {})['helm.sh/hook'] === 'test';
+    if (obj.kind === 'Role' && hook) {
+        const want = JSON.stringify([{ apiGroups: [''], resources: ['pods'], verbs: ['create'] }]);
+        if (JSON.stringify(obj.rules) !== want) {
+            out.push(`${where}: a helm test Role may only grant create on pods, got ${JSON.stringify(obj.rules)}`);
+        }
         return out;
     }
     if (obj.kind === 'Role') {

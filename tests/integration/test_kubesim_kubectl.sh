@@ -133,7 +133,7 @@ if grep -q 'GET https://127.0.0.1:[0-9]*/api/v1?timeout' "$TMP/disc.err"; then
 else
     ok "aggregated discovery: no legacy /api/v1 fallback"
 fi
-check_eq "kubectl api-resources" "jobs jobsets namespaces pods statefulsets" \
+check_eq "kubectl api-resources" "jobs jobsets mutatingwebhookconfigurations namespaces pods statefulsets subjectaccessreviews" \
     "$(K api-resources --no-headers | awk '{print $1}' | sort | tr '\n' ' ' | sed 's/ $//')"
 
 # --- workloads: Jobs, JobSets, StatefulSets (what tpumesh-sidecar GETs for its worker count) --------

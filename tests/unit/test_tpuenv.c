@@ -156,6 +156,12 @@ static void test_tpu_env_doc(void **state)
         {"A: v4-8 # type", 0, "A", "v4-8"},
         {"A: a#b", 0, "A", "a#b"},
         {"  MEGASCALE_NUM_SLICES: '2'", 0, "MEGASCALE_NUM_SLICES", "2"},
+        /* A multi-slice TPU VM's tpu-env: the keys tpumesh-init reads when the
+         * environment lacks them. */
+        {"MEGASCALE_COORDINATOR_ADDRESS: 'js-slice-0-0.js:8080'\nMEGASCALE_NUM_SLICES: '2'\n"
+         "MEGASCALE_PORT: '8080'\nMEGASCALE_SLICE_ID: '1'\n",
+         0, "MEGASCALE_COORDINATOR_ADDRESS", "js-slice-0-0.js:8080"},
+        {"MEGASCALE_NUM_SLICES: '2'\nMEGASCALE_PORT: '8081'\n", 0, "MEGASCALE_PORT", "8081"},
         {"A: 'x", -MESH_E_PARSE, NULL, NULL},
         {"A: \"x", -MESH_E_PARSE, NULL, NULL},
         {"A: 'x' y", -MESH_E_PARSE, NULL, NULL},

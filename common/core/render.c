@@ -257,6 +257,7 @@ struct prep {
     int base_idx;    /* global index of this pod's slice's worker 0 (0 when unknown) */
     size_t base_pos; /* its position in workers[] */
     uint64_t digest; /* workersDigest, set by prep_digest */
+    uint64_t *ah;    /* owned or NULL: each worker's address hash (prep_digest) */
 };
 
 /* The slice facts of a checked input (check_common has ruled out the
@@ -280,6 +281,8 @@ static void prep_cleanup(struct prep *p)
 {
     mesh_free(p->f);
     p->f = NULL;
+    mesh_free(p->ah);
+    p->ah = NULL;
 }
 
 /* mesh_render_check_worker's verdict plus the worker's facts. The common
@@ -1172,34 +1175,50 @@ static inline uint64_t fnv_bytes(uint64_t h, const char *s, size_t n)
     return h;
 }
 
-/* workersDigest over the listed workers: per worker "<index>\t<pod>\t<address>\n",
- * the address as topology.json's workers[].address shows it. */
-static uint64_t workers_digest(const struct prep *p)
+/* FNV-1a of worker i's address as topology.json's workers[].address shows
+ * it ("[v6]:port" or "host:port"); of no bytes (the basis) when it has none. */
+static uint64_t addr_hash(const struct prep *p, size_t i)
 {
+    const char *bare;
+    bool v6;
+    size_t len = bare_of(p, i, &bare, &v6);
     uint64_t h = FNV_BASIS;
-    for (size_t i = 0; i < p->in->nworkers; i++) {
-        const struct mesh_worker *wk = &p->in->workers[i];
-        char num[16];
-        int n = snprintf(num, sizeof(num), "%d\t", wk->index);
-        h = fnv_bytes(h, num, (size_t)n);
-        h = fnv_bytes(h, wk->pod, p->f[i].pod_len);
-        h = fnv_bytes(h, "\t", 1);
-        const char *bare;
-        bool v6;
-        size_t len = bare_of(p, i, &bare, &v6);
-        if (len > 0) {
-            if (v6) {
-                h = fnv_bytes(h, "[", 1);
-            }
-            h = fnv_bytes(h, bare, len);
-            if (v6) {
-                h = fnv_bytes(h, "]", 1);
-            }
-            h = fnv_bytes(h, p->port, p->port_len);
+    if (len > 0) {
+        if (v6) {
+            h = fnv_bytes(h, "[", 1);
         }
-        h = fnv_bytes(h, "\n", 1);
+        h = fnv_bytes(h, bare, len);
+        if (v6) {
+            h = fnv_bytes(h, "]", 1);
+        }
+        h = fnv_bytes(h, p->port, p->port_len);
     }
     return h;
+}
+
+/* workersDigest (render.h): fold each worker's index and address hash, in
+ * list order, into one FNV-1a state, a 64-bit word at a time. ah (n
+ * entries) holds addr_hash of every worker. */
+static uint64_t fold_digest(const struct mesh_worker *w, const uint64_t *ah, size_t n)
+{
+    uint64_t t = FNV_BASIS;
+    for (size_t i = 0; i < n; i++) {
+        t = (t ^ (uint64_t)(uint32_t)w[i].index) * FNV_PRIME;
+        t = (t ^ ah[i]) * FNV_PRIME;
+    }
+    return t;
+}
+
+/* Fill p->ah (owned by p) and p->digest. */
+static void prep_digest(struct prep *p)
+{
+    size_t n = p->in->nworkers;
+    mesh_free(p->ah);
+    p->ah = mesh_malloc((n > 0 ? n : 1) * sizeof(*p->ah));
+    for (size_t i = 0; i < n; i++) {
+        p->ah[i] = addr_hash(p, i);
+    }
+    p->digest = fold_digest(p->in->workers, p->ah, n);
 }
 
 static void digest_hex(uint64_t h, char out[17])
@@ -1314,7 +1333,7 @@ int mesh_render_topology_json(const struct mesh_render_input *in, char **out_dat
     }
     rc = check_slice_terminated(in->slice, err);
     if (rc == 0) {
-        p.digest = workers_digest(&p);
+        prep_digest(&p);
         write_file(MESH_FILE_TOPOLOGY_JSON, &p, NULL, out_data, out_len);
     }
     prep_cleanup(&p);
@@ -1329,7 +1348,8 @@ int mesh_render_workers_digest(const struct mesh_render_input *in, char out[17],
     if (rc < 0) {
         return rc;
     }
-    digest_hex(workers_digest(&p), out);
+    prep_digest(&p);
+    digest_hex(p.digest, out);
     prep_cleanup(&p);
     return 0;
 }
@@ -1430,7 +1450,7 @@ static int check_all(const struct mesh_render_input *in, struct prep *p, struct 
         prep_cleanup(p);
         return rc;
     }
-    p->digest = workers_digest(p);
+    prep_digest(p);
     return 0;
 }
 
@@ -1589,6 +1609,7 @@ struct mesh_render_cache {
     int nslices, hps; /* the slice facts tpu.env's fragments depend on */
     size_t base_pos;
     uint64_t wdigest;         /* workersDigest of the last update */
+    uint64_t *ah;             /* owned, n entries: each worker's address hash */
     enum mesh_addr_mode mode; /* effective */
     int port;
     struct wfacts *f; /* owned, n entries */
@@ -1611,6 +1632,8 @@ static void cache_drop_slots(struct mesh_render_cache *c)
     mesh_free(c->f);
     mesh_free(c->digest);
     mesh_free(c->changed);
+    mesh_free(c->ah);
+    c->ah = NULL;
     c->f = NULL;
     c->digest = NULL;
     c->changed = NULL;
@@ -1900,9 +1923,18 @@ static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render
     struct prep p = {.in = in, .f = c->f, .mode = mode};
     p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
     prep_slices(&p);
-    /* The digest reads what a readiness flip does not change. */
-    if (content) {
-        c->wdigest = workers_digest(&p);
+    /* The digest: the changed workers' address hashes, then, when one of
+     * them differs (or an index may have moved: incomplete lists), one fold
+     * of two multiplications per worker. A readiness flip, or a new IP in
+     * dns mode, leaves it as it was. */
+    bool refold = !in->complete;
+    for (size_t k = 0; k < nchanged; k++) {
+        uint64_t h = addr_hash(&p, c->changed[k]);
+        refold = refold || h != c->ah[c->changed[k]];
+        c->ah[c->changed[k]] = h;
+    }
+    if (refold) {
+        c->wdigest = fold_digest(in->workers, c->ah, n);
     }
     p.digest = c->wdigest;
     int mask = 0;
@@ -1958,6 +1990,8 @@ static int cache_full(struct mesh_render_cache *c, const struct mesh_render_inpu
     }
     c->f = p.f; /* the facts of every worker, kept */
     p.f = NULL;
+    c->ah = p.ah; /* and their address hashes */
+    p.ah = NULL;
     c->digest = mesh_malloc((n > 0 ? n : 1) * sizeof(*c->digest));
     for (size_t i = 0; i < n; i++) {
         c->digest[i] = worker_digest(&in->workers[i]);

@@ -207,14 +207,19 @@ int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *
 int mesh_render_node_tf_config(const char *const *hosts, const int *ports, size_t n,
                                char **out_data, size_t *out_len, struct mesh_err *err);
 
-/* The workersDigest of topology.json: 64-bit FNV-1a (offset basis
- * 14695981039346656037, prime 1099511628211) over, for each listed worker
- * in list order, the bytes of "<index>\t<pod>\t<address>\n" (index in
- * decimal; pod and address as topology.json shows them, "" for null),
- * written as 16 lower-case hex digits. It depends on nothing else (not the
- * generation, readiness or this pod's own index), so every pod that sees
- * the same workers at the same addresses gets the same digest. A
- * consistency check, not a security measure. Exported for tests and tools:
+/* The workersDigest of topology.json, with 64-bit FNV-1a's offset basis B =
+ * 14695981039346656037 and prime P = 1099511628211, arithmetic mod 2^64:
+ *   t = B; for each listed worker in list order:
+ *     h = FNV-1a-64 of its address's bytes as topology.json shows it
+ *         ("host:port", "[v6]:port"; no bytes when null: h = B)
+ *     t = (t XOR index) * P;  t = (t XOR h) * P
+ * written as 16 lower-case hex digits. It reads nothing else (not the pod
+ * names, the generation, readiness or this pod's own index), so every pod
+ * that sees the same workers at the same addresses - what DTENSOR_JOBS and
+ * TF_CONFIG list - gets the same digest, and a peer replaced at the same
+ * address (dns mode) does not change it. Per-worker hashes let an update
+ * re-hash only the workers it changes. A consistency check, not a security
+ * measure. Exported for tests and tools:
  * out must hold 17 bytes. Returns 0 or mesh_render_topology_json's input
  * errors. */
 int mesh_render_workers_digest(const struct mesh_render_input *in, char out[17],

@@ -41,11 +41,19 @@ def sourced(out, f):
                 if "=" in l and l.split("=", 1)[0] not in ("PWD", "SHLVL", "_", "OLDPWD"))
 
 
-def fnv1a64(data):
-    h = 14695981039346656037
+def fnv1a64(data, h=14695981039346656037):
     for b in data:
         h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return "%016x" % h
+    return h
+
+
+def workers_digest(workers):
+    """topology.json's workersDigest, as the README defines it."""
+    t = 14695981039346656037
+    for w in workers:
+        t = ((t ^ w["index"]) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        t = ((t ^ fnv1a64((w["address"] or "").encode())) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % t
 
 
 def make_jobset(c, name, slices, hps, annotations=None, labels=None):
@@ -90,9 +98,7 @@ def check_job(label, cars, slices, hps, mport, jax_host):
             t = car.topology()
             if t["slices"] != {"count": slices, "id": s, "hostsPerSlice": hps}:
                 problems.append("%d/%d slices %r" % (s, w, t["slices"]))
-            canon = "".join("%d\t%s\t%s\n" % (x["index"], x["pod"] or "", x["address"] or "")
-                            for x in t["workers"])
-            if t["workersDigest"] != fnv1a64(canon.encode()):
+            if t["workersDigest"] != workers_digest(t["workers"]):
                 problems.append("%d/%d workersDigest %s is not FNV-1a of the list" %
                                 (s, w, t["workersDigest"]))
             digests.add(t["workersDigest"])
@@ -176,14 +182,28 @@ def main():
                             "JAX coordinator ms44-slice-1-0.ms44") == 1, car.lines[:14])
         # A peer's IP changes (dns mode: the addresses stay): every pod still agrees.
         for car in cars:
-            car.gen0 = car.topology()["generation"]
+            car.digest0 = car.topology()["workersDigest"]
         c.set_ip(name=by[("ms22", 1, 1)], ip="10.77.0.9")
         ms22 = [grid["ms22"][s][w] for s in range(2) for w in range(2)]
         check("ms22: every pod republishes the changed IP",
               wait(lambda: all(any(x["ip"] == "10.77.0.9" for x in car.topology()["workers"])
                                for car in ms22), 20))
+        digests = {car.topology()["workersDigest"] for car in ms22}
         check("ms22: workersDigest unchanged by an IP change in dns mode, equal everywhere",
-              len({car.topology()["workersDigest"] for car in ms22}) == 1)
+              digests == {grid["ms22"][0][0].digest0}, digests)
+        # The peer is replaced (a new pod, same host name): the others' digest stays.
+        old = by[("ms22", 1, 1)]
+        c.delete(name=old)
+        c.make(jobset="ms22", slice=1, index=1, slices=2, per_slice=2,
+               annotations={"tpumesh.dev/expected-workers": "4"})
+        others = [grid["ms22"][s][w] for s, w in ((0, 0), (0, 1), (1, 0))]
+        check("ms22: the replacement pod is published by the other pods",
+              wait(lambda: all(car.readyz()[0] == 200 and
+                               all(x["pod"] != old for x in car.topology()["workers"])
+                               for car in others), 30))
+        digests = {car.topology()["workersDigest"] for car in others}
+        check("ms22: workersDigest unchanged by a replaced peer at the same address",
+              digests == {grid["ms22"][0][0].digest0}, digests)
         for car in cars:
             rc, _ = car.stop()
             if rc != 0:

@@ -661,24 +661,23 @@ static int o_topology_json(const struct mesh_render_input *in, char **out_data, 
                                          NULL);
     }
     o_str_or_null(root, "coordinator", coord);
-    /* workersDigest: FNV-1a 64 over "<index>\t<pod>\t<address>\n" per worker. */
-    struct mesh_buf canon;
-    mesh_buf_init(&canon, ORACLE_MAX_BYTES);
+    /* workersDigest: t = FNV basis; per worker t = (t ^ index) * P, then
+     * t = (t ^ FNV-1a-64(address)) * P (render.h). */
+    uint64_t t = 14695981039346656037ULL;
     for (size_t i = 0; i < in->nworkers; i++) {
         const struct mesh_worker *w = &in->workers[i];
         char addr[ORACLE_ADDR_MAX];
         addr[0] = '\0';
         (void)mesh_render_worker_address(w, mode, in->port, addr, sizeof(addr), NULL);
-        (void)mesh_buf_printf(&canon, NULL, "%d\t%s\t%s\n", w->index, w->pod, addr);
+        uint64_t h = 14695981039346656037ULL;
+        for (const char *c = addr; *c != '\0'; c++) {
+            h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        }
+        t = (t ^ (uint64_t)(uint32_t)w->index) * 1099511628211ULL;
+        t = (t ^ h) * 1099511628211ULL;
     }
-    uint64_t h = 14695981039346656037ULL;
-    for (size_t i = 0; i < canon.len; i++) {
-        h ^= (unsigned char)canon.data[i];
-        h *= 1099511628211ULL;
-    }
-    mesh_buf_cleanup(&canon);
     char hex[17];
-    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)t);
     cJSON_AddStringToObject(root, "workersDigest", hex);
     cJSON *list = cJSON_AddArrayToObject(root, "workers");
     for (size_t i = 0; i < in->nworkers; i++) {

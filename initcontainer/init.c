@@ -66,6 +66,7 @@ int mesh_init_exit_code(int code)
     case MESH_E_BUSY:
         return 4;
     case MESH_E_AUTH:
+    case MESH_E_FORBIDDEN:
     case MESH_E_API:
         return 5;
     case MESH_E_PUBLISH:

@@ -88,6 +88,7 @@ const char *mesh_strerror(int code)
         [MESH_E_PUBLISH] = "cannot publish",
         [MESH_E_BUSY] = "busy",
         [MESH_E_INCOMPLETE] = "incomplete",
+        [MESH_E_FORBIDDEN] = "not authorized",
     };
     if (code < 0) {
         code = -code;

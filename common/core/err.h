@@ -26,12 +26,13 @@ enum mesh_code {
     MESH_E_NOTFOUND = 8,    /* the thing does not exist (404, no devices) */
     MESH_E_NOTREADY = 9,    /* exists but not ready / unhealthy */
     MESH_E_TIMEOUT = 10,    /* a deadline passed */
-    MESH_E_AUTH = 11,       /* 401/403 */
+    MESH_E_AUTH = 11,       /* 401 (and 403 from APIs other than Kubernetes') */
     MESH_E_API = 12,        /* remote API failed (5xx, unreachable, bad reply) */
     MESH_E_GONE = 13,       /* 410: resourceVersion expired */
     MESH_E_PUBLISH = 14,    /* cannot publish on the shared volume */
     MESH_E_BUSY = 15,       /* resource held by somebody else (TPU lock) */
     MESH_E_INCOMPLETE = 16, /* topology not complete yet */
+    MESH_E_FORBIDDEN = 17,  /* 403: authenticated but not authorized (RBAC) */
     MESH_E__COUNT
 };
 

@@ -929,9 +929,26 @@ static int curl_failure(struct mesh_k8s_client *c, int result, const char *errbu
     }
 }
 
-/* Map a non-2xx status and its body to an error code and message. */
+/* "jobs.batch" / "pods": a resource as the API server names it in its
+ * messages and a Role's rules name it (resource + apiGroups). */
+static void resource_names(const struct mesh_k8s_query *q, const char **res, char *group,
+                           size_t group_len)
+{
+    *res = q->resource ? q->resource : "pods";
+    group[0] = '\0';
+    if (q->group_version != NULL) {
+        const char *slash = strchr(q->group_version, '/');
+        size_t n = slash ? (size_t)(slash - q->group_version) : 0;
+        snprintf(group, group_len, "%.*s", (int)n, q->group_version);
+    }
+}
+
+/* Map a non-2xx status and its body to an error code and message. verb is
+ * the RBAC verb of the request ("get", "list", "watch"); name the object
+ * of a GET (NULL otherwise). */
 static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_buf *body,
-                        const char *what, struct mesh_err *err)
+                        const char *verb, const struct mesh_k8s_query *q, const char *name,
+                        struct mesh_err *err)
 {
     struct mesh_k8s_watch_status st;
     const char *msg = "";
@@ -940,6 +957,20 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
     set_last_error(c, label);
     if (body->len > 0 && mesh_k8s_watch_decode_status(body->data, body->len, &st, NULL) == 0) {
         msg = st.message;
+    }
+    const char *res = NULL;
+    char group[128];
+    resource_names(q, &res, group, sizeof(group));
+    /* "GET jobs.batch ml/trainer", "LIST pods", "WATCH pods" */
+    const char *method = strcmp(verb, "get") == 0    ? "GET"
+                         : strcmp(verb, "list") == 0 ? "LIST"
+                                                     : "WATCH";
+    char what[400];
+    if (name != NULL) {
+        snprintf(what, sizeof(what), "%s %s%s%s %s/%s", method, res, group[0] ? "." : "", group,
+                 q->ns ? q->ns : "", name);
+    } else {
+        snprintf(what, sizeof(what), "%s %s%s%s", method, res, group[0] ? "." : "", group);
     }
     switch (code) {
     case 401:
@@ -951,9 +982,13 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
             : c->auth == AUTH_NONE ? "missing credentials (no token configured)"
                                    : "kubeconfig user's token");
     case 403:
-        return mesh_err_set(err, MESH_E_AUTH, 0,
-                            "%s: 403 Forbidden: %s; grant get/list/watch on pods (RBAC Role)", what,
-                            msg);
+        /* Authenticated, not authorized: say which rule the Role lacks
+         * first (the API's own text, which is long, last). */
+        return mesh_err_set(err, MESH_E_FORBIDDEN, 0,
+                            "%s: 403 Forbidden (authorization failed): the Role bound to this "
+                            "ServiceAccount must allow verb \"%s\" on resource \"%s\" in API "
+                            "group \"%s\" (RBAC); the API says: %s",
+                            what, verb, res, group, msg[0] ? msg : "access denied");
     case 404:
         return mesh_err_set(err, MESH_E_NOTFOUND, 0, "%s: 404 %s", what,
                             msg[0] ? msg : "not found");
@@ -1049,13 +1084,18 @@ static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, l
     return rc;
 }
 
-/* Build "<base>/api/v1[/namespaces/<ns>]/<resource>[/<name>]?<params>". */
+/* Build "<base>/api/v1[/namespaces/<ns>]/<resource>[/<name>]?<params>"
+ * (/apis/<group_version>/... for a named API group). */
 static char *make_url(struct mesh_k8s_client *c, const struct mesh_k8s_query *q, const char *name,
                       const char *params)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, 1 << 16);
-    mesh_buf_printf(&b, NULL, "%s/api/v1", c->url_base);
+    if (q->group_version != NULL) {
+        mesh_buf_printf(&b, NULL, "%s/apis/%s", c->url_base, q->group_version);
+    } else {
+        mesh_buf_printf(&b, NULL, "%s/api/v1", c->url_base);
+    }
     if (q->ns != NULL && q->ns[0] != '\0') {
         char *ns = curl_easy_escape(c->easy, q->ns, 0);
         mesh_buf_printf(&b, NULL, "/namespaces/%s", ns ? ns : "");
@@ -1111,9 +1151,7 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
     xfer_init(&x, c, MESH_K8S_EVENT_MAX_DEFAULT);
     int rc = request(c, &x, url, 0, err);
     if (rc == 0 && c->last_status != 200) {
-        char what[320];
-        snprintf(what, sizeof(what), "GET %s/%s", q->ns ? q->ns : "", name);
-        rc = http_failure(c, c->last_status, &x.body, what, err);
+        rc = http_failure(c, c->last_status, &x.body, "get", q, name, err);
     }
     if (rc == 0) {
         cJSON *j = mesh_json_parse(x.body.data ? x.body.data : "", x.body.len, x.body.max, err);
@@ -1185,7 +1223,7 @@ int mesh_k8s_client_list(struct mesh_k8s_client *c, const struct mesh_k8s_query 
     x.scanner = &sc;
     int rc = request(c, &x, url, 0, err);
     if (rc == 0 && (c->last_status < 200 || c->last_status >= 300)) {
-        rc = http_failure(c, c->last_status, &x.body, "LIST", err);
+        rc = http_failure(c, c->last_status, &x.body, "list", q, NULL, err);
     }
     if (rc == 0) {
         rc = mesh_k8s_list_scanner_finish(&sc, out_meta, err);
@@ -1234,7 +1272,7 @@ int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query
     mesh_k8s_watch_framer_init(&x.framer, x.max_event);
     int rc = request(c, &x, url, wo->stall_ms, err);
     if (rc >= 0 && c->last_status != 200) {
-        rc = http_failure(c, c->last_status, &x.body, "WATCH", err);
+        rc = http_failure(c, c->last_status, &x.body, "watch", q, NULL, err);
     } else if (rc > 0) {
         /* 200 and then the connection broke (curl: partial file / recv error). */
         set_last_error(c, "protocol");

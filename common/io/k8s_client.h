@@ -109,17 +109,21 @@ long mesh_k8s_client_retry_after(const struct mesh_k8s_client *c);
  *               credential plugin) */
 const char *mesh_k8s_client_last_error(const struct mesh_k8s_client *c);
 
-/* Which objects: /api/v1/namespaces/{ns}/{resource}, or all namespaces
- * when ns is NULL or "". Strings borrowed; selectors NULL = none. */
+/* Which objects: /api/v1/namespaces/{ns}/{resource} (core group), or
+ * /apis/{group_version}/namespaces/{ns}/{resource}; all namespaces when ns
+ * is NULL or "". Strings borrowed; selectors NULL = none. */
 struct mesh_k8s_query {
     const char *ns;
-    const char *resource;       /* NULL = "pods" (core/v1 only) */
+    const char *group_version;  /* "batch/v1", "apps/v1", ...; NULL = core "v1" */
+    const char *resource;       /* NULL = "pods" */
     const char *label_selector; /* "app=x,tier!=db" */
     const char *field_selector; /* "status.phase=Running" */
 };
 
 /* Errors of GET/LIST/WATCH, after one retry with a fresh token on 401:
- *   -MESH_E_AUTH     401/403 (message names the reason and what to check)
+ *   -MESH_E_AUTH     401 (authentication: message names the credential to check)
+ *   -MESH_E_FORBIDDEN 403 (authorization: message names the verb, the
+ *                    resource and its API group the Role must grant)
  *   -MESH_E_NOTFOUND 404
  *   -MESH_E_GONE     410 (expired continue token or resourceVersion)
  *   -MESH_E_API      429/5xx/other status, connection or TLS failure

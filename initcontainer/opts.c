@@ -20,6 +20,7 @@
 #include "core/json.h"
 #include "core/logfmt.h"
 #include "core/mem.h"
+#include "core/ports.h"
 #include "init.h"
 #include "io/log.h"
 #include "io/sys.h"
@@ -399,6 +400,20 @@ int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
         }
         /* What the operator asked for, and from where (none are secrets). */
         mesh_debug("opts", "--%s = '%.200s' (from %s)", d->flag, v, src);
+        if (strcmp(d->flag, "expected-workers") == 0) {
+            ctx->opts.expected_origin = av != NULL ? "annotation" : "flag";
+        }
+        if (strcmp(d->flag, "port") == 0) {
+            /* The rules the sidecar and the chart apply too (core/ports.h). */
+            char what[96];
+            snprintf(what, sizeof(what), "DTensor port (%s)", src);
+            struct mesh_port_use u = {what, ctx->opts.port};
+            rc = mesh_ports_check(&u, 1, err);
+            if (rc < 0) {
+                mesh_annotations_cleanup(&ann);
+                return rc;
+            }
+        }
         if (strcmp(d->flag, "tpu") == 0) {
             ctx->opts.tpu_origin = vals[i] != NULL ? "flag --tpu"
                                    : av != NULL    ? "annotation tpumesh.dev/tpu"

@@ -16,6 +16,7 @@
 
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/ports.h"
 #include "sidecar.h"
 
 enum kind { K_STR, K_INT, K_BOOL, K_MODE, K_LEVEL, K_FORMAT, K_WATCH };
@@ -262,7 +263,26 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
             out->address_mode_given = true;
         }
     }
-    return 0;
+    return mesh_sidecar_check_ports(out, "DTensor port (--port / TPUMESH_PORT)", err);
+}
+
+int mesh_sidecar_check_ports(const struct mesh_sidecar_opts *o, const char *port_what,
+                             struct mesh_err *err)
+{
+    struct mesh_port_use u[3] = {
+        {port_what, o->port},
+        {"probe port (--http-addr)", 0},
+        {"gRPC port (--grpc-addr)", 0},
+    };
+    const char *addrs[2] = {o->http_addr, o->grpc_addr};
+    for (int k = 0; k < 2; k++) {
+        /* A malformed address is reported where it is used (http.c names
+         * the flag and the accepted forms). */
+        if (addrs[k] != NULL) {
+            (void)mesh_ports_of_addr(addrs[k], strlen(addrs[k]), &u[k + 1].port, NULL);
+        }
+    }
+    return mesh_ports_check(u, 3, err);
 }
 
 void mesh_sidecar_opts_cleanup(struct mesh_sidecar_opts *o)

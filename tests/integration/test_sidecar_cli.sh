@@ -35,6 +35,19 @@ expect_config "bad TPUMESH_EXPECTED_WORKERS names the variable" \
 expect_config "flag wins over variable (bad flag reported, not the good variable)" \
     "--expected-workers: '-1'" env TPUMESH_EXPECTED_WORKERS=4 "$SC" --expected-workers -1
 expect_config "missing value" "--selector needs a value" "$SC" --selector
+# Port rules: not 8470-8476, 8080, 9470, 9476; DTensor, probe and gRPC ports distinct.
+expect_config "reserved --port names the rule" \
+    "DTensor port (--port / TPUMESH_PORT) 8476 is reserved: TPU software uses ports 8470-8476, 8080, 9470 and 9476" \
+    "$SC" --port 8476
+expect_config "reserved TPUMESH_PORT" "DTensor port (--port / TPUMESH_PORT) 8080 is reserved" \
+    env TPUMESH_PORT=8080 "$SC"
+expect_config "reserved probe port" "probe port (--http-addr) 9476 is reserved" "$SC" --http-addr 127.0.0.1:9476
+expect_config "reserved gRPC port" "gRPC port (--grpc-addr) 8470 is reserved" "$SC" --grpc-addr :8470
+expect_config "DTensor and probe ports must differ" \
+    "DTensor port (--port / TPUMESH_PORT) and probe port (--http-addr) are both 9431: the DTensor, probe and gRPC ports must be distinct" \
+    "$SC" --port 9431
+expect_config "probe and gRPC ports must differ" \
+    "probe port (--http-addr) and gRPC port (--grpc-addr) are both 9500" "$SC" --http-addr :9500 --grpc-addr :9500
 expect_config "bad --http-addr" "--http-addr 'nonsense' is not [HOST]:PORT" \
     "$SC" --http-addr nonsense --apiserver http://127.0.0.1:9 --pod-name p
 expect_config "bad --grpc-addr" "--grpc-addr 'nonsense' is not [HOST]:PORT" \

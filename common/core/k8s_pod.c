@@ -62,6 +62,22 @@ static void read_index(struct mesh_k8s_pod *p, const cJSON *map, const char *key
     *out = (int)n;
 }
 
+/* A count the JobSet controller stamps as label and annotation: 1..the
+ * index limit, else -1. Only the own pod's values are used (for a fallback
+ * worker count), so a bad one is ignored rather than invalidating the pod. */
+static int read_count(const cJSON *labels, const cJSON *annos, const char *key)
+{
+    const char *v = mesh_json_str(labels, key);
+    if (v == NULL) {
+        v = mesh_json_str(annos, key);
+    }
+    long long n = 0;
+    if (v == NULL || mesh_parse_ll(v, strlen(v), 1, MESH_K8S_INDEX_MAX, &n, NULL) < 0) {
+        return -1;
+    }
+    return (int)n;
+}
+
 /* A label value we keep for selectors and ordering: must be a valid label
  * value; anything else makes the pod invalid. */
 static void read_label(struct mesh_k8s_pod *p, const cJSON *labels, const char *key, char *dst,
@@ -141,6 +157,9 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     read_index(p, labels, MESH_K8S_KEY_POD_INDEX, &p->pod_index);
     read_index(p, labels, MESH_K8S_KEY_JOB_INDEX, &p->job_index);
     read_index(p, labels, MESH_K8S_KEY_JOB_GLOBAL_INDEX, &p->job_global_index);
+
+    p->global_replicas = read_count(labels, annos, MESH_K8S_KEY_GLOBAL_REPLICAS);
+    p->rjob_replicas = read_count(labels, annos, MESH_K8S_KEY_RJOB_REPLICAS);
 
     read_label(p, labels, MESH_K8S_KEY_JOB_NAME, p->job_name, sizeof(p->job_name));
     if (p->job_name[0] == '\0') {
@@ -278,6 +297,8 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
     out->job_index = -1;
     out->job_global_index = -1;
     out->expected_workers = -1;
+    out->global_replicas = -1;
+    out->rjob_replicas = -1;
     out->port = -1;
     out->address_mode = -1;
     out->megascale_port = -1;
@@ -368,6 +389,8 @@ void mesh_k8s_pod_unpack(const struct mesh_k8s_pod_rec *r, struct mesh_k8s_pod *
     out->job_index = r->job_index;
     out->job_global_index = r->job_global_index;
     out->expected_workers = -1;
+    out->global_replicas = -1;
+    out->rjob_replicas = -1;
     out->port = -1;
     out->address_mode = -1;
     out->megascale_port = -1;

@@ -10,6 +10,9 @@
  *     apps.kubernetes.io/pod-index               (StatefulSet label)
  *     batch.kubernetes.io/job-name               (Indexed Job; legacy "job-name" too)
  *     jobset.sigs.k8s.io/jobset-name, replicatedjob-name, job-index, job-global-index
+ *     jobset.sigs.k8s.io/global-replicas, replicatedjob-replicas (label or
+ *                                                 annotation; a bad value is
+ *                                                 ignored, never fatal)
  *     tpumesh.dev/expected-workers               (annotation)
  *     tpumesh.dev/port, tpumesh.dev/address-mode, tpumesh.dev/megascale-port
  *                                                (annotations; the sidecar
@@ -56,6 +59,8 @@
 #define MESH_K8S_KEY_REPLICATED_JOB "jobset.sigs.k8s.io/replicatedjob-name"
 #define MESH_K8S_KEY_JOB_INDEX "jobset.sigs.k8s.io/job-index"
 #define MESH_K8S_KEY_JOB_GLOBAL_INDEX "jobset.sigs.k8s.io/job-global-index"
+#define MESH_K8S_KEY_GLOBAL_REPLICAS "jobset.sigs.k8s.io/global-replicas"
+#define MESH_K8S_KEY_RJOB_REPLICAS "jobset.sigs.k8s.io/replicatedjob-replicas"
 #define MESH_K8S_KEY_EXPECTED "tpumesh.dev/expected-workers"
 #define MESH_K8S_KEY_PORT "tpumesh.dev/port"
 #define MESH_K8S_KEY_ADDR_MODE "tpumesh.dev/address-mode"
@@ -82,6 +87,8 @@ struct mesh_k8s_pod {
     int job_index;        /* jobset job-index (slice within the replicated job) */
     int job_global_index; /* jobset job-global-index (slice within the JobSet) */
     int expected_workers; /* tpumesh.dev/expected-workers, or -1 */
+    int global_replicas;  /* jobset global-replicas (Jobs in the JobSet), or -1 */
+    int rjob_replicas;    /* jobset replicatedjob-replicas, or -1 */
     int port;             /* tpumesh.dev/port (1..65535), or -1 */
     int address_mode;     /* tpumesh.dev/address-mode as enum mesh_addr_mode, or -1 */
     int megascale_port;   /* tpumesh.dev/megascale-port (1..65535), or -1 */
@@ -121,8 +128,8 @@ bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod 
  *
  * (each bounded as in struct mesh_k8s_pod; a typical pod is ~110 B with
  * the allocator's header). Fields left out (ns, uid, job/jobset/replicated
- * job names, owner, expected_workers, port, address_mode, megascale_port,
- * coordinator) feed only the
+ * job names, owner, expected_workers, replica counts, port, address_mode,
+ * megascale_port, coordinator) feed only the
  * sidecar's own-pod identity, which uses the full struct; they never reach
  * a peer's worker entry. Validation is unchanged: a pod whose left-out
  * field is bad is still packed with invalid set and its reason. A packed

@@ -402,6 +402,13 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
     if (in->port < 1 || in->port > 65535) {
         return mesh_err_set(err, MESH_E_RANGE, 0, "port %d is outside 1..65535", in->port);
     }
+    if (in->present < 0 || in->present > MESH_RENDER_MAX_WORKERS ||
+        (in->expected_source != NULL &&
+         strnlen(in->expected_source, MESH_RENDER_SOURCE_MAX) >= MESH_RENDER_SOURCE_MAX)) {
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "present worker count %d or expected-count source out of range",
+                            in->present);
+    }
     if (in->generation > MESH_RENDER_GENERATION_MAX) {
         return mesh_err_set(err, MESH_E_RANGE, 0, "generation %llu is too large",
                             (unsigned long long)in->generation);
@@ -1233,7 +1240,8 @@ static void digest_hex(uint64_t h, char out[17])
 
 /* topology.json (docs/DESIGN.md §4): what is known, complete or not. Keys in this
  * order: generation, complete, slice, slices {count, id, hostsPerSlice},
- * jobName, clientId, numClients, coordinator, workersDigest,
+ * jobName, clientId, numClients, expectedWorkers, presentWorkers,
+ * expectedWorkersSource, coordinator, workersDigest,
  * workers[] {index, pod, host, ip, address, ready}. Unknown values are null.
  * "complete" is false while only one slice is listed (slice_only). */
 static size_t topo_hint(const struct prep *p)
@@ -1279,6 +1287,22 @@ static void topo_prefix(struct wr *w, const struct prep *p)
     }
     WR_LIT(w, ",\n\t\"numClients\":\t");
     wr_int(w, expected_of(in));
+    /* The count "complete" is judged against, where it came from, and how
+     * many workers are there: null count and source = unknown. */
+    WR_LIT(w, ",\n\t\"expectedWorkers\":\t");
+    if (in->expected_source != NULL) {
+        wr_int(w, expected_of(in));
+    } else {
+        WR_LIT(w, "null");
+    }
+    WR_LIT(w, ",\n\t\"presentWorkers\":\t");
+    wr_int(w, in->present);
+    WR_LIT(w, ",\n\t\"expectedWorkersSource\":\t");
+    if (in->expected_source != NULL) {
+        wr_json_str(w, in->expected_source);
+    } else {
+        WR_LIT(w, "null");
+    }
     /* The coordinator is DTENSOR_JOBS[0] (the coordination service
      * and collective leader are task 0), when worker 0 is known. */
     WR_LIT(w, ",\n\t\"coordinator\":\t");

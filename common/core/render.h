@@ -34,6 +34,8 @@
 /* MEGASCALE_PORT when nothing overrides it: the multi-slice (DCN)
  * coordinator port GKE and JAX use. */
 #define MESH_RENDER_MEGASCALE_PORT 8080
+/* Bytes of an expected-count source name, NUL included. */
+#define MESH_RENDER_SOURCE_MAX 32
 /* Largest generation we write: JSON numbers are exact up to 2^53. */
 #define MESH_RENDER_GENERATION_MAX ((uint64_t)9007199254740991ULL)
 
@@ -69,7 +71,13 @@ const char *mesh_render_file_name(enum mesh_render_file_id id);
  *              every worker has a host name, else ip
  *   generation topology.json "generation", <= MESH_RENDER_GENERATION_MAX
  *   complete   the worker list is the whole job; env files are rendered only
- *              then */
+ *              then
+ *   expected_source  where `expected` came from (topology.json
+ *              "expectedWorkersSource": "flag", "annotation", "job", "jobset",
+ *              "statefulset", "slice", "worker-list"); NULL = the count is
+ *              unknown ("expectedWorkers": null); < MESH_RENDER_SOURCE_MAX bytes
+ *   present    workers present: live pods in their slots (sidecar), listed
+ *              workers (tpumesh-init); topology.json "presentWorkers" */
 struct mesh_render_input {
     const struct mesh_slice *slice;
     const struct mesh_worker *workers;
@@ -108,6 +116,8 @@ struct mesh_render_input {
     bool slice_only;
     int slice_id;
     const char *megascale_coordinator;
+    const char *expected_source;
+    int present;
     /* Optional, read by mesh_render_cache_update only. Non-NULL: the caller
      * knows which workers may differ from the previous update's input, and
      * every worker not listed (indices, any order, repeats allowed) is field

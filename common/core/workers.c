@@ -271,35 +271,38 @@ static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8
 
 /* Completeness and the reason line, from the filled slots. */
 static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked,
-                  const char *blocked_why)
+                  const char *blocked_why, bool count_known)
 {
     size_t n = w->nworkers;
-    bool *m[5];
-    for (int k = 0; k < 5; k++) {
+    enum { DUP, MISSING, TERM, NOADDR, NOHOST, NOTREADY, NMARK };
+    bool *m[NMARK];
+    for (int k = 0; k < NMARK; k++) {
         m[k] = mesh_calloc(n > 0 ? n : 1, sizeof(bool));
     }
-    bool ok = n > 0 && !blocked;
+    bool ok = n > 0 && !blocked && count_known;
     for (size_t i = 0; i < n; i++) {
         const struct mesh_worker *wk = &w->workers[i];
         if (slots[i].nlive > 1) {
-            m[0][i] = true; /* duplicate */
+            m[DUP][i] = true;
             ok = false;
             continue;
         }
         if (wk->pod[0] == '\0') {
-            m[1][i] = true; /* missing */
+            m[MISSING][i] = true;
             ok = false;
             continue;
         }
         if (wk->terminating) {
-            m[2][i] = true;
+            m[TERM][i] = true;
             ok = false;
         } else {
             w->present++;
         }
         bool addr = wk->ip[0] != '\0' && (w->mode != MESH_ADDR_DNS || wk->host[0] != '\0');
         if (!addr) {
-            m[3][i] = true;
+            /* dns mode: an IP but no spec.hostname/spec.subdomain is a
+             * configuration problem, not a pod that is still starting. */
+            m[wk->ip[0] != '\0' ? NOHOST : NOADDR][i] = true;
             ok = false;
         } else if (!wk->terminating) {
             w->addressed++;
@@ -307,29 +310,42 @@ static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked
         if (wk->ready) {
             w->ready++;
         } else {
-            m[4][i] = true;
+            m[NOTREADY][i] = true;
         }
     }
     w->complete = ok;
     if (!ok) {
         struct mesh_buf b;
         mesh_buf_init(&b, sizeof(w->reason) - 4);
-        if (n == 0) {
-            (void)mesh_buf_puts(&b, "no pods selected", NULL);
+        if (!count_known) {
+            /* Never "whatever pods exist" (DESIGN.md §5): without a count a
+             * missing pod could not be told from a smaller job. The same
+             * line however many pods come and go (it is logged once). */
+            (void)mesh_buf_puts(&b, MESH_WORKERS_UNKNOWN_COUNT, NULL);
+        } else {
+            append_list(&b, "missing", m[MISSING], n);
+            append_list(&b, "duplicate index", m[DUP], n);
+            append_list(&b, "terminating", m[TERM], n);
+            append_list(&b, "no address", m[NOADDR], n);
+            size_t before = b.len;
+            append_list(&b, "dns mode: no spec.hostname/spec.subdomain on", m[NOHOST], n);
+            if (b.len > before) {
+                (void)mesh_buf_puts(&b,
+                                    " (they have an IP): use address mode ip "
+                                    "(tpumesh.dev/address-mode: ip) or give the pods a headless "
+                                    "Service (spec.hostname + spec.subdomain)",
+                                    NULL);
+            }
+            if (blocked && blocked_why != NULL) {
+                (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? "; " : "", blocked_why);
+            }
+            append_list(&b, "not ready", m[NOTREADY], n);
         }
-        append_list(&b, "missing", m[1], n);
-        append_list(&b, "duplicate index", m[0], n);
-        append_list(&b, "terminating", m[2], n);
-        append_list(&b, "no address", m[3], n);
-        if (blocked && blocked_why != NULL) {
-            (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? "; " : "", blocked_why);
-        }
-        append_list(&b, "not ready", m[4], n);
         bool cut = b.len + 1 >= b.max;
         snprintf(w->reason, sizeof(w->reason), "%s%s", mesh_buf_str(&b), cut ? "..." : "");
         mesh_buf_cleanup(&b);
     }
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < NMARK; k++) {
         mesh_free(m[k]);
     }
 }
@@ -548,7 +564,7 @@ static int place(struct mesh_workers *w, const struct mesh_k8s_pod_rec **valid, 
     w->mode = resolve_mode(w, opts->mode);
     w->indexed = indexed;
     w->per_slice = per_slice;
-    judge(w, slots, blocked, why);
+    judge(w, slots, blocked, why, opts->expected > 0);
     mesh_free(slots);
     mesh_free(idx);
     return 0;

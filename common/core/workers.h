@@ -19,6 +19,9 @@
  *     expected count, are reported and keep the topology incomplete (never
  *     wrong); in natural-order mode pods beyond the expected count are ignored
  *     and reported, and do not block;
+ *   - with no expected count (0) the list shows the selected pods but is
+ *     never complete (MESH_WORKERS_UNKNOWN_COUNT): "whatever pods exist"
+ *     is not a job;
  *   - complete = every index 0..expected-1 has a live pod with its address
  *     (an IP; in dns mode also hostname and subdomain) and no conflict above.
  *     Readiness is reported, never required (docs/DESIGN.md §5 explains why).
@@ -35,10 +38,13 @@
 
 #define MESH_WORKERS_MAX 65536      /* most workers one topology may hold */
 #define MESH_WORKERS_REASON_MAX 512 /* bytes of the /readyz reason line */
+/* The reason when no expected count is known (what the user must set). */
+#define MESH_WORKERS_UNKNOWN_COUNT "expected worker count unknown: set tpumesh.dev/expected-workers"
 
 struct mesh_workers_opts {
     enum mesh_addr_mode mode; /* requested mode; AUTO resolves per docs/DESIGN.md §5 */
-    int expected;  /* > 0: the worker count (flag, annotation or slice hosts); 0 = all selected */
+    int expected;  /* > 0: the worker count (flag, annotation, owner, slice); 0 = unknown:
+                      the selected pods are listed but the list is never complete */
     int per_slice; /* hosts per slice for multi-slice JobSets; 0 = max completion index + 1 */
 };
 

@@ -190,6 +190,13 @@ static int o_check_common(const struct mesh_render_input *in, struct mesh_err *e
     if (in->port < 1 || in->port > 65535) {
         return mesh_err_set(err, MESH_E_RANGE, 0, "port %d is outside 1..65535", in->port);
     }
+    if (in->present < 0 || in->present > MESH_RENDER_MAX_WORKERS ||
+        (in->expected_source != NULL &&
+         strnlen(in->expected_source, MESH_RENDER_SOURCE_MAX) >= MESH_RENDER_SOURCE_MAX)) {
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "present worker count %d or expected-count source out of range",
+                            in->present);
+    }
     if (in->generation > MESH_RENDER_GENERATION_MAX) {
         return mesh_err_set(err, MESH_E_RANGE, 0, "generation %llu is too large",
                             (unsigned long long)in->generation);
@@ -654,6 +661,17 @@ static int o_topology_json(const struct mesh_render_input *in, char **out_data, 
         cJSON_AddNullToObject(root, "clientId");
     }
     cJSON_AddNumberToObject(root, "numClients", o_expected(in));
+    if (in->expected_source != NULL) {
+        cJSON_AddNumberToObject(root, "expectedWorkers", o_expected(in));
+    } else {
+        cJSON_AddNullToObject(root, "expectedWorkers");
+    }
+    cJSON_AddNumberToObject(root, "presentWorkers", in->present);
+    if (in->expected_source != NULL) {
+        cJSON_AddStringToObject(root, "expectedWorkersSource", in->expected_source);
+    } else {
+        cJSON_AddNullToObject(root, "expectedWorkersSource");
+    }
     char coord[ORACLE_ADDR_MAX];
     coord[0] = '\0';
     if (in->nworkers > 0 && in->workers[0].index == 0) {

@@ -150,6 +150,8 @@ static void test_golden_topology_json(void **state)
     struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 2);
     struct mesh_render_input in = input_of(w, 2, 0, &s);
     in.expected = 2;
+    in.expected_source = "jobset";
+    in.present = 2;
     expect_render(mesh_render_topology_json, &in,
                   "{\n"
                   "\t\"generation\":\t7,\n"
@@ -172,6 +174,9 @@ static void test_golden_topology_json(void **state)
                   "\t\"jobName\":\t\"worker\",\n"
                   "\t\"clientId\":\t0,\n"
                   "\t\"numClients\":\t2,\n"
+                  "\t\"expectedWorkers\":\t2,\n"
+                  "\t\"presentWorkers\":\t2,\n"
+                  "\t\"expectedWorkersSource\":\t\"jobset\",\n"
                   "\t\"coordinator\":\t\"w-0.job.ns.svc:10000\",\n"
                   /* render.h's fold over (0, w-0.job.ns.svc:10000), (1, w-1...),
                    * computed independently (python3) */
@@ -204,6 +209,7 @@ static void test_topology_json_incomplete(void **state)
     in.complete = false;
     in.expected = 2;
     in.generation = 1;
+    in.present = 1;
     expect_render(mesh_render_topology_json, &in,
                   "{\n"
                   "\t\"generation\":\t1,\n"
@@ -217,6 +223,9 @@ static void test_topology_json_incomplete(void **state)
                   "\t\"jobName\":\t\"worker\",\n"
                   "\t\"clientId\":\tnull,\n"
                   "\t\"numClients\":\t2,\n"
+                  "\t\"expectedWorkers\":\tnull,\n"
+                  "\t\"presentWorkers\":\t1,\n"
+                  "\t\"expectedWorkersSource\":\tnull,\n"
                   "\t\"coordinator\":\tnull,\n"
                   /* the fold over (1, [fd00::b]:10000), computed independently */
                   "\t\"workersDigest\":\t\"3d99290f7f977a38\",\n"

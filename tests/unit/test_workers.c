@@ -41,7 +41,7 @@ static const struct row {
 } rows[] = {
     {"indexed job, any input order, auto->dns",
      MESH_ADDR_AUTO,
-     0,
+     4,
      0,
      {{"t-2-b", 2, -1, -1, "10.0.0.3", true, true, false, false},
       {"t-0-x", 0, -1, -1, "10.0.0.1", true, true, false, false},
@@ -149,7 +149,7 @@ static const struct row {
      "pod t-5 has index 5, out of range for 2 workers"},
     {"natural order: w-9 before w-10",
      MESH_ADDR_AUTO,
-     0,
+     4,
      0,
      {{"w-10", -1, -1, -1, "10.0.0.11", false, true, false, false},
       {"w-9", -1, -1, -1, "10.0.0.10", false, true, false, false},
@@ -176,7 +176,7 @@ static const struct row {
      "pod w-2 ignored: beyond the 2 expected workers"},
     {"statefulset pod-index label",
      MESH_ADDR_AUTO,
-     0,
+     2,
      0,
      {{"s-1", -1, 1, -1, "fd00::2", true, true, false, false},
       {"s-0", -1, 0, -1, "fd00::1", true, true, false, false}},
@@ -200,7 +200,7 @@ static const struct row {
      "pod bad left out: test says invalid"},
     {"pod without index among indexed pods",
      MESH_ADDR_IP,
-     0,
+     1,
      0,
      {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
       {"stray", -1, -1, -1, "10.0.0.2", false, true, false, false}},
@@ -212,7 +212,7 @@ static const struct row {
      "pod stray left out: no batch.kubernetes.io"},
     {"multi-slice jobset: slice-major, worker-minor",
      MESH_ADDR_IP,
-     0,
+     4,
      2,
      {{"ms-s-1-1", 1, -1, 1, "10.0.1.2", false, true, false, false},
       {"ms-s-0-0", 0, -1, 0, "10.0.0.1", false, true, false, false},
@@ -224,6 +224,43 @@ static const struct row {
      "",
      0,
      NULL},
+    {"unknown count: every pod listed, never complete",
+     MESH_ADDR_IP,
+     0,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false},
+      {"t-2", 2, -1, -1, "10.0.0.3", false, true, false, false}},
+     "t-0,t-1,t-2",
+     false,
+     MESH_ADDR_IP,
+     "expected worker count unknown: set tpumesh.dev/expected-workers",
+     0,
+     NULL},
+    {"highest index missing: incomplete with the count, never a smaller job",
+     MESH_ADDR_IP,
+     4,
+     0,
+     {{"t-0", 0, -1, -1, "10.0.0.1", false, true, false, false},
+      {"t-1", 1, -1, -1, "10.0.0.2", false, true, false, false},
+      {"t-2", 2, -1, -1, "10.0.0.3", false, true, false, false}},
+     "t-0,t-1,t-2,-",
+     false,
+     MESH_ADDR_IP,
+     "missing 3",
+     0,
+     NULL},
+    {"dns mode without a pod IP either: no address",
+     MESH_ADDR_DNS,
+     1,
+     0,
+     {{"t-0", 0, -1, -1, NULL, false, true, false, false}},
+     "t-0",
+     false,
+     MESH_ADDR_DNS,
+     "no address 0",
+     0,
+     NULL},
     {"dns mode needs hostname and subdomain",
      MESH_ADDR_DNS,
      2,
@@ -233,7 +270,9 @@ static const struct row {
      "t-0,t-1",
      false,
      MESH_ADDR_DNS,
-     "no address 1",
+     "dns mode: no spec.hostname/spec.subdomain on 1 (they have an IP): use address mode ip "
+     "(tpumesh.dev/address-mode: ip) or give the pods a headless Service (spec.hostname + "
+     "spec.subdomain)",
      0,
      NULL},
     {"auto falls back to ip when one pod has no dns name",
@@ -256,7 +295,7 @@ static const struct row {
      "",
      false,
      MESH_ADDR_IP,
-     "no pods selected",
+     "expected worker count unknown: set tpumesh.dev/expected-workers",
      0,
      NULL},
 };
@@ -609,9 +648,12 @@ static void test_patch_differential(void **state)
         struct wpod pods[NP];
         size_t n = 1 + rnd(&x) % NP;
         bool natural = rnd(&x) % 5 == 0, sliced = !natural && rnd(&x) % 4 == 0;
-        struct mesh_workers_opts o = {(enum mesh_addr_mode)(rnd(&x) % 3), 0, 0};
+        struct mesh_workers_opts o = {(enum mesh_addr_mode)(rnd(&x) % 3), (int)n, 0};
         if (rnd(&x) % 2 == 0) {
             o.expected = (int)(n - (rnd(&x) % 4 == 0)); /* now and then one too few */
+        }
+        if (rnd(&x) % 8 == 0) {
+            o.expected = 0; /* unknown: never complete, always rebuilt */
         }
         if (sliced && rnd(&x) % 2 == 0) {
             o.per_slice = 2;

@@ -49,6 +49,10 @@ struct mesh_init_opts {
     /* Where opts.tpu came from, for the log: a static string such as "flag --tpu",
      * "env TPUMESH_TPU" or "annotation tpumesh.dev/tpu"; NULL = "flag --tpu". */
     const char *tpu_origin;
+    /* Where expected_workers came from, for topology.json's
+     * expectedWorkersSource: "flag" (--expected-workers or
+     * TPUMESH_EXPECTED_WORKERS) or "annotation"; NULL = not given. */
+    const char *expected_origin;
 };
 
 /* How the TPU was found. */

@@ -32,10 +32,17 @@ static void fill_input(const struct mesh_init *ctx, uint64_t generation,
     in->workers = ctx->workers;
     in->nworkers = ctx->nworkers;
     in->expected = ctx->opts.expected_workers;
+    in->expected_source = ctx->opts.expected_origin;
     if (in->expected <= 0 && ctx->have_slice && ctx->slice.hosts > 0 &&
         ctx->kind != MESH_TPU_NODE_GRPC && ctx->kind != MESH_TPU_NODE_API) {
-        in->expected = ctx->slice.hosts;
+        /* A multislice job's total: every slice has the same hosts. */
+        in->expected = ctx->slice.hosts * (ctx->num_slices > 1 ? ctx->num_slices : 1);
+        in->expected_source = "slice";
     }
+    if (in->expected <= 0) {
+        in->expected_source = "worker-list"; /* expected 0 = the list's size */
+    }
+    in->present = (int)ctx->nworkers;
     in->self_index = ctx->self_index;
     in->job_name = ctx->opts.job_name;
     in->port = ctx->opts.port;

@@ -411,8 +411,19 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
                             "TPU_WORKER_ID=%lld is out of range for %s %s with %d hosts", id,
                             ctx->slice.accelerator_type, ctx->slice.topology, ctx->slice.hosts);
     }
+    /* The expected count is the job's total (DESIGN.md §5): in a multislice
+     * job TPU_WORKER_HOSTNAMES names one slice, so the total is that list
+     * times MEGASCALE_NUM_SLICES, as the sidecar counts it. */
     if (ctx->opts.expected_workers > 0 && ctx->nworkers > 0 &&
-        (size_t)ctx->opts.expected_workers != ctx->nworkers) {
+        (long long)ctx->opts.expected_workers != (long long)ctx->nworkers * slices) {
+        if (slices > 1) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "expected %d workers (--expected-workers / tpumesh.dev/expected-"
+                                "workers: the total over all slices) but TPU_WORKER_HOSTNAMES "
+                                "lists %zu per slice x MEGASCALE_NUM_SLICES=%lld = %lld",
+                                ctx->opts.expected_workers, ctx->nworkers, slices,
+                                (long long)ctx->nworkers * slices);
+        }
         return mesh_err_set(err, MESH_E_CONFIG, 0,
                             "expected %d workers (--expected-workers / tpumesh.dev/expected-"
                             "workers) but TPU_WORKER_HOSTNAMES lists %zu",

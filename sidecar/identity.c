@@ -1,6 +1,6 @@
 /*
- * identity.c - who this pod is, which pods are its peers, how many workers
- * to expect, and what tpumesh-init already published.
+ * identity.c - who this pod is, which pods are its peers, and what
+ * tpumesh-init already published.
  *
  * Selector derivation (docs/worker-order.md, labels as the Job, JobSet and
  * StatefulSet controllers set them), first match wins:
@@ -322,21 +322,6 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
     if (multislice && ctx->have_slice) {
         ctx->per_slice = ctx->slice.hosts;
     }
-    const char *src;
-    if (ctx->opts.expected_workers > 0) {
-        ctx->expected = ctx->opts.expected_workers;
-        src = "--expected-workers";
-    } else if (ctx->self.expected_workers > 0) {
-        ctx->expected = ctx->self.expected_workers;
-        src = "annotation " MESH_K8S_KEY_EXPECTED;
-    } else if (ctx->have_slice && !multislice) {
-        ctx->expected = ctx->slice.hosts;
-        src = "the slice's host count in topology.json";
-    } else {
-        ctx->expected = 0;
-        src = multislice ? "all selected pods (multi-slice: slices x hosts per slice)"
-                         : "all selected pods";
-    }
     /* Flag or TPUMESH_* variable > the own pod's annotation > default (the
      * README's rule; the chart sets the sidecar's variables only on request). */
     const char *port_src = ctx->opts.port_given ? "flag/TPUMESH_PORT" : "default";
@@ -348,6 +333,13 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
     if (!ctx->opts.address_mode_given && ctx->self.address_mode >= 0) {
         ctx->opts.address_mode = (enum mesh_addr_mode)ctx->self.address_mode;
         mode_src = "annotation " MESH_K8S_KEY_ADDR_MODE;
+    }
+    if (!ctx->opts.port_given && ctx->self.port > 0) {
+        int rc = mesh_sidecar_check_ports(&ctx->opts,
+                                          "DTensor port (annotation " MESH_K8S_KEY_PORT ")", err);
+        if (rc < 0) {
+            return rc;
+        }
     }
     mesh_info(MOD, "worker addresses: port %d (from %s), address mode %s (from %s)", ctx->opts.port,
               port_src,
@@ -366,11 +358,6 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
                                                : MESH_RENDER_MEGASCALE_PORT,
                   mport_src, ctx->self.coordinator[0] ? ctx->self.coordinator : "slice 0 worker 0",
                   ctx->self.coordinator[0] ? MESH_K8S_KEY_COORDINATOR : "default");
-    }
-    if (ctx->expected > 0) {
-        mesh_info(MOD, "expecting %d workers (from %s)", ctx->expected, src);
-    } else {
-        mesh_info(MOD, "expecting as many workers as %s", src);
     }
     return 0;
 }

@@ -280,18 +280,20 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     struct stopper st = {.sfd = sfd};
     pthread_create(&st.thread, NULL, stopper_thread, &st);
     int rc = mesh_sidecar_identify(ctx, c, &st.stop, err);
+    if (rc == 0) {
+        rc = mesh_sidecar_load_state(ctx, err);
+    }
+    if (rc == 0) {
+        rc = mesh_sidecar_expected(ctx, c, &st.stop, err);
+    }
     int stopped = st.stop;
     st.stop = 1;
     pthread_join(st.thread, NULL);
     mesh_k8s_client_free(c);
-    if (rc < 0) {
+    if (rc < 0 || stopped) {
         return stopped ? 1 : rc;
     }
     mesh_grpc_server_set_scope(ctx->grpc, ctx->ns, ctx->selector);
-    rc = mesh_sidecar_load_state(ctx, err);
-    if (rc < 0) {
-        return rc;
-    }
     pthread_mutex_lock(&ctx->mu);
     snprintf(ctx->st.reason, sizeof(ctx->st.reason), "waiting for the first LIST of pods %.400s",
              ctx->selector);

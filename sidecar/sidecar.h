@@ -4,8 +4,10 @@
  *
  *   main.c      flags -> context, identity, threads, the event loop, SIGTERM
  *   opts.c      command line + TPUMESH_* variables -> struct mesh_sidecar_opts
- *   identity.c  own pod (GET), selector derivation, expected count, the init
- *               container's topology.json (slice, job name, generation)
+ *   identity.c  own pod (GET), selector derivation, the init container's
+ *               topology.json (slice, job name, generation)
+ *   expected.c  the expected worker count: flag, annotation, the owning
+ *               Job / JobSet / StatefulSet (one GET each), the slice
  *   topology.c  store -> workers -> render -> publish, only when outputs change;
  *               transition logs; the status the HTTP server serves
  *   metrics.c   the /metrics text and the publish-latency ring behind it
@@ -92,6 +94,12 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
                             struct mesh_err *err);
 void mesh_sidecar_opts_cleanup(struct mesh_sidecar_opts *o);
 
+/* The port rules (core/ports.h) for the DTensor port (named port_what in
+ * the message: where it came from), --http-addr and --grpc-addr: 0 or
+ * -MESH_E_CONFIG naming the rule (exit 2). */
+int mesh_sidecar_check_ports(const struct mesh_sidecar_opts *o, const char *port_what,
+                             struct mesh_err *err);
+
 /* What the HTTP thread serves; guarded by mesh_sidecar.mu. */
 struct mesh_sidecar_status {
     bool synced;        /* first LIST applied */
@@ -140,10 +148,12 @@ struct mesh_sidecar {
     char owner_filter[MESH_K8S_LABEL_MAX];    /* StatefulSet name pods must be owned by, or "" */
     bool have_slice;
     struct mesh_slice slice;
-    char job_name[MESH_JOB_NAME_MAX]; /* "" = DTensor's default */
-    int expected;                     /* 0 = all selected pods */
-    int per_slice;                    /* multi-slice JobSets, 0 = derive */
-    uint64_t generation;              /* last generation on disk / published */
+    char job_name[MESH_JOB_NAME_MAX];             /* "" = DTensor's default */
+    int expected;                                 /* 0 = unknown: never complete (expected.c) */
+    char expected_source[MESH_RENDER_SOURCE_MAX]; /* "flag", "annotation", "job", "jobset",
+                                                     "statefulset", "slice"; "" = unknown */
+    int per_slice;                                /* multi-slice JobSets, 0 = derive */
+    uint64_t generation;                          /* last generation on disk / published */
 
     /* Main-thread topology state (topology.c). */
     bool have_cur; /* a worker list was computed at least once */
@@ -254,10 +264,20 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
 /* Read out_dir/topology.json left by tpumesh-init (or a previous run):
  * generation, slice (re-derived with mesh_slice_derive) and job name. A
  * missing file is fine (returns 0, nothing set); an unusable one is logged
- * and ignored. Then choose the expected count: --expected-workers, the own
- * pod's tpumesh.dev/expected-workers annotation, the slice's host count,
- * else 0 (all selected pods), and log which. */
+ * and ignored. Then settle the port and address mode (flag > own pod's
+ * annotation > default). */
 int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err);
+
+/* ---- expected.c ---- */
+
+/* Choose ctx->expected and ctx->expected_source (after identify and
+ * load_state): --expected-workers, the own pod's annotation, the owning
+ * controller (one GET each on the own pod's owners; transient failures
+ * retried until *stop), else, when the API refuses or the owner is gone,
+ * the slice's host count x slices; else 0 (unknown: never complete, logged
+ * once). May set ctx->per_slice. Returns 0. client borrowed. */
+int mesh_sidecar_expected(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
+                          volatile int *stop, struct mesh_err *err);
 
 /* ---- topology.c ---- */
 

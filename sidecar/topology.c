@@ -355,7 +355,7 @@ static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
     ctx->st.synced = true;
     ctx->st.ready = ready;
     snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s", reason);
-    ctx->st.expected = (int)w->nworkers;
+    ctx->st.expected = ctx->expected; /* 0 = unknown */
     ctx->st.present = w->present;
     ctx->st.addressed = w->addressed;
     ctx->st.ready_workers = w->ready;
@@ -503,6 +503,8 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         .slices = slice_count(ctx, w),
         .megascale_port = ctx->self.megascale_port > 0 ? ctx->self.megascale_port : 0,
         .jax_coordinator = ctx->self.coordinator[0] ? ctx->self.coordinator : NULL,
+        .expected_source = ctx->expected_source[0] ? ctx->expected_source : NULL,
+        .present = w->present,
     };
     if (ctx->cache == NULL) {
         ctx->cache = mesh_render_cache_new();
@@ -747,7 +749,13 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
     ctx->self_hint = self;
     bool complete = w->complete;
     char reason[sizeof(ctx->st.reason)];
-    snprintf(reason, sizeof(reason), "%s", w->reason);
+    if (ctx->expected > 0 && !w->complete) {
+        /* Expected vs present first: "3 of 4 workers present; missing 3". */
+        snprintf(reason, sizeof(reason), "%d of %d workers present; %s", w->present, ctx->expected,
+                 w->reason);
+    } else {
+        snprintf(reason, sizeof(reason), "%s", w->reason);
+    }
     if (complete && self < 0) {
         complete = false;
         snprintf(reason, sizeof(reason), "this pod (%s) is not among the %zu workers",

@@ -262,6 +262,24 @@ TPUMESH_PORT=0 expect_exit "bad TPUMESH_PORT: exit 2 naming the variable" 2 \
 expect_exit "bad --address-mode: exit 2" 2 "is not auto, dns or ip" v4 "$DE" --address-mode x
 expect_exit "bad --log-format: exit 2" 2 "is not text or json" v4 "$DE" --log-format xml
 expect_exit "positional argument: exit 2" 2 "unexpected argument 'extra'" v4 "$DE" extra
+# Port rules (README: not 8470-8476, 8080, 9470, 9476), from any source.
+expect_exit "reserved --port: exit 2 naming the rule" 2 \
+    "DTensor port (--port) 8080 is reserved: TPU software uses ports 8470-8476, 8080, 9470 and 9476" \
+    v4 "$DE" --port 8080
+TPUMESH_PORT=9470 expect_exit "reserved TPUMESH_PORT: exit 2" 2 "DTensor port (TPUMESH_PORT) 9470 is reserved" \
+    v4 "$DE"
+printf 'tpumesh.dev/port="8476"\n' >"$TMP/ann-port"
+expect_exit "reserved tpumesh.dev/port annotation: exit 2 naming it" 2 \
+    "DTensor port (annotation tpumesh.dev/port) 8476 is reserved" v4 "$DE" --annotations-file "$TMP/ann-port"
+# The expected count is the job's total: a multislice slice lists its own hosts only.
+DMS=$TMP/multislice; mkdir -p "$DMS"
+MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID=1 expect_exit "multislice: the total (hosts x slices) is accepted" 0 \
+    "incomplete (the sidecar completes it)" v4 "$DMS" --expected-workers 8
+check_eq "multislice: topology.json shows 8 expected (flag), 4 present" "False 8 4 flag" \
+    "$("$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); print(t["complete"], t["expectedWorkers"], t["presentWorkers"], t["expectedWorkersSource"])' "$DMS/topology.json")"
+MEGASCALE_NUM_SLICES=2 expect_exit "multislice: a per-slice count is refused, naming the total" 2 \
+    "the total over all slices) but TPU_WORKER_HOSTNAMES lists 4 per slice x MEGASCALE_NUM_SLICES=2 = 8" \
+    v4 "$DE" --expected-workers 4
 HOSTS='a.svc,$(touch /tmp/tpumesh-pwned),c.svc,d.svc' \
     expect_exit "hostile worker host name: exit 2" 2 "not a valid RFC 1123 host name" v4 "$DE"
 expect_exit "hostile job name: exit 2 from the renderer" 2 "job name" \

@@ -206,7 +206,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     env_before = open(a.path("dtensor.env")).read()
     c.delete(name=names[2], grace=0)
     check("pod deleted: /readyz 503 naming the missing worker",
-          wait(lambda: a.readyz() == (503, "missing 2\n")), a.readyz())
+          wait(lambda: a.readyz() == (503, "3 of 4 workers present; missing 2\n")), a.readyz())
     check("pod deleted: ip sidecar 503 too", wait(lambda: b.readyz()[0] == 503), b.readyz())
     check("pod deleted: dtensor.env keeps the last complete version",
           open(a.path("dtensor.env")).read() == env_before)
@@ -214,7 +214,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
           wait(lambda: a.topology()["complete"] is False))
     c.make(name="trainer-2-fghij", index=2, ip="", annotations=anno)
     check("recreated without IP: /readyz 503 'no address 2'",
-          wait(lambda: a.readyz()[1].startswith("no address 2")), a.readyz())
+          wait(lambda: a.readyz()[1].startswith("4 of 4 workers present; no address 2")), a.readyz())
     c.set_ip(name="trainer-2-fghij", ip="10.99.0.7")
     check("IP assigned: /readyz 200 again", wait(lambda: a.readyz()[0] == 200), a.readyz())
     check("IP assigned: dns DTENSOR_JOBS unchanged (stable names)", a.sourced("DTENSOR_JOBS") == jobs_dns(4))
@@ -226,7 +226,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     # 5. Terminating pod yields its index to its replacement.
     c.delete(name=names[3], grace=30)
     check("terminating: /readyz 503 'terminating 3'",
-          wait(lambda: a.readyz()[1].startswith("terminating 3")), a.readyz())
+          wait(lambda: a.readyz()[1].startswith("3 of 4 workers present; terminating 3")), a.readyz())
     c.make(name="trainer-3-klmno", index=3, annotations=anno)
     check("terminating pod yields its index to the live replacement",
           wait(lambda: a.readyz()[0] == 200 and a.topology()["workers"][3]["pod"] == "trainer-3-klmno"),
@@ -236,7 +236,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     # 6. Duplicate index: incomplete, reported once with both names.
     c.make(name="trainer-1-zzzzz", index=1, annotations=anno)
     check("duplicate index: /readyz 503 'duplicate index 1'",
-          wait(lambda: a.readyz()[1].startswith("duplicate index 1")), a.readyz())
+          wait(lambda: a.readyz()[1].startswith("3 of 4 workers present; duplicate index 1")), a.readyz())
     c.labels(name="trainer-1-zzzzz", set={"x": "1"})  # more events: still logged once
     c.ready(name="trainer-0-abcde", ready=False)
     wait(lambda: a.topology()["workers"][0]["ready"] is False)

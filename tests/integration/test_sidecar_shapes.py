@@ -2,7 +2,9 @@
 against the kube-apiserver simulator: a multi-slice JobSet (slice-major order, selector from the
 JobSet label), a StatefulSet on IPv6 (selector from its template labels, pods of another
 controller ignored, [addr]:port), and --verify-dns keeping a dns-mode job incomplete while the
-names do not resolve.
+names do not resolve. The expected worker count (issue 12): from the owning JobSet, Indexed Job
+and StatefulSet (one GET each), the slice fallback when the owner GET is refused (403) or the
+owner is gone (404), and never complete without a count (highest index missing, a slice missing).
 """
 import json
 import os
@@ -37,6 +39,143 @@ def statefulset_pod(name, index, owner_kind, owner, ip):
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
+SLICE_TOPOLOGY = {"generation": 1, "complete": False,
+                  "slice": {"acceleratorType": "v5litepod-16", "topology": "4x4", "chips": 16, "hosts": 4,
+                            "chipsPerHost": 4}}
+
+
+def write_init_topology(d):
+    """What tpumesh-init leaves on the volume: a v5litepod-16 slice (4 hosts)."""
+    with open(os.path.join(d, "topology.json"), "w") as f:
+        json.dump(SLICE_TOPOLOGY, f)
+
+
+def counts(sim, tmp, tok, cars):
+    """Expected worker counts from owners, fallbacks, and never-complete cases."""
+    c = sim.client
+
+    def outdir(name):
+        d = os.path.join(tmp, name)
+        os.mkdir(d)
+        return d
+
+    def car(name, ns, pod, out, extra=()):
+        sc = Sidecar(name, sim.url, tok, pod, out, ["--namespace", ns, "--address-mode", "ip"] + list(extra))
+        cars.append(sc)
+        return sc
+
+    # 1. JobSet, one slice of 4, no annotation, highest index missing.
+    c.make_jobset(namespace="hx", name="hx", replicas=1, completions=4)
+    for w in range(3):
+        c.make(namespace="hx", jobset="hx", slice=0, index=w, slices=1, per_slice=4)
+    hx_pod = [p["metadata"]["name"] for p in c.pods(namespace="hx")][0]
+    hx = car("highest-missing", "hx", hx_pod, outdir("hx"))
+
+    # 2. Two-slice JobSet (2 x 2), only slice 0 created.
+    c.make_jobset(namespace="two", name="two", replicas=2, completions=2)
+    for w in range(2):
+        c.make(namespace="two", jobset="two", slice=0, index=w, slices=2, per_slice=2)
+    two_pod = [p["metadata"]["name"] for p in c.pods(namespace="two")][0]
+    two = car("slice-missing", "two", two_pod, outdir("two"))
+
+    # 3. Indexed Job: the count is spec.completions.
+    c.make_job(namespace="ij", name="ij", completions=3)
+    for i in range(3):
+        c.make(namespace="ij", name="ij-%d-aaaaa" % i, index=i, job="ij")
+    ij = car("indexed-job", "ij", "ij-1-aaaaa", outdir("ij"))
+
+    # 4. Owner GET refused (403): the slice's host count, from tpumesh-init's topology.json.
+    c.forbid(namespace="refused", verbs="get", resources="jobs")
+    for i in range(4):
+        c.make(namespace="refused", name="rj-%d-aaaaa" % i, index=i, job="rj")
+    d = outdir("refused")
+    write_init_topology(d)
+    rf = car("owner-refused", "refused", "rj-0-aaaaa", d)
+    # ... and without a slice to fall back on: never complete.
+    rn = car("owner-refused-no-slice", "refused", "rj-1-aaaaa", outdir("refused-noslice"))
+
+    # 5. Owner gone (404): no Job object at all.
+    for i in range(4):
+        c.make(namespace="gone", name="gj-%d-aaaaa" % i, index=i, job="gj")
+    d = outdir("gone")
+    write_init_topology(d)
+    gn = car("owner-gone", "gone", "gj-2-aaaaa", d)
+
+    # 6. A JobSet child pod whose JobSet GET is refused: slice hosts x global-replicas.
+    c.forbid(namespace="jsref", verbs="get", resources="jobsets")
+    for s_ in range(2):
+        for w in range(4):
+            c.make(namespace="jsref", jobset="jr", slice=s_, index=w, slices=2, per_slice=4)
+    d = outdir("jsref")
+    write_init_topology(d)
+    jr_pod = sorted(p["metadata"]["name"] for p in c.pods(namespace="jsref"))[5]
+    jr = car("jobset-refused", "jsref", jr_pod, d)
+
+    check("highest index missing: never complete", wait(lambda: hx.readyz()[0] == 503, 15) and
+          wait(lambda: hx.readyz()[1] == "3 of 4 workers present; missing 3\n", 10), hx.readyz())
+    check("highest index missing: the count comes from the JobSet and is logged",
+          hx.log_count("expecting 4 workers (from JobSet hx: 1 Jobs x 4 pods)") == 1,
+          [l for l in hx.lines if "expect" in l])
+    t = wait(lambda: hx.topology(), 5) or {}
+    check("highest index missing: topology.json shows expected vs present",
+          (t.get("complete"), t.get("expectedWorkers"), t.get("presentWorkers"), t.get("expectedWorkersSource"))
+          == (False, 4, 3, "jobset"), t)
+    check("highest index missing: no env file published", not os.path.exists(hx.path("dtensor.env")))
+    c.make(namespace="hx", jobset="hx", slice=0, index=3, slices=1, per_slice=4)
+    check("highest index created: ready", wait(lambda: hx.readyz()[0] == 200, 15), hx.readyz())
+    check("highest index created: 4 workers", hx.sourced("DTENSOR_JOBS").count(",") == 3, hx.sourced("DTENSOR_JOBS"))
+
+    check("one slice of two missing: never complete",
+          wait(lambda: two.readyz()[1] == "2 of 4 workers present; missing 2-3\n", 15), two.readyz())
+    t = wait(lambda: two.topology(), 5) or {}
+    check("one slice of two missing: topology.json 2 of 4, from the JobSet",
+          (t.get("expectedWorkers"), t.get("presentWorkers"), t.get("expectedWorkersSource")) == (4, 2, "jobset"), t)
+    for w in range(2):
+        c.make(namespace="two", jobset="two", slice=1, index=w, slices=2, per_slice=2)
+    check("second slice created: ready", wait(lambda: two.readyz()[0] == 200, 15), two.readyz())
+
+    check("Indexed Job: ready with spec.completions workers", wait(lambda: ij.readyz()[0] == 200, 15), ij.readyz())
+    check("Indexed Job: the count and its source are logged",
+          ij.log_count("expecting 3 workers (from Job ij spec.completions)") == 1,
+          [l for l in ij.lines if "expect" in l])
+    check("Indexed Job: topology.json expectedWorkersSource job",
+          ij.topology().get("expectedWorkersSource") == "job", ij.topology())
+
+    check("owner refused (403): falls back to the slice's 4 hosts and is ready",
+          wait(lambda: rf.readyz()[0] == 200, 15), rf.readyz())
+    check("owner refused (403): logged as an authorization failure naming verb and resource",
+          rf.log_count('403 Forbidden (authorization failed)') == 1 and
+          rf.log_count('must allow verb "get" on resource "jobs" in API group "batch"') == 1,
+          [l for l in rf.lines if "403" in l])
+    check("owner refused (403): source slice",
+          rf.topology().get("expectedWorkersSource") == "slice" and
+          rf.log_count("expecting 4 workers (from the slice: v5litepod-16 4x4 has 4 hosts x 1 slice") == 1,
+          [l for l in rf.lines if "expect" in l])
+    check("owner refused, no slice: /readyz says the count is unknown and what to set",
+          wait(lambda: rn.readyz() == (503, "expected worker count unknown: set tpumesh.dev/expected-workers\n"),
+               15), rn.readyz())
+    check("owner refused, no slice: logged once",
+          rn.log_count("expected worker count unknown: set tpumesh.dev/expected-workers") == 1 and
+          rn.log_count("no source gives the number of workers") == 1,
+          [l for l in rn.lines if "unknown" in l or "no source" in l])
+    t = wait(lambda: rn.topology(), 5) or {}
+    check("owner refused, no slice: topology.json expectedWorkers null, 4 present, incomplete",
+          (t.get("complete"), t.get("expectedWorkers"), t.get("presentWorkers"), t.get("expectedWorkersSource"))
+          == (False, None, 4, None), t)
+
+    check("owner gone (404): falls back to the slice and is ready", wait(lambda: gn.readyz()[0] == 200, 15),
+          gn.readyz())
+    check("owner gone (404): logged", gn.log_count('jobs.batch "gj" not found') == 1,
+          [l for l in gn.lines if "404" in l])
+
+    check("JobSet GET refused: slice hosts x global-replicas = 8, ready",
+          wait(lambda: jr.readyz()[0] == 200, 15) and
+          jr.log_count("4 hosts x 2 slices from jobset.sigs.k8s.io/global-replicas") == 1,
+          (jr.readyz(), [l for l in jr.lines if "expect" in l or "403" in l]))
+    check("JobSet GET refused: client id = slice 1 x 4 + worker 1", jr.sourced("DTENSOR_CLIENT_ID") == "5",
+          jr.sourced("DTENSOR_CLIENT_ID"))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="tpumesh-sidecar-shapes.")
     tok = os.path.join(tmp, "token")
@@ -46,7 +185,11 @@ def main():
     cars = []
     try:
         c = sim.client
+        c.make_jobset(name="ms", replicas=2, completions=2)
         jobset(c)
+        c.make_statefulset(name="w", replicas=3)
+        c.make_job(name="dnsjob", completions=2)
+        c.make_job(name="annjob", completions=2)
         for i in range(3):
             c.create(pod=statefulset_pod("w-%d" % i, i, "StatefulSet", "w", "fd00:10::%x" % (i + 1)))
         # Same template labels, another controller: not a peer.
@@ -89,6 +232,9 @@ def main():
         with open(os.path.join(out["ss"], "topology.json")) as f:
             t = json.load(f)
         check("statefulset: decoy not among the workers", all(w["pod"] != "w-decoy" for w in t["workers"]))
+        check("statefulset: the count is spec.replicas",
+              t.get("expectedWorkersSource") == "statefulset" and t.get("expectedWorkers") == 3 and
+              ss.log_count("expecting 3 workers (from StatefulSet w spec.replicas)") == 1, t)
 
         check("annotations: ready", wait(lambda: an.readyz()[0] == 200, 15), an.readyz())
         jobs = (an.sourced("DTENSOR_JOBS") or "").split(",")
@@ -111,6 +257,7 @@ def main():
             t = json.load(f)
         check("--verify-dns: topology.json shows what is known, complete=false",
               t["complete"] is False and len(t["workers"]) == 2)
+        counts(sim, tmp, tok, cars)
         for car in cars:
             rc, secs = car.stop()
             check("%s: SIGTERM exit 0" % car.name, rc == 0, rc)

@@ -12,7 +12,7 @@
  *  - every object in k8s/ against the Kubernetes OpenAPI schemas (kubernetes-models) with
  *    strict field validation; the JobSet against our JobSet CRD schema and its Job
  *    templates against the core schemas;
- *  - RBAC grants only get/list/watch on pods; every container passes the restricted Pod
+ *  - RBAC grants only get/list/watch on pods and get on the owner kinds; every container passes the restricted Pod
  *    Security profile; tpumesh's containers follow docs/DESIGN.md (native sidecar, probes, no
  *    TPUs in the sidecar, requests/limits, volumes, annotations);
  *  - the examples' slice facts (v5litepod-16: 4 pods x 4 chips, 4x4, Indexed Job +
@@ -171,7 +171,7 @@ function checkObjects(objs, prefix) {
         const r = objectChecks(o, prefix);
         check(`${where}: valid against the Kubernetes schema (strict fields)`, r.schema);
         if (['Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind)) {
-            check(`${where}: RBAC grants only get/list/watch on pods`, r.rbac);
+            check(`${where}: RBAC grants only get/list/watch on pods, get on jobs/jobsets/statefulsets`, r.rbac);
         }
         if (k8s.podSpecs(o).length) {
             check(`${where}: every container passes the restricted Pod Security profile`, r.restricted);
@@ -244,10 +244,11 @@ function exampleJobSet() {
     const perPod = Number(((trainer(pod).resources || {}).limits || {})['google.com/tpu']);
     const hosts = chips(pod.nodeSelector['cloud.google.com/gke-tpu-topology']) / perPod;
     if (job.parallelism !== hosts || job.completions !== hosts) errs.push('parallelism = completions = hosts per slice');
-    /* tpumesh-init compares tpumesh.dev/expected-workers with its own slice's worker list,
-     * the sidecar counts slices x hosts itself: in a multi-slice pod the annotation can only
-     * be wrong for one of them. */
-    if ('tpumesh.dev/expected-workers' in job.template.metadata.annotations) errs.push('a multi-slice pod must not set tpumesh.dev/expected-workers');
+    /* tpumesh.dev/expected-workers is the job's total for both programs (slices x hosts); left
+     * out, the sidecar reads the count from the JobSet. */
+    const total = String(hosts * rjs[0].replicas);
+    const ew = job.template.metadata.annotations['tpumesh.dev/expected-workers'];
+    if (ew !== undefined && ew !== total) errs.push('tpumesh.dev/expected-workers, when set, must be the total ' + total + ' (slices x hosts)');
     if (!js.spec.network || js.spec.network.enableDNSHostnames !== true) errs.push('network.enableDNSHostnames: true');
     if ((js.metadata.annotations || {})['alpha.jobset.sigs.k8s.io/exclusive-topology'] !== 'cloud.google.com/gke-nodepool') errs.push('one slice per node pool (exclusive-topology)');
     return errs;

@@ -10,7 +10,8 @@
  * podSpecs(obj)      every pod spec inside an object (Pod, Job, JobSet templates).
  * restrictedErrors   the restricted Pod Security profile plus
  *                    readOnlyRootFilesystem, for a pod spec.
- * rbacErrors         what tpumesh may be granted: pods get/list/watch in a namespace.
+ * rbacErrors         what tpumesh may be granted: pods get/list/watch and get on jobs.batch,
+ *                    jobsets.jobset.x-k8s.io, statefulsets.apps, in a namespace.
  * Every function returns a list of error strings ("" list = fine) naming the path.
  */
 const fs = require('fs');
@@ -353,17 +354,27 @@ function rbacErrors(obj, where) {
         if (!rules.length) {
             out.push(`${where}: Role has no rules`);
         }
+        /* Exactly these rules: pods get/list/watch (the watch), get on the three owner
+         * kinds (the expected worker count). */
+        const want = {'/pods': ALLOWED_VERBS, 'batch/jobs': ['get'], 'jobset.x-k8s.io/jobsets': ['get'],
+            'apps/statefulsets': ['get']};
+        const seen = new Set();
         rules.forEach((r, i) => {
             const w = `${where}.rules[${i}]`;
-            if (JSON.stringify(r.apiGroups) !== '[""]') {
-                out.push(`${w}: apiGroups must be [""] (core), got ${JSON.stringify(r.apiGroups)}`);
+            const groups = r.apiGroups || [], resources = r.resources || [];
+            if (groups.length !== 1 || resources.length !== 1) {
+                out.push(`${w}: one apiGroup and one resource per rule, got ${JSON.stringify(groups)} ${JSON.stringify(resources)}`);
+                return;
             }
-            if (JSON.stringify(r.resources) !== '["pods"]') {
-                out.push(`${w}: resources must be [pods], got ${JSON.stringify(r.resources)}`);
+            const key = `${groups[0]}/${resources[0]}`;
+            if (!(key in want)) {
+                out.push(`${w}: ${resources[0]} in API group "${groups[0]}" is not expected (only pods, jobs.batch, jobsets.jobset.x-k8s.io, statefulsets.apps)`);
+                return;
             }
+            seen.add(key);
             const verbs = (r.verbs || []).slice().sort();
-            if (JSON.stringify(verbs) !== JSON.stringify(ALLOWED_VERBS)) {
-                out.push(`${w}: verbs must be exactly get, list, watch, got ${JSON.stringify(r.verbs)}`);
+            if (JSON.stringify(verbs) !== JSON.stringify(want[key])) {
+                out.push(`${w}: verbs on ${key} must be exactly ${want[key].join(', ')}, got ${JSON.stringify(r.verbs)}`);
             }
             for (const k of ['resourceNames', 'nonResourceURLs']) {
                 if (r[k]) {
@@ -371,6 +382,9 @@ function rbacErrors(obj, where) {
                 }
             }
         });
+        for (const key of Object.keys(want)) {
+            if (!seen.has(key)) out.push(`${where}: no rule for ${key}`);
+        }
     }
     if (obj.kind === 'RoleBinding') {
         if (!obj.roleRef || obj.roleRef.kind !== 'Role') {

@@ -20,17 +20,16 @@
  * With no count the topology is never complete: counting whatever pods
  * happen to exist would publish a smaller job as if it were whole.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/cleanup.h"
 #include "core/json.h"
 #include "core/names.h"
 #include "io/k8s_client.h"
 #include "io/log.h"
+#include "io/sys.h"
 #include "sidecar.h"
 
 #define MOD "sidecar"
@@ -43,13 +42,6 @@
 #define GV_JOB "batch/v1"
 #define GV_JOBSET "jobset.x-k8s.io/v1alpha2"
 #define GV_STATEFULSET "apps/v1"
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
-}
 
 /* Result of one owner GET: the object, or why there is none. */
 enum owner_res {
@@ -86,7 +78,7 @@ static enum owner_res get_owner(struct mesh_sidecar *ctx, struct mesh_k8s_client
         }
         mesh_info(MOD, "reading the owner failed (%s), retrying: %s", mesh_strerror(rc), e.msg);
         for (long waited = 0; waited < delay && !*stop; waited += 50) {
-            sleep_ms(50);
+            mesh_sys_sleep_ms(50);
         }
         delay = delay * 2 > 5000 ? 5000 : delay * 2;
     }

@@ -929,26 +929,44 @@ static int curl_failure(struct mesh_k8s_client *c, int result, const char *errbu
     }
 }
 
-/* "jobs.batch" / "pods": a resource as the API server names it in its
- * messages and a Role's rules name it (resource + apiGroups). */
-static void resource_names(const struct mesh_k8s_query *q, const char **res, char *group,
-                           size_t group_len)
+/* The RBAC view of a request, for a 403's message: verb ("get", "list",
+ * "watch", "create"), resource ("jobs") and API group ("batch", "" = core). */
+struct rbac_req {
+    const char *verb;
+    char resource[64];
+    char group[128];
+};
+
+static void rbac_of_query(struct rbac_req *r, const char *verb, const struct mesh_k8s_query *q)
 {
-    *res = q->resource ? q->resource : "pods";
-    group[0] = '\0';
+    r->verb = verb;
+    snprintf(r->resource, sizeof(r->resource), "%s", q->resource ? q->resource : "pods");
+    r->group[0] = '\0';
     if (q->group_version != NULL) {
         const char *slash = strchr(q->group_version, '/');
         size_t n = slash ? (size_t)(slash - q->group_version) : 0;
-        snprintf(group, group_len, "%.*s", (int)n, q->group_version);
+        snprintf(r->group, sizeof(r->group), "%.*s", (int)n, q->group_version);
     }
 }
 
-/* Map a non-2xx status and its body to an error code and message. verb is
- * the RBAC verb of the request ("get", "list", "watch"); name the object
- * of a GET (NULL otherwise). */
+/* From a path "/apis/<group>/<version>/.../<resource>" or "/api/v1/.../<resource>". */
+static void rbac_of_path(struct rbac_req *r, const char *verb, const char *path)
+{
+    r->verb = verb;
+    r->group[0] = '\0';
+    const char *last = strrchr(path, '/');
+    snprintf(r->resource, sizeof(r->resource), "%s", last ? last + 1 : path);
+    if (strncmp(path, "/apis/", 6) == 0) {
+        size_t n = strcspn(path + 6, "/");
+        snprintf(r->group, sizeof(r->group), "%.*s", (int)n, path + 6);
+    }
+}
+
+/* Map a non-2xx status and its body to an error code and message. what
+ * names the request ("GET jobs.batch ml/trainer"); rb says what a 403
+ * must ask the Role for. */
 static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_buf *body,
-                        const char *verb, const struct mesh_k8s_query *q, const char *name,
-                        struct mesh_err *err)
+                        const char *what, const struct rbac_req *rb, struct mesh_err *err)
 {
     struct mesh_k8s_watch_status st;
     const char *msg = "";
@@ -957,20 +975,6 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
     set_last_error(c, label);
     if (body->len > 0 && mesh_k8s_watch_decode_status(body->data, body->len, &st, NULL) == 0) {
         msg = st.message;
-    }
-    const char *res = NULL;
-    char group[128];
-    resource_names(q, &res, group, sizeof(group));
-    /* "GET jobs.batch ml/trainer", "LIST pods", "WATCH pods" */
-    const char *method = strcmp(verb, "get") == 0    ? "GET"
-                         : strcmp(verb, "list") == 0 ? "LIST"
-                                                     : "WATCH";
-    char what[400];
-    if (name != NULL) {
-        snprintf(what, sizeof(what), "%s %s%s%s %s/%s", method, res, group[0] ? "." : "", group,
-                 q->ns ? q->ns : "", name);
-    } else {
-        snprintf(what, sizeof(what), "%s %s%s%s", method, res, group[0] ? "." : "", group);
     }
     switch (code) {
     case 401:
@@ -988,7 +992,8 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
                             "%s: 403 Forbidden (authorization failed): the Role bound to this "
                             "ServiceAccount must allow verb \"%s\" on resource \"%s\" in API "
                             "group \"%s\" (RBAC); the API says: %s",
-                            what, verb, res, group, msg[0] ? msg : "access denied");
+                            what, rb->verb, rb->resource, rb->group,
+                            msg[0] ? msg : "access denied");
     case 404:
         return mesh_err_set(err, MESH_E_NOTFOUND, 0, "%s: 404 %s", what,
                             msg[0] ? msg : "not found");
@@ -1001,6 +1006,27 @@ static int http_failure(struct mesh_k8s_client *c, long code, const struct mesh_
         return mesh_err_set(err, MESH_E_API, 0, "%s: HTTP %ld from %s%s%s", what, code, c->server,
                             msg[0] ? ": " : "", msg);
     }
+}
+
+/* http_failure for a GET / LIST / WATCH of q: "GET jobs.batch ml/trainer",
+ * "LIST pods", "WATCH pods". */
+static int query_failure(struct mesh_k8s_client *c, const struct mesh_buf *body, const char *verb,
+                         const struct mesh_k8s_query *q, const char *name, struct mesh_err *err)
+{
+    struct rbac_req rb;
+    rbac_of_query(&rb, verb, q);
+    const char *method = strcmp(verb, "get") == 0    ? "GET"
+                         : strcmp(verb, "list") == 0 ? "LIST"
+                                                     : "WATCH";
+    char what[400];
+    if (name != NULL) {
+        snprintf(what, sizeof(what), "%s %s%s%s %s/%s", method, rb.resource, rb.group[0] ? "." : "",
+                 rb.group, q->ns ? q->ns : "", name);
+    } else {
+        snprintf(what, sizeof(what), "%s %s%s%s", method, rb.resource, rb.group[0] ? "." : "",
+                 rb.group);
+    }
+    return http_failure(c, c->last_status, body, what, &rb, err);
 }
 
 /* Headers for one attempt: Accept and, when there is one, the bearer
@@ -1151,7 +1177,7 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
     xfer_init(&x, c, MESH_K8S_EVENT_MAX_DEFAULT);
     int rc = request(c, &x, url, 0, err);
     if (rc == 0 && c->last_status != 200) {
-        rc = http_failure(c, c->last_status, &x.body, "get", q, name, err);
+        rc = query_failure(c, &x.body, "get", q, name, err);
     }
     if (rc == 0) {
         cJSON *j = mesh_json_parse(x.body.data ? x.body.data : "", x.body.len, x.body.max, err);
@@ -1179,7 +1205,9 @@ int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const ch
     if (rc == 0 && c->last_status != 200 && c->last_status != 201) {
         char what[320];
         snprintf(what, sizeof(what), "POST %.300s", path);
-        rc = http_failure(c, c->last_status, &x.body, what, err);
+        struct rbac_req rb;
+        rbac_of_path(&rb, "create", path);
+        rc = http_failure(c, c->last_status, &x.body, what, &rb, err);
     }
     if (rc == 0) {
         cJSON *j = mesh_json_parse(x.body.data ? x.body.data : "", x.body.len, x.body.max, err);
@@ -1223,7 +1251,7 @@ int mesh_k8s_client_list(struct mesh_k8s_client *c, const struct mesh_k8s_query 
     x.scanner = &sc;
     int rc = request(c, &x, url, 0, err);
     if (rc == 0 && (c->last_status < 200 || c->last_status >= 300)) {
-        rc = http_failure(c, c->last_status, &x.body, "list", q, NULL, err);
+        rc = query_failure(c, &x.body, "list", q, NULL, err);
     }
     if (rc == 0) {
         rc = mesh_k8s_list_scanner_finish(&sc, out_meta, err);
@@ -1272,7 +1300,7 @@ int mesh_k8s_client_watch(struct mesh_k8s_client *c, const struct mesh_k8s_query
     mesh_k8s_watch_framer_init(&x.framer, x.max_event);
     int rc = request(c, &x, url, wo->stall_ms, err);
     if (rc >= 0 && c->last_status != 200) {
-        rc = http_failure(c, c->last_status, &x.body, "watch", q, NULL, err);
+        rc = query_failure(c, &x.body, "watch", q, NULL, err);
     } else if (rc > 0) {
         /* 200 and then the connection broke (curl: partial file / recv error). */
         set_last_error(c, "protocol");

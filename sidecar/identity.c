@@ -11,6 +11,7 @@
  *                is the same StatefulSet are kept
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,7 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
             mesh_warn(MOD, "GET own pod %s/%s failed (%s), retrying: %s", ctx->ns, ctx->pod_name,
                       mesh_strerror(rc), e.msg);
             snprintf(last, sizeof(last), "%s", e.msg);
+            mesh_sidecar_status_reason(ctx, "reading this pod failed: %s", e.msg);
         }
         for (long waited = 0; waited < delay && !*stop; waited += 50) {
             mesh_sys_sleep_ms(50);
@@ -187,6 +189,75 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
     mesh_info(MOD, "this pod: %s/%s uid=%s ip=%s", ctx->ns, ctx->pod_name, ctx->self.uid,
               ctx->self.ip[0] ? ctx->self.ip : "(none yet)");
     return derive_selector(ctx, pod, err);
+}
+
+void mesh_sidecar_status_reason(struct mesh_sidecar *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&ctx->mu);
+    vsnprintf(ctx->st.reason, sizeof(ctx->st.reason), fmt, ap);
+    pthread_mutex_unlock(&ctx->mu);
+    va_end(ap);
+}
+
+static int count_item(void *arg, const char *item, size_t len, struct mesh_err *err)
+{
+    (void)item;
+    (void)len;
+    (void)err;
+    ++*(size_t *)arg;
+    return 0;
+}
+
+int mesh_sidecar_check_selector(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
+                                volatile int *stop, struct mesh_err *err)
+{
+    /* The API evaluates the selector, exactly as the watch will: LIST with
+     * the selector and this pod's name as a field selector. */
+    char field[MESH_POD_MAX + 32];
+    snprintf(field, sizeof(field), "metadata.name=%s", ctx->pod_name);
+    struct mesh_k8s_query q = {
+        .ns = ctx->ns, .label_selector = ctx->selector, .field_selector = field};
+    char last[MESH_ERR_MSG_MAX] = "";
+    int64_t delay = 500;
+    for (;;) {
+        struct mesh_err e;
+        mesh_err_clear(&e);
+        size_t n = 0;
+        struct mesh_k8s_list_meta meta;
+        memset(&meta, 0, sizeof(meta));
+        int rc = mesh_k8s_client_list(client, &q, 0, NULL, NULL, 0, 0, count_item, &n, &meta, &e);
+        mesh_k8s_list_meta_cleanup(&meta);
+        if (rc == 0 && n > 0) {
+            return 0;
+        }
+        if (rc == 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "this pod (%s/%s) does not match its own peer selector '%s': the "
+                                "sidecar would wait forever for a job it is not part of; pass a "
+                                "--selector that selects this pod (or leave it out to derive it)",
+                                ctx->ns, ctx->pod_name, ctx->selector);
+        }
+        if (rc == -MESH_E_API && mesh_k8s_client_last_status(client) == 400) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "the API rejects the peer selector '%s' (check --selector): %s",
+                                ctx->selector, e.msg);
+        }
+        if (strcmp(e.msg, last) != 0) {
+            mesh_warn(MOD, "checking the peer selector failed (%s), retrying: %s",
+                      mesh_strerror(rc), e.msg);
+            snprintf(last, sizeof(last), "%s", e.msg);
+            mesh_sidecar_status_reason(ctx, "listing pods failed: %s", e.msg);
+        }
+        for (int64_t waited = 0; waited < delay && !*stop; waited += 50) {
+            mesh_sys_sleep_ms(50);
+        }
+        if (*stop) {
+            return mesh_err_set(err, MESH_E_IO, 0, "stopped while checking the peer selector");
+        }
+        delay = delay * 2 > 5000 ? 5000 : delay * 2;
+    }
 }
 
 /* Slice and job name from an existing topology.json (docs/DESIGN.md §4). */

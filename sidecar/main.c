@@ -286,6 +286,9 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     if (rc == 0) {
         rc = mesh_sidecar_expected(ctx, c, &st.stop, err);
     }
+    if (rc == 0) {
+        rc = mesh_sidecar_check_selector(ctx, c, &st.stop, err);
+    }
     int stopped = st.stop;
     st.stop = 1;
     pthread_join(st.thread, NULL);
@@ -335,6 +338,9 @@ int main(int argc, char **argv)
     mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
     pthread_mutex_init(&ctx.mu, NULL);
     pthread_mutex_init(&ctx.chg_mu, NULL);
+    /* /readyz says why it is not ready from the first request on. */
+    snprintf(ctx.st.reason, sizeof(ctx.st.reason), "starting: reading this pod %.253s",
+             ctx.opts.pod_name ? ctx.opts.pod_name : "");
     ctx.self_hint = -1;
     /* Port and address mode are logged once they are final (identity.c:
      * the own pod's annotations may set them). */

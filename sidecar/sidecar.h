@@ -268,6 +268,17 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
  * annotation > default). */
 int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err);
 
+/* The peer selector must be valid for the API and select this pod (one
+ * LIST with a metadata.name field selector). 0, or -MESH_E_CONFIG (exit 2)
+ * with the API's message for a 400 or naming the selector when it does not
+ * select this pod; other failures are retried until *stop (-MESH_E_IO). */
+int mesh_sidecar_check_selector(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
+                                volatile int *stop, struct mesh_err *err);
+
+/* Replace the /readyz reason (takes mu), printf-style. */
+void mesh_sidecar_status_reason(struct mesh_sidecar *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* ---- expected.c ---- */
 
 /* Choose ctx->expected and ctx->expected_source (after identify and

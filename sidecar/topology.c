@@ -354,7 +354,9 @@ static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
     pthread_mutex_lock(&ctx->mu);
     ctx->st.synced = true;
     ctx->st.ready = ready;
-    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s", reason);
+    /* /readyz never answers with an empty body. */
+    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s",
+             reason[0] != '\0' ? reason : (ready ? "ok" : "topology incomplete"));
     ctx->st.expected = ctx->expected; /* 0 = unknown */
     ctx->st.present = w->present;
     ctx->st.addressed = w->addressed;
@@ -371,7 +373,8 @@ static void fail_status(struct mesh_sidecar *ctx, const char *reason)
 {
     pthread_mutex_lock(&ctx->mu);
     ctx->st.ready = false;
-    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s", reason);
+    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "%s",
+             reason[0] != '\0' ? reason : "publishing failed");
     ctx->st.publish_errors++;
     pthread_mutex_unlock(&ctx->mu);
 }

@@ -75,6 +75,13 @@ for l in lines:
 pid=$!
 on_exit "kill $pid"
 wait_for 5 grep -q "GET own pod" "$TMP/log"
+# /readyz says why it is not ready, even before the own pod was read (never an empty 503).
+port=$(sed -n 's/.*serving .*(port \([0-9]*\)).*/\1/p' "$TMP/log" | head -1)
+body=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/readyz")
+case "$body" in
+"reading this pod failed: cannot reach the API server"*" 503") ok "/readyz while the API is unreachable: 503 saying why" ;;
+*) fail "/readyz while the API is unreachable: 503 saying why" "got: $body" ;;
+esac
 kill -TERM "$pid"
 t0=$(date +%s%N)
 wait "$pid"; rc=$?

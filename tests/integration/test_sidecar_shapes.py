@@ -176,6 +176,41 @@ def counts(sim, tmp, tok, cars):
           jr.sourced("DTENSOR_CLIENT_ID"))
 
 
+def refusals(sim, tmp, tok, cars):
+    """Refusals that say why: a selector that does not select the own pod or that the API rejects
+    (exit 2), and dns mode on pods without spec.hostname/spec.subdomain."""
+    c = sim.client
+    c.make_job(namespace="refuse", name="rz", completions=2)
+    for i in range(2):
+        c.make(namespace="refuse", name="rz-%d-aaaaa" % i, index=i, job="rz", hostname="", subdomain="")
+
+    def run(name, extra):
+        d = os.path.join(tmp, name)
+        os.mkdir(d)
+        sc = Sidecar(name, sim.url, tok, "rz-0-aaaaa", d, ["--namespace", "refuse"] + list(extra))
+        cars.append(sc)
+        return sc
+
+    nm = run("selector-misses-own-pod", ["--selector", "app=somebody-else"])
+    bad = run("selector-rejected", ["--selector", "x in ("])
+    dns = run("dns-without-hostname", ["--address-mode", "dns"])
+    for sc in (nm, bad):
+        wait(lambda: sc.proc.poll() is not None, 15)
+    check("own pod not matched by its selector: exit 2", nm.proc.poll() == 2, (nm.proc.poll(), nm.lines[-3:]))
+    check("own pod not matched by its selector: says so",
+          nm.log_count("this pod (refuse/rz-0-aaaaa) does not match its own peer selector 'app=somebody-else'")
+          == 1, nm.lines[-3:])
+    check("selector the API rejects (400): exit 2", bad.proc.poll() == 2, (bad.proc.poll(), bad.lines[-3:]))
+    check("selector the API rejects (400): the API's message",
+          bad.log_count("the API rejects the peer selector 'x in (' (check --selector)") == 1 and
+          bad.log_count("unable to parse requirement") == 1, bad.lines[-3:])
+    want = ("2 of 2 workers present; dns mode: no spec.hostname/spec.subdomain on 0-1 (they have an IP): "
+            "use address mode ip (tpumesh.dev/address-mode: ip) or give the pods a headless Service "
+            "(spec.hostname + spec.subdomain)")
+    check("dns mode on pods with an IP but no hostname/subdomain: says exactly that",
+          wait(lambda: dns.readyz() == (503, want + "\n"), 15), dns.readyz())
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="tpumesh-sidecar-shapes.")
     tok = os.path.join(tmp, "token")
@@ -258,7 +293,10 @@ def main():
         check("--verify-dns: topology.json shows what is known, complete=false",
               t["complete"] is False and len(t["workers"]) == 2)
         counts(sim, tmp, tok, cars)
+        refusals(sim, tmp, tok, cars)
         for car in cars:
+            if car.proc.poll() is not None and car.proc.returncode == 2:
+                continue  # a refusal, checked above
             rc, secs = car.stop()
             check("%s: SIGTERM exit 0" % car.name, rc == 0, rc)
     except Exception as e:  # noqa: BLE001

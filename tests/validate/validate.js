@@ -618,6 +618,51 @@ for (const h of HELMS) {
         e.push(...schemaCheck(pod, 'README pod'));
         return e;
     }));
+    /* Refusals that say why: each must fail, with a message that names the rule. */
+    const aliasChart = path.join(path.dirname(parent), 'alias-chart');
+    fs.rmSync(aliasChart, { recursive: true, force: true });
+    fs.cpSync(parent, aliasChart, { recursive: true });
+    const cy = path.join(aliasChart, 'Chart.yaml');
+    fs.writeFileSync(cy, fs.readFileSync(cy, 'utf8').replace(/(repository: file:.*\n)/, '$1    alias: mesh\n'));
+    const refusals = [
+        ['a reserved sidecar.httpPort: values.schema.json says why',
+            () => helmlib.template(h.bin, CHART, { sets: ['sidecar.httpPort=8476'] }),
+            /a port other than 8470-8476, 8080, 9470 and 9476 for sidecar\.httpPort \(TPU software uses those ports in the pod network namespace\)/],
+        ['a reserved sidecar.grpcPort: values.schema.json says why',
+            () => helmlib.template(h.bin, CHART, { sets: ['sidecar.grpcPort=8080'] }),
+            /a port other than 8470-8476, 8080, 9470 and 9476 for sidecar\.grpcPort/],
+        ['equal probe and gRPC ports: refused, they must be distinct',
+            () => helmlib.template(h.bin, CHART, { sets: ['sidecar.httpPort=9500', 'sidecar.grpcPort=9500'] }),
+            /sidecar\.httpPort and sidecar\.grpcPort are both 9500: the probe and gRPC ports must be distinct/],
+        ['a dependency with alias: refused, aliases are not supported',
+            () => helmlib.template(h.bin, aliasChart, {}),
+            /dependency with alias: "mesh"; aliases are not supported/],
+        ['as a dependency on Kubernetes 1.28: the kubeVersion floor holds',
+            () => helmlib.template(h.bin, parent, { kubeVersion: '1.28.3' }),
+            /tpumesh needs Kubernetes 1\.29 or later \(native sidecars[^)]*\); the target cluster is v1\.28\.3/],
+        ['installed itself on Kubernetes 1.28: Chart.yaml kubeVersion refuses it',
+            () => helmlib.template(h.bin, CHART, { kubeVersion: '1.28.3' }),
+            /requires kubeVersion: >=1\.29\.0-0/],
+    ];
+    for (const [what, fn, want] of refusals) {
+        check(`${tag}: ${what}`, (() => {
+            try {
+                fn();
+            } catch (e) {
+                return want.test(e.message) ? [] : [`message does not match ${want}: ${e.message}`];
+            }
+            return ['rendered without an error'];
+        })());
+    }
+    check(`${tag}: serviceAccount.create=false without a name binds <release>-tpumesh (values.yaml), not "default"`, guard(() => {
+        const objs = parseYamlText(helmlib.template(h.bin, CHART, { release: 'train', sets: ['serviceAccount.create=false'] }), 'helm template');
+        const e = [];
+        if (objs.some((o) => o.kind === 'ServiceAccount')) e.push('a ServiceAccount was rendered');
+        const rb = objs.find((o) => o.kind === 'RoleBinding');
+        const sub = rb && rb.subjects && rb.subjects[0];
+        if (!sub || sub.name !== 'train-tpumesh') e.push(`RoleBinding subject ${sub && sub.name}, want train-tpumesh`);
+        return e;
+    }));
 }
 check('chart: NOTES.txt shows the include line of every public named template', (() => {
     const notes = fs.readFileSync(path.join(CHART, 'templates', 'NOTES.txt'), 'utf8');

@@ -20,13 +20,24 @@ Each takes either the top-level context (.) or a dict with the context under
 
 They work both in this chart and in a chart that has tpumesh as a dependency
 (no alias): there the settings come from .Values.tpumesh, which Helm fills with
-this chart's defaults.
+this chart's defaults. A dependency with alias: fails with a message saying so
+(tpumesh.requireValues, templates/validate.yaml).
 */}}
+
+{{/* Fails with what to do when the settings a named template needs are not there: a parent
+chart that lists tpumesh with an alias keeps its values under the alias, where the templates
+cannot find them. */}}
+{{- define "tpumesh.requireValues" -}}
+{{- if not (and (kindIs "map" .) (hasKey . "serviceAccount") (hasKey . "sidecar")) -}}
+{{- fail "tpumesh: the named templates find no tpumesh settings: a chart that has tpumesh as a dependency must list it without alias: (aliases are not supported) and put its values under tpumesh:" -}}
+{{- end -}}
+{{- end -}}
 
 {{/* The chart name (or nameOverride), truncated to 63 characters. */}}
 {{- define "tpumesh.name" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 {{- default "tpumesh" $v.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
@@ -35,6 +46,7 @@ already contains the name. DNS labels are at most 63 characters. */}}
 {{- define "tpumesh.fullname" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 {{- if $v.fullnameOverride -}}
 {{- $v.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
@@ -72,17 +84,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "tpumesh.serviceAccountName" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
-{{- if $v.serviceAccount.create -}}
+{{- include "tpumesh.requireValues" $v -}}
+{{- /* Created or not, the name is serviceAccount.name, else the full name (values.yaml): with
+create: false that ServiceAccount must exist; never the namespace's "default" one, which
+would hand the pod-reading Role to every pod that runs without a ServiceAccount. */ -}}
 {{- default (include "tpumesh.fullname" .) $v.serviceAccount.name -}}
-{{- else -}}
-{{- default "default" $v.serviceAccount.name -}}
-{{- end -}}
 {{- end -}}
 
 {{/* image reference repository:tag. */}}
 {{- define "tpumesh.image" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 {{- printf "%s:%s" $v.image.repository $v.image.tag -}}
 {{- end -}}
 
@@ -91,6 +104,7 @@ read-only root file system, no privilege escalation, every capability dropped, R
 {{- define "tpumesh.securityContext" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 runAsNonRoot: true
 runAsUser: {{ $v.securityContext.runAsUser }}
 runAsGroup: {{ $v.securityContext.runAsGroup }}
@@ -112,6 +126,7 @@ Configuration flags are passed as TPUMESH_<FLAG> variables. */}}
 {{- if hasKey . "ctx" -}}{{- $top = .ctx -}}{{- $opt = . -}}{{- end -}}
 {{- $v := $top.Values -}}
 {{- if and (ne $top.Chart.Name "tpumesh") (hasKey $top.Values "tpumesh") -}}{{- $v = $top.Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 {{- $tpuResource := default $v.init.tpuResource $opt.tpuResource -}}
 - name: tpumesh-init
   image: {{ include "tpumesh.image" $top | quote }}
@@ -165,6 +180,7 @@ it lives as long as the pod and would hold them. */}}
 {{- if hasKey . "ctx" -}}{{- $top = .ctx -}}{{- $opt = . -}}{{- end -}}
 {{- $v := $top.Values -}}
 {{- if and (ne $top.Chart.Name "tpumesh") (hasKey $top.Values "tpumesh") -}}{{- $v = $top.Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 - name: tpumesh-sidecar
   image: {{ include "tpumesh.image" $top | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
@@ -240,6 +256,7 @@ mount, so the kubelet's updates reach it). */}}
 {{- define "tpumesh.volumes" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 - name: {{ $v.sharedVolume.name }}
   emptyDir:
     medium: Memory
@@ -259,6 +276,7 @@ mount, so the kubelet's updates reach it). */}}
 {{- define "tpumesh.volumeMounts" -}}
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
+{{- include "tpumesh.requireValues" $v -}}
 - name: {{ $v.sharedVolume.name }}
   mountPath: {{ $v.sharedVolume.mountPath }}
   readOnly: true

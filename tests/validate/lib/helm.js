@@ -70,9 +70,10 @@ function valuesFile(values) {
     return f;
 }
 
-/* helm template RELEASE CHART -n NAMESPACE [-f values] [--set ...] */
-function template(bin, chart, { release = 'tpumesh', namespace = 'default', values = null, sets = [] } = {}) {
+/* helm template RELEASE CHART -n NAMESPACE [-f values] [--set ...] [--kube-version V] */
+function template(bin, chart, { release = 'tpumesh', namespace = 'default', values = null, sets = [], kubeVersion = null } = {}) {
     const args = ['template', release, chart, '--namespace', namespace];
+    if (kubeVersion) args.push('--kube-version', kubeVersion);
     if (values) args.push('-f', valuesFile(values));
     for (const s of sets) args.push('--set', s);
     return run(bin, args);

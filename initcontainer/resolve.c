@@ -411,7 +411,7 @@ static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_v
                             "TPU_WORKER_ID=%lld is out of range for %s %s with %d hosts", id,
                             ctx->slice.accelerator_type, ctx->slice.topology, ctx->slice.hosts);
     }
-    /* The expected count is the job's total (DESIGN.md §5): in a multislice
+    /* The expected count is the job's total (docs/DESIGN.md §5): in a multislice
      * job TPU_WORKER_HOSTNAMES names one slice, so the total is that list
      * times MEGASCALE_NUM_SLICES, as the sidecar counts it. */
     if (ctx->opts.expected_workers > 0 && ctx->nworkers > 0 &&

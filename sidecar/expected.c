@@ -1,5 +1,5 @@
 /*
- * expected.c - how many workers make this job complete (DESIGN.md §5). The
+ * expected.c - how many workers make this job complete (docs/DESIGN.md §5). The
  * first source that gives a count wins:
  *
  *   1. --expected-workers / TPUMESH_EXPECTED_WORKERS            "flag"

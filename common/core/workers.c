@@ -318,7 +318,7 @@ static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked
         struct mesh_buf b;
         mesh_buf_init(&b, sizeof(w->reason) - 4);
         if (!count_known) {
-            /* Never "whatever pods exist" (DESIGN.md §5): without a count a
+            /* Never "whatever pods exist" (docs/DESIGN.md §5): without a count a
              * missing pod could not be told from a smaller job. The same
              * line however many pods come and go (it is logged once). */
             (void)mesh_buf_puts(&b, MESH_WORKERS_UNKNOWN_COUNT, NULL);

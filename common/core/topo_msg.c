@@ -49,6 +49,9 @@ int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t
     m.job_name = str_or_empty(j, "jobName");
     m.client_id = int_or(j, "clientId", -1);
     m.num_clients = int_or(j, "numClients", 0);
+    m.expected_workers = int_or(j, "expectedWorkers", -1);
+    m.present_workers = int_or(j, "presentWorkers", 0);
+    m.expected_workers_source = str_or_empty(j, "expectedWorkersSource");
     m.coordinator = str_or_empty(j, "coordinator");
     m.resource_version = (char *)(rv != NULL ? rv : "");
     m.workers_digest = str_or_empty(j, "workersDigest");

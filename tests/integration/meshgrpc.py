@@ -91,6 +91,8 @@ def snapshot_as_json(s):
                          "hostsPerSlice": s.slices.hosts_per_slice}
     out.update({"jobName": n(s.job_name),
             "clientId": s.client_id if s.client_id >= 0 else None, "numClients": s.num_clients,
+            "expectedWorkers": s.expected_workers if s.expected_workers >= 0 else None,
+            "presentWorkers": s.present_workers, "expectedWorkersSource": n(s.expected_workers_source),
             "coordinator": n(s.coordinator)})
     if s.workers_digest:
         out["workersDigest"] = s.workers_digest

@@ -191,7 +191,7 @@ static void count_jobset(struct mesh_sidecar *ctx, struct mesh_k8s_client *clien
     mesh_autocjson cJSON *js = NULL;
     enum owner_res r = get_owner(ctx, client, stop, GV_JOBSET, "jobsets", name, &js);
     if (r != OWNER_OK) {
-        oc->fallback = r == OWNER_REFUSED || r == OWNER_GONE || r == OWNER_FAILED;
+        oc->fallback = true; /* refused, gone, or still failing after retries */
         return;
     }
     char why[128] = "";
@@ -205,10 +205,11 @@ static void count_jobset(struct mesh_sidecar *ctx, struct mesh_k8s_client *clien
     oc->count = n;
     oc->source = "jobset";
     if (oc->per_job > 0) {
-        snprintf(oc->what, sizeof(oc->what), "JobSet %.63s: %d Jobs x %d pods", name, jobs,
-                 oc->per_job);
+        snprintf(oc->what, sizeof(oc->what), "JobSet %.63s: %d Job%s x %d pods", name, jobs,
+                 jobs == 1 ? "" : "s", oc->per_job);
     } else {
-        snprintf(oc->what, sizeof(oc->what), "JobSet %.63s: %d Jobs", name, jobs);
+        snprintf(oc->what, sizeof(oc->what), "JobSet %.63s: %d Jobs of different sizes", name,
+                 jobs);
     }
 }
 

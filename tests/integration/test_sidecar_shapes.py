@@ -111,10 +111,17 @@ def counts(sim, tmp, tok, cars):
     jr_pod = sorted(p["metadata"]["name"] for p in c.pods(namespace="jsref"))[5]
     jr = car("jobset-refused", "jsref", jr_pod, d)
 
+    # 7. A pod owned by a Job without jobset labels: the Job's owner is a JobSet, read next.
+    c.make_jobset(namespace="viajob", name="vj", replicas=1, completions=2)
+    c.make_job(namespace="viajob", jobset="vj", index=0, completions=2)
+    for i in range(2):
+        c.make(namespace="viajob", name="vj-slice-0-%d-aaaaa" % i, index=i, job="vj-slice-0")
+    vj = car("job-owned-by-jobset", "viajob", "vj-slice-0-1-aaaaa", outdir("viajob"))
+
     check("highest index missing: never complete", wait(lambda: hx.readyz()[0] == 503, 15) and
           wait(lambda: hx.readyz()[1] == "3 of 4 workers present; missing 3\n", 10), hx.readyz())
     check("highest index missing: the count comes from the JobSet and is logged",
-          hx.log_count("expecting 4 workers (from JobSet hx: 1 Jobs x 4 pods)") == 1,
+          hx.log_count("expecting 4 workers (from JobSet hx: 1 Job x 4 pods)") == 1,
           [l for l in hx.lines if "expect" in l])
     t = wait(lambda: hx.topology(), 5) or {}
     check("highest index missing: topology.json shows expected vs present",
@@ -167,6 +174,11 @@ def counts(sim, tmp, tok, cars):
           gn.readyz())
     check("owner gone (404): logged", gn.log_count('jobs.batch "gj" not found') == 1,
           [l for l in gn.lines if "404" in l])
+
+    check("Job owned by a JobSet: the count comes from the JobSet (two GETs), ready",
+          wait(lambda: vj.readyz()[0] == 200, 15) and
+          vj.log_count("expecting 2 workers (from JobSet vj: 1 Job x 2 pods)") == 1,
+          (vj.readyz(), [l for l in vj.lines if "expect" in l]))
 
     check("JobSet GET refused: slice hosts x global-replicas = 8, ready",
           wait(lambda: jr.readyz()[0] == 200, 15) and

@@ -277,7 +277,7 @@ MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID=1 expect_exit "multislice: the total (
     "incomplete (the sidecar completes it)" v4 "$DMS" --expected-workers 8
 check_eq "multislice: topology.json shows 8 expected (flag), 4 present" "False 8 4 flag" \
     "$("$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); print(t["complete"], t["expectedWorkers"], t["presentWorkers"], t["expectedWorkersSource"])' "$DMS/topology.json")"
-MEGASCALE_NUM_SLICES=2 expect_exit "multislice: a per-slice count is refused, naming the total" 2 \
+MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID=0 expect_exit "multislice: a per-slice count is refused, naming the total" 2 \
     "the total over all slices) but TPU_WORKER_HOSTNAMES lists 4 per slice x MEGASCALE_NUM_SLICES=2 = 8" \
     v4 "$DE" --expected-workers 4
 HOSTS='a.svc,$(touch /tmp/tpumesh-pwned),c.svc,d.svc' \

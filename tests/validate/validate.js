@@ -657,8 +657,8 @@ for (const h of HELMS) {
     check(`${tag}: serviceAccount.create=false without a name binds <release>-tpumesh (values.yaml), not "default"`, guard(() => {
         const objs = parseYamlText(helmlib.template(h.bin, CHART, { release: 'train', sets: ['serviceAccount.create=false'] }), 'helm template');
         const e = [];
-        if (objs.some((o) => o.kind === 'ServiceAccount')) e.push('a ServiceAccount was rendered');
-        const rb = objs.find((o) => o.kind === 'RoleBinding');
+        if (objs.some((o) => o.kind === 'ServiceAccount' && o.metadata.name === 'train-tpumesh')) e.push('the ServiceAccount train-tpumesh was rendered');
+        const rb = objs.find((o) => o.kind === 'RoleBinding' && o.roleRef && o.roleRef.name === 'train-tpumesh');
         const sub = rb && rb.subjects && rb.subjects[0];
         if (!sub || sub.name !== 'train-tpumesh') e.push(`RoleBinding subject ${sub && sub.name}, want train-tpumesh`);
         return e;

@@ -11,8 +11,9 @@
  *        replicas x the Job template's completions             "jobset"
  *        Indexed Job: spec.completions                         "job"
  *        StatefulSet: spec.replicas                            "statefulset"
- *   4. where the API refuses the GET (403) or the object is gone (404):
- *      the slice's host count (tpumesh-init's topology.json) x the
+ *   4. where the API refuses the GET (403), the object is gone (404), it
+ *      still fails after OWNER_ATTEMPTS tries, or the pod has no owner of
+ *      these kinds: the slice's host count (tpumesh-init's topology.json) x the
  *      number of slices (jobset.sigs.k8s.io/global-replicas, else
  *      replicatedjob-replicas, else MEGASCALE_NUM_SLICES; 1 for a pod
  *      outside a JobSet)                                       "slice"

@@ -165,6 +165,8 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     t = a.topology()
     check("dns: topology.json complete, 4 workers, generation 1",
           t["complete"] is True and len(t["workers"]) == 4 and t["generation"] == 1, t)
+    check("dns: topology.json shows expected vs present and where the count came from",
+          (t.get("expectedWorkers"), t.get("presentWorkers"), t.get("expectedWorkersSource")) == (4, 4, "annotation"), t)
     check("expected count taken from the pod annotation",
           a.log_count("expecting 4 workers (from annotation tpumesh.dev/expected-workers)") == 1)
     check("selector derived from the Indexed Job label and logged",
@@ -210,8 +212,9 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     check("pod deleted: ip sidecar 503 too", wait(lambda: b.readyz()[0] == 503), b.readyz())
     check("pod deleted: dtensor.env keeps the last complete version",
           open(a.path("dtensor.env")).read() == env_before)
-    check("pod deleted: topology.json complete=false",
-          wait(lambda: a.topology()["complete"] is False))
+    check("pod deleted: topology.json complete=false, 3 of 4 present",
+          wait(lambda: (a.topology()["complete"], a.topology()["presentWorkers"],
+                        a.topology()["expectedWorkers"]) == (False, 3, 4)), a.topology())
     c.make(name="trainer-2-fghij", index=2, ip="", annotations=anno)
     check("recreated without IP: /readyz 503 'no address 2'",
           wait(lambda: a.readyz()[1].startswith("4 of 4 workers present; no address 2")), a.readyz())

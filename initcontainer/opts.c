@@ -110,6 +110,7 @@ static const char usage_text[] =
     "      worker, else worker (DTENSOR_JOB_NAME)\n"
     "  --address-mode auto|dns|ip TPUMESH_ADDRESS_MODE     default auto\n"
     "  --expected-workers N      TPUMESH_EXPECTED_WORKERS  default: the slice's host count\n"
+    "                                                      (x MEGASCALE_NUM_SLICES: the total)\n"
     "  --version                 print the version and exit\n"
     "  --help                    print this help and exit\n"
     "\n"

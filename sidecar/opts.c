@@ -55,7 +55,8 @@ static const struct def defs[] = {
      "worker addresses: <hostname>.<subdomain>, pod IP, or dns when every pod has both\n"
      "      (else annotation tpumesh.dev/address-mode)"},
     {"expected-workers", K_INT, OFF(expected_workers), 1, MESH_WORKERS_MAX, NULL, "N",
-     "worker count (else annotation tpumesh.dev/expected-workers, slice hosts, all pods)"},
+     "worker count, all slices (else annotation tpumesh.dev/expected-workers, the owning "
+     "Job/JobSet/StatefulSet, slice hosts x slices; none: never complete)"},
     {"job-name", K_STR, OFF(job_name), 0, 0, NULL, "NAME",
      "DTENSOR_JOB_NAME (else the init container's, else DTensor's default)"},
     {"http-addr", K_STR, OFF(http_addr), 0, 0, ":9431", "[HOST]:PORT",

@@ -1,5 +1,5 @@
 /*
- * relay.c - relay mode (DESIGN.md §9, docs/scale.md): which source the
+ * relay.c - relay mode (docs/DESIGN.md §9, docs/scale.md): which source the
  * worker list comes from, and the subscriber side of the relay tree.
  *
  * The tree: pods are ranked by their index (completion index; slice-major

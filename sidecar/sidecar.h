@@ -46,7 +46,7 @@
 #define MESH_SIDECAR_COALESCE_MS 100
 #define MESH_SIDECAR_LAT_RING 1024
 
-/* --watch-mode (DESIGN.md §9). */
+/* --watch-mode (docs/DESIGN.md §9). */
 #define MESH_SIDECAR_WATCH_AUTO 0
 #define MESH_SIDECAR_WATCH_DIRECT 1
 #define MESH_SIDECAR_WATCH_RELAY 2

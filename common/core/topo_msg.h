@@ -1,6 +1,6 @@
 /*
  * topo_msg.h - the tpumesh.v1 messages (proto/tpumesh/v1/topology.proto)
- * built from and checked against the sidecar's own data (STYLE.md R8: pure,
+ * built from and checked against the sidecar's own data (docs/STYLE.md R8: pure,
  * no I/O).
  *
  *   topology.json bytes  -> TopologySnapshot (Topology/Get, Watch VIEW_TOPOLOGY)

@@ -1,6 +1,6 @@
 /*
  * grpc_server.h - the sidecar's gRPC server on the gRPC C core API
- * (DESIGN.md §6, §9): grpc.health.v1.Health (Check, Watch) and
+ * (docs/DESIGN.md §6, §9): grpc.health.v1.Health (Check, Watch) and
  * tpumesh.v1.Topology (Get, Watch) on one plain-HTTP/2 port.
  *
  * One thread runs the completion queue. The owner publishes state with the
@@ -8,7 +8,7 @@
  * and returns); the server thread never calls back into the owner except
  * for the health function.
  *
- * Bounds (STYLE.md R21): at most opts.max_streams Watch streams at once
+ * Bounds (docs/STYLE.md R21): at most opts.max_streams Watch streams at once
  * (more get RESOURCE_EXHAUSTED), of which at most opts.max_pod_streams
  * VIEW_PODS subscribers (the relay fan-out); requests of at most 4 KiB;
  * per stream at most ONE message in flight and no queue: a stream that

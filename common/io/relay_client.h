@@ -1,5 +1,5 @@
 /*
- * relay_client.h - the subscriber side of relay mode (DESIGN.md §9): a
+ * relay_client.h - the subscriber side of relay mode (docs/DESIGN.md §9): a
  * tpumesh.v1.Topology/Watch (VIEW_PODS) stream from a relay sidecar on the
  * gRPC C core, applied to a local store of pod records.
  *

@@ -25,6 +25,7 @@
 #include "core/mem.h"
 #include "core/names.h"
 #include "render.h"
+#include "render_int.h"
 
 /* "[" + IPv6 + "]:" + port, or a 253-byte host name + ":65535". */
 #define ADDR_MAX (MESH_HOST_MAX + 16)
@@ -208,10 +209,10 @@ int mesh_render_worker_address(const struct mesh_worker *w, enum mesh_addr_mode 
 
 /* ---- input checks -------------------------------------------------------- */
 
-static int expected_of(const struct mesh_render_input *in)
+int mesh_render_expected_of(const struct mesh_render_input *in)
 {
     if (in->slice_only) {
-        /* Checked in check_common: 2 <= slices, nworkers <= the limit. */
+        /* Checked in mesh_render_check_common: 2 <= slices, nworkers <= the limit. */
         long long total = (long long)(in->slices > 1 ? in->slices : 1) * (long long)in->nworkers;
         return total > MESH_RENDER_MAX_WORKERS ? MESH_RENDER_MAX_WORKERS : (int)total;
     }
@@ -226,47 +227,16 @@ static const char *job_name_of(const struct mesh_render_input *in)
     /* DTensor's own default, "localhost" for exactly one
      * client, else "worker"; every client must agree, so derive it from
      * the job size, which all pods share. */
-    return expected_of(in) == 1 ? "localhost" : "worker";
+    return mesh_render_expected_of(in) == 1 ? "localhost" : "worker";
 }
 
-/* What the one validation pass of a render learns about a worker, so the
- * writers copy known lengths instead of measuring and checking every string
- * again for every file. */
-struct wfacts {
-    uint16_t pod_len;  /* < MESH_POD_MAX */
-    uint16_t host_len; /* < MESH_HOST_MAX */
-    uint8_t ip_len;    /* < MESH_IP_MAX */
-    bool host_v6;      /* host is an IPv6 literal: "[host]:port" */
-    bool ip_v6;
-};
-
-/* A checked input, ready for the writers. */
-struct prep {
-    const struct mesh_render_input *in;
-    struct wfacts *f;         /* owned; one per worker, NULL when there are none */
-    enum mesh_addr_mode mode; /* effective: dns or ip */
-    size_t text_bytes;        /* sum of every worker's pod, host and ip lengths */
-    size_t addr_bytes;        /* sum of the bare addresses in mode */
-    char port[8];             /* ":<port>" of in->port */
-    size_t port_len;
-    /* Slices (render.h): derived by prep_slices. */
-    int nslices;     /* >= 1 */
-    int total;       /* workers of the whole job (expected_of) */
-    int hps;         /* hosts per slice */
-    int self_slice;  /* this pod's slice, -1 = unknown */
-    int base_idx;    /* global index of this pod's slice's worker 0 (0 when unknown) */
-    size_t base_pos; /* its position in workers[] */
-    uint64_t digest; /* workersDigest, set by prep_digest */
-    uint64_t *ah;    /* owned or NULL: each worker's address hash (prep_digest) */
-};
-
-/* The slice facts of a checked input (check_common has ruled out the
+/* The slice facts of a checked input (mesh_render_check_common has ruled out the
  * inconsistent ones). */
-static void prep_slices(struct prep *p)
+void mesh_render_prep_slices(struct mesh_render_prep *p)
 {
     const struct mesh_render_input *in = p->in;
     p->nslices = in->slices > 1 ? in->slices : 1;
-    p->total = expected_of(in);
+    p->total = mesh_render_expected_of(in);
     p->hps = in->slice_only ? (int)in->nworkers : p->total / p->nslices;
     if (in->slice_only) {
         p->self_slice = in->slice_id;
@@ -277,7 +247,7 @@ static void prep_slices(struct prep *p)
     p->base_pos = in->slice_only ? 0 : (size_t)p->base_idx;
 }
 
-static void prep_cleanup(struct prep *p)
+void mesh_render_prep_cleanup(struct mesh_render_prep *p)
 {
     mesh_free(p->f);
     p->f = NULL;
@@ -289,7 +259,8 @@ static void prep_cleanup(struct prep *p)
  * case (a pod name, an RFC 1123 host name, a dotted-quad IP) is settled by
  * the same name checker on lengths measured once; anything else goes to
  * mesh_render_check_worker, which decides and words the error. */
-static int check_worker_facts(const struct mesh_worker *w, struct wfacts *f, struct mesh_err *err)
+int mesh_render_check_worker_facts(const struct mesh_worker *w, struct mesh_render_wfacts *f,
+                                   struct mesh_err *err)
 {
     size_t hl = strnlen(w->host, MESH_HOST_MAX);
     size_t il = strnlen(w->ip, MESH_IP_MAX);
@@ -370,7 +341,7 @@ static int check_slices(const struct mesh_render_input *in, struct mesh_err *err
         }
         return 0;
     }
-    int total = expected_of(in);
+    int total = mesh_render_expected_of(in);
     if (in->slices > 1 && total % in->slices != 0) {
         return mesh_err_set(err, MESH_E_INVAL, 0,
                             "%d workers do not split into %d equal slices: check the expected "
@@ -382,8 +353,9 @@ static int check_slices(const struct mesh_render_input *in, struct mesh_err *err
 
 /* Everything that holds for any render: sizes, port, job name, every
  * worker's fields (each checked once, its facts kept in p). On success p
- * owns memory: prep_cleanup. */
-static int check_common(const struct mesh_render_input *in, struct prep *p, struct mesh_err *err)
+ * owns memory: mesh_render_prep_cleanup. */
+int mesh_render_check_common(const struct mesh_render_input *in, struct mesh_render_prep *p,
+                             struct mesh_err *err)
 {
     memset(p, 0, sizeof(*p));
     p->in = in;
@@ -440,10 +412,10 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
     size_t ip_bytes = 0;
     size_t text_bytes = 0;
     for (size_t i = 0; i < in->nworkers; i++) {
-        struct wfacts *f = &p->f[i];
-        rc = check_worker_facts(&in->workers[i], f, err);
+        struct mesh_render_wfacts *f = &p->f[i];
+        rc = mesh_render_check_worker_facts(&in->workers[i], f, err);
         if (rc < 0) {
-            prep_cleanup(p);
+            mesh_render_prep_cleanup(p);
             return rc;
         }
         every_host = every_host && f->host_len > 0;
@@ -459,16 +431,16 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
     p->addr_bytes = p->mode == MESH_ADDR_DNS ? host_bytes : ip_bytes;
     p->text_bytes = text_bytes;
     p->port_len = (size_t)snprintf(p->port, sizeof(p->port), ":%d", in->port);
-    prep_slices(p);
+    mesh_render_prep_slices(p);
     return 0;
 }
 
 /* The bare address (no port) of worker i in the effective mode: its length,
  * 0 when it has none. */
-static size_t bare_of(const struct prep *p, size_t i, const char **out, bool *out_v6)
+static size_t bare_of(const struct mesh_render_prep *p, size_t i, const char **out, bool *out_v6)
 {
     const struct mesh_worker *w = &p->in->workers[i];
-    const struct wfacts *f = &p->f[i];
+    const struct mesh_render_wfacts *f = &p->f[i];
     if (p->mode == MESH_ADDR_DNS) {
         *out = w->host;
         *out_v6 = f->host_v6;
@@ -481,12 +453,12 @@ static size_t bare_of(const struct prep *p, size_t i, const char **out, bool *ou
 
 /* What the env files and TF_CONFIG additionally need: the whole job, dense
  * indices, our own index in range, an address for every worker. */
-static int check_complete_slice(const struct prep *p, struct mesh_err *err);
+static int check_complete_slice(const struct mesh_render_prep *p, struct mesh_err *err);
 
-static int check_complete(const struct prep *p, struct mesh_err *err)
+static int check_complete(const struct mesh_render_prep *p, struct mesh_err *err)
 {
     const struct mesh_render_input *in = p->in;
-    int n = expected_of(in);
+    int n = mesh_render_expected_of(in);
     if (!in->complete) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
                             "the worker list is incomplete: env files keep their last version");
@@ -506,7 +478,7 @@ static int check_complete(const struct prep *p, struct mesh_err *err)
     }
     for (int i = 0; i < n; i++) {
         const struct mesh_worker *w = &in->workers[i];
-        const struct wfacts *f = &p->f[i];
+        const struct mesh_render_wfacts *f = &p->f[i];
         if (w->index != i) {
             return mesh_err_set(err, MESH_E_INVAL, 0,
                                 "worker at position %d has index %d: the list must be dense "
@@ -524,7 +496,7 @@ static int check_complete(const struct prep *p, struct mesh_err *err)
 /* One slice listed (render.h, slice_only): dense global indices from the
  * slice's first, our own index among them, an address for each, and a
  * known host for slice 0 worker 0. */
-static int check_complete_slice(const struct prep *p, struct mesh_err *err)
+static int check_complete_slice(const struct mesh_render_prep *p, struct mesh_err *err)
 {
     const struct mesh_render_input *in = p->in;
     int m = (int)in->nworkers;
@@ -540,7 +512,7 @@ static int check_complete_slice(const struct prep *p, struct mesh_err *err)
     }
     for (int i = 0; i < m; i++) {
         const struct mesh_worker *w = &in->workers[i];
-        const struct wfacts *f = &p->f[i];
+        const struct mesh_render_wfacts *f = &p->f[i];
         if (w->index != p->base_idx + i) {
             return mesh_err_set(err, MESH_E_INVAL, 0,
                                 "worker at position %d of slice %d has index %d, not %d", i,
@@ -563,7 +535,7 @@ static int check_complete_slice(const struct prep *p, struct mesh_err *err)
 
 /* Whether file id is rendered for in (render.h): topology.json always; the
  * others only when complete; for one slice alone only tpu.env and jax.env. */
-static bool renders(const struct mesh_render_input *in, int id)
+bool mesh_render_renders(const struct mesh_render_input *in, int id)
 {
     if (id == MESH_FILE_TOPOLOGY_JSON) {
         return true;
@@ -575,18 +547,18 @@ static bool renders(const struct mesh_render_input *in, int id)
 }
 
 static int prepare_complete(const struct mesh_render_input *in, enum mesh_render_file_id id,
-                            struct prep *p, struct mesh_err *err)
+                            struct mesh_render_prep *p, struct mesh_err *err)
 {
-    if (in->slice_only && in->complete && !renders(in, id)) {
+    if (in->slice_only && in->complete && !mesh_render_renders(in, id)) {
         return mesh_err_set(err, MESH_E_INCOMPLETE, 0,
                             "%s needs every slice's workers; only slice %d is listed",
                             mesh_render_file_name(id), in->slice_id);
     }
-    int rc = check_common(in, p, err);
+    int rc = mesh_render_check_common(in, p, err);
     if (rc == 0) {
         rc = check_complete(p, err);
         if (rc < 0) {
-            prep_cleanup(p);
+            mesh_render_prep_cleanup(p);
         }
     }
     return rc;
@@ -594,7 +566,7 @@ static int prepare_complete(const struct mesh_render_input *in, enum mesh_render
 
 /* tpu.env writes the slice's strings unquoted-safe: they must be plain
  * tokens. */
-static int check_slice_tokens(const struct mesh_slice *s, struct mesh_err *err)
+int mesh_render_check_slice_tokens(const struct mesh_slice *s, struct mesh_err *err)
 {
     if (!is_hostname(s->accelerator_type) || !is_hostname(s->topology)) {
         return mesh_err_set(err, MESH_E_INVAL, 0,
@@ -613,20 +585,14 @@ static int check_slice_tokens(const struct mesh_slice *s, struct mesh_err *err)
  * by the worker limit: 16,384 workers with 253-byte pod and host names make
  * a topology.json under 16 MiB. */
 
-struct wr {
-    char *data; /* owned */
-    size_t len;
-    size_t cap; /* > len: room for the NUL */
-};
-
-static void wr_init(struct wr *w, size_t hint)
+void mesh_render_wr_init(struct mesh_render_wr *w, size_t hint)
 {
     w->cap = hint + 1;
     w->len = 0;
     w->data = mesh_malloc(w->cap);
 }
 
-static void wr_grow(struct wr *w, size_t n)
+static void wr_grow(struct mesh_render_wr *w, size_t n)
 {
     size_t cap = w->cap * 2;
     if (cap < w->len + n + 1) {
@@ -638,7 +604,7 @@ static void wr_grow(struct wr *w, size_t n)
 
 /* Make room for n more bytes and return where they go (commit with
  * wr_done). */
-static inline char *wr_room(struct wr *w, size_t n)
+static inline char *wr_room(struct mesh_render_wr *w, size_t n)
 {
     if (__builtin_expect(w->cap - w->len <= n, 0)) {
         wr_grow(w, n);
@@ -646,12 +612,12 @@ static inline char *wr_room(struct wr *w, size_t n)
     return w->data + w->len;
 }
 
-static inline void wr_done(struct wr *w, const char *end)
+static inline void wr_done(struct mesh_render_wr *w, const char *end)
 {
     w->len = (size_t)(end - w->data);
 }
 
-static inline void wr_mem(struct wr *w, const void *src, size_t n)
+static inline void wr_mem(struct mesh_render_wr *w, const void *src, size_t n)
 {
     char *o = wr_room(w, n);
     memcpy(o, src, n);
@@ -661,7 +627,7 @@ static inline void wr_mem(struct wr *w, const void *src, size_t n)
 /* A string literal. */
 #define WR_LIT(w, lit) wr_mem((w), (lit), sizeof(lit) - 1)
 
-static inline void wr_ch(struct wr *w, char c)
+static inline void wr_ch(struct mesh_render_wr *w, char c)
 {
     char *o = wr_room(w, 1);
     *o = c;
@@ -669,7 +635,7 @@ static inline void wr_ch(struct wr *w, char c)
 }
 
 /* Decimal, like printf's %lld. */
-static void wr_int(struct wr *w, long long v)
+static void wr_int(struct mesh_render_wr *w, long long v)
 {
     char tmp[24];
     size_t i = sizeof(tmp);
@@ -684,7 +650,7 @@ static void wr_int(struct wr *w, long long v)
     wr_mem(w, tmp + i, sizeof(tmp) - i);
 }
 
-static char *wr_take(struct wr *w, size_t *out_len)
+static char *wr_take(struct mesh_render_wr *w, size_t *out_len)
 {
     w->data[w->len] = '\0';
     *out_len = w->len;
@@ -696,8 +662,8 @@ static char *wr_take(struct wr *w, size_t *out_len)
 }
 
 /* "<bare>:<port>" of worker i, "[bare]:<port>" for IPv6. */
-static inline void wr_address(struct wr *w, const struct prep *p, const char *bare, size_t len,
-                              bool v6)
+static inline void wr_address(struct mesh_render_wr *w, const struct mesh_render_prep *p,
+                              const char *bare, size_t len, bool v6)
 {
     char *o = wr_room(w, len + 2 + p->port_len);
     if (v6) {
@@ -717,7 +683,7 @@ static inline void wr_address(struct wr *w, const struct prep *p, const char *ba
 /* KEY='value'\n with value single-quoted for sh, byte for byte what
  * mesh_render_shell_quote writes. Every value the renderers pass has been
  * validated and holds no quote; the loop keeps the quoting right anyway. */
-static void env_line(struct wr *w, const char *key, const char *value)
+static void env_line(struct mesh_render_wr *w, const char *key, const char *value)
 {
     wr_mem(w, key, strlen(key));
     WR_LIT(w, "='");
@@ -733,7 +699,7 @@ static void env_line(struct wr *w, const char *key, const char *value)
     WR_LIT(w, "'\n");
 }
 
-static void env_line_int(struct wr *w, const char *key, long long v)
+static void env_line_int(struct mesh_render_wr *w, const char *key, long long v)
 {
     wr_mem(w, key, strlen(key));
     WR_LIT(w, "='");
@@ -753,18 +719,18 @@ static void env_line_int(struct wr *w, const char *key, long long v)
  *   DTENSOR_CLIENT_ID   0 <= id < len(DTENSOR_JOBS)
  *   DTENSOR_JOB_NAME    explicit, else DTensor's default
  *   DTENSOR_NUM_CLIENTS for old DTensor versions that still read it */
-static size_t dtensor_hint(const struct prep *p)
+static size_t dtensor_hint(const struct mesh_render_prep *p)
 {
     return 256 + p->addr_bytes + p->in->nworkers * (1 + p->port_len);
 }
 
-static void dtensor_prefix(struct wr *w, const struct prep *p)
+static void dtensor_prefix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     (void)p;
     WR_LIT(w, "DTENSOR_JOBS='");
 }
 
-static void dtensor_frag(struct wr *w, const struct prep *p, size_t i)
+static void dtensor_frag(struct mesh_render_wr *w, const struct mesh_render_prep *p, size_t i)
 {
     const char *bare;
     bool v6;
@@ -775,7 +741,7 @@ static void dtensor_frag(struct wr *w, const struct prep *p, size_t i)
     wr_address(w, p, bare, len, v6);
 }
 
-static void dtensor_suffix(struct wr *w, const struct prep *p)
+static void dtensor_suffix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     const struct mesh_render_input *in = p->in;
     WR_LIT(w, "'\n");
@@ -784,7 +750,7 @@ static void dtensor_suffix(struct wr *w, const struct prep *p)
     env_line_int(w, "DTENSOR_NUM_CLIENTS", (long long)in->nworkers);
 }
 
-static void env_line_bounds(struct wr *w, const char *key, const int v[3])
+static void env_line_bounds(struct mesh_render_wr *w, const char *key, const int v[3])
 {
     wr_mem(w, key, strlen(key));
     WR_LIT(w, "='");
@@ -799,13 +765,13 @@ static void env_line_bounds(struct wr *w, const char *key, const int v[3])
 
 /* tpu.env: what GKE's TPU webhook injects and libtpu/JAX/torch_xla read:
  * the worker id indexes the host name list. The slice's
- * tokens have passed check_slice_tokens. */
-static size_t tpu_hint(const struct prep *p)
+ * tokens have passed mesh_render_check_slice_tokens. */
+static size_t tpu_hint(const struct mesh_render_prep *p)
 {
     return 512 + p->addr_bytes + p->in->nworkers;
 }
 
-static void tpu_prefix(struct wr *w, const struct prep *p)
+static void tpu_prefix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     /* libtpu reads both as this ICI slice's: the index within the slice and
      * the slice's own hosts, as GKE sets them for an Indexed Job. */
@@ -815,7 +781,7 @@ static void tpu_prefix(struct wr *w, const struct prep *p)
 
 /* Only the workers of this pod's slice (positions base_pos..+hps) are
  * listed; the others' fragments are empty. */
-static void tpu_frag(struct wr *w, const struct prep *p, size_t i)
+static void tpu_frag(struct mesh_render_wr *w, const struct mesh_render_prep *p, size_t i)
 {
     if (i < p->base_pos || i >= p->base_pos + (size_t)p->hps) {
         return;
@@ -832,7 +798,7 @@ static void tpu_frag(struct wr *w, const struct prep *p, size_t i)
 /* The host (no port) of slice 0 worker 0: MEGASCALE_COORDINATOR_ADDRESS as
  * the environment gave it when only one slice is listed, else the first
  * worker's address in the effective mode. */
-static size_t slice0_host(const struct prep *p, const char **out, bool *out_v6)
+static size_t slice0_host(const struct mesh_render_prep *p, const char **out, bool *out_v6)
 {
     const char *mc = p->in->megascale_coordinator;
     if (p->in->slice_only && mc != NULL && mc[0] != '\0') {
@@ -844,7 +810,7 @@ static size_t slice0_host(const struct prep *p, const char **out, bool *out_v6)
     return bare_of(p, 0, out, out_v6);
 }
 
-static void tpu_suffix(struct wr *w, const struct prep *p)
+static void tpu_suffix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     const struct mesh_render_input *in = p->in;
     WR_LIT(w, "'\n");
@@ -880,16 +846,16 @@ static void tpu_suffix(struct wr *w, const struct prep *p)
  * 0 as coordinator, hosts per slice x slices processes, process id = slice
  * id x hosts per slice + worker id (= the global index). A JobSet's
  * coordinator, when the job names one, replaces slice 0 worker 0. */
-static size_t jax_hint(const struct prep *p)
+static size_t jax_hint(const struct mesh_render_prep *p)
 {
     (void)p;
     return 160 + ADDR_MAX;
 }
 
-static void jax_prefix(struct wr *w, const struct prep *p)
+static void jax_prefix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     const struct mesh_render_input *in = p->in;
-    struct prep jax = *p;
+    struct mesh_render_prep jax = *p;
     jax.port_len = (size_t)snprintf(jax.port, sizeof(jax.port), ":%d", MESH_RENDER_JAX_PORT);
     const char *bare;
     bool v6 = false;
@@ -908,17 +874,14 @@ static void jax_prefix(struct wr *w, const struct prep *p)
     env_line_int(w, "JAX_PROCESS_ID", in->self_index);
 }
 
-static void write_file(enum mesh_render_file_id id, const struct prep *p, uint32_t *off,
-                       char **out_data, size_t *out_len);
-
 int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                             struct mesh_err *err)
 {
-    struct prep p;
+    struct mesh_render_prep p;
     int rc = prepare_complete(in, MESH_FILE_DTENSOR_ENV, &p, err);
     if (rc == 0) {
-        write_file(MESH_FILE_DTENSOR_ENV, &p, NULL, out_data, out_len);
-        prep_cleanup(&p);
+        mesh_render_write_file(MESH_FILE_DTENSOR_ENV, &p, NULL, out_data, out_len);
+        mesh_render_prep_cleanup(&p);
     }
     return rc;
 }
@@ -926,17 +889,17 @@ int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data,
 int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                         struct mesh_err *err)
 {
-    struct prep p;
+    struct mesh_render_prep p;
     int rc = prepare_complete(in, MESH_FILE_TPU_ENV, &p, err);
     if (rc == 0 && in->slice != NULL) {
-        rc = check_slice_tokens(in->slice, err);
+        rc = mesh_render_check_slice_tokens(in->slice, err);
         if (rc < 0) {
-            prep_cleanup(&p);
+            mesh_render_prep_cleanup(&p);
         }
     }
     if (rc == 0) {
-        write_file(MESH_FILE_TPU_ENV, &p, NULL, out_data, out_len);
-        prep_cleanup(&p);
+        mesh_render_write_file(MESH_FILE_TPU_ENV, &p, NULL, out_data, out_len);
+        mesh_render_prep_cleanup(&p);
     }
     return rc;
 }
@@ -944,11 +907,11 @@ int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, siz
 int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                         struct mesh_err *err)
 {
-    struct prep p;
+    struct mesh_render_prep p;
     int rc = prepare_complete(in, MESH_FILE_JAX_ENV, &p, err);
     if (rc == 0) {
-        write_file(MESH_FILE_JAX_ENV, &p, NULL, out_data, out_len);
-        prep_cleanup(&p);
+        mesh_render_write_file(MESH_FILE_JAX_ENV, &p, NULL, out_data, out_len);
+        mesh_render_prep_cleanup(&p);
     }
     return rc;
 }
@@ -966,7 +929,7 @@ int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, siz
 /* A JSON string as cJSON's print_string_ptr escapes it: \" \\ \b \f \n \r
  * \t, every other byte below 0x20 as \u00xx (lower-case hex), every other
  * byte (0x7f and UTF-8 or not above it) copied as is. */
-static void wr_json_str(struct wr *w, const char *s)
+static void wr_json_str(struct mesh_render_wr *w, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
     size_t n = strlen(s);
@@ -1015,7 +978,7 @@ static void wr_json_str(struct wr *w, const char *s)
 
 /* A validated worker string (pod name, host name, IP literal, address): none
  * of its characters needs escaping. "" is null (unknown). */
-static inline void wr_json_plain_or_null(struct wr *w, const char *s, size_t n)
+static inline void wr_json_plain_or_null(struct mesh_render_wr *w, const char *s, size_t n)
 {
     if (n == 0) {
         WR_LIT(w, "null");
@@ -1033,7 +996,7 @@ static inline void wr_json_plain_or_null(struct wr *w, const char *s, size_t n)
  * misses by more than DBL_EPSILON relative, then "%1.17g" (cJSON 1.7
  * print_number and compare_double). Below 10^15 "%1.15g" of an integer is
  * its digits, so only larger generations take the printf path. */
-static void wr_json_generation(struct wr *w, uint64_t v)
+static void wr_json_generation(struct mesh_render_wr *w, uint64_t v)
 {
     if (v < 1000000000000000ULL) {
         wr_int(w, (long long)v);
@@ -1053,18 +1016,18 @@ static void wr_json_generation(struct wr *w, uint64_t v)
 
 /* tf_config.json: the TF_CONFIG value,
  * {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}. */
-static size_t tf_hint(const struct prep *p)
+static size_t tf_hint(const struct mesh_render_prep *p)
 {
     return 128 + p->addr_bytes + p->in->nworkers * (3 + p->port_len);
 }
 
-static void tf_prefix(struct wr *w, const struct prep *p)
+static void tf_prefix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     (void)p;
     WR_LIT(w, "{\"cluster\":{\"worker\":[");
 }
 
-static void tf_frag(struct wr *w, const struct prep *p, size_t i)
+static void tf_frag(struct mesh_render_wr *w, const struct mesh_render_prep *p, size_t i)
 {
     const char *bare;
     bool v6;
@@ -1077,7 +1040,7 @@ static void tf_frag(struct wr *w, const struct prep *p, size_t i)
     wr_ch(w, '"');
 }
 
-static void tf_suffix(struct wr *w, const struct prep *p)
+static void tf_suffix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     WR_LIT(w, "]},\"task\":{\"type\":\"worker\",\"index\":");
     wr_int(w, p->in->self_index);
@@ -1087,17 +1050,17 @@ static void tf_suffix(struct wr *w, const struct prep *p)
 int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                           struct mesh_err *err)
 {
-    struct prep p;
+    struct mesh_render_prep p;
     int rc = prepare_complete(in, MESH_FILE_TF_CONFIG, &p, err);
     if (rc == 0) {
-        write_file(MESH_FILE_TF_CONFIG, &p, NULL, out_data, out_len);
-        prep_cleanup(&p);
+        mesh_render_write_file(MESH_FILE_TF_CONFIG, &p, NULL, out_data, out_len);
+        mesh_render_prep_cleanup(&p);
     }
     return rc;
 }
 
 /* A string, or null when it is empty (unknown). */
-static void wr_json_str_or_null(struct wr *w, const char *s)
+static void wr_json_str_or_null(struct mesh_render_wr *w, const char *s)
 {
     if (s[0] == '\0') {
         WR_LIT(w, "null");
@@ -1109,7 +1072,7 @@ static void wr_json_str_or_null(struct wr *w, const char *s)
 /* "slice": {...} at depth 1, members at depth 2. An empty accelerator type
  * or topology is unknown (null): on the legacy TPU Node path the slice may
  * be known only from the TopologyProto the TPU returned. */
-static void write_slice_json(struct wr *w, const struct mesh_slice *s)
+static void write_slice_json(struct mesh_render_wr *w, const struct mesh_slice *s)
 {
     WR_LIT(w, "{\n\t\t\"acceleratorType\":\t");
     wr_json_str_or_null(w, s->accelerator_type);
@@ -1136,10 +1099,10 @@ static void write_slice_json(struct wr *w, const struct mesh_slice *s)
 }
 
 /* One element of "workers" at depth 2, members at depth 3. */
-static void write_worker_json(struct wr *w, const struct prep *p, size_t i)
+static void write_worker_json(struct mesh_render_wr *w, const struct mesh_render_prep *p, size_t i)
 {
     const struct mesh_worker *wk = &p->in->workers[i];
-    const struct wfacts *f = &p->f[i];
+    const struct mesh_render_wfacts *f = &p->f[i];
     WR_LIT(w, "{\n\t\t\t\"index\":\t");
     wr_int(w, wk->index);
     WR_LIT(w, ",\n\t\t\t\"pod\":\t");
@@ -1184,7 +1147,7 @@ static inline uint64_t fnv_bytes(uint64_t h, const char *s, size_t n)
 
 /* FNV-1a of worker i's address as topology.json's workers[].address shows
  * it ("[v6]:port" or "host:port"); of no bytes (the basis) when it has none. */
-static uint64_t addr_hash(const struct prep *p, size_t i)
+uint64_t mesh_render_addr_hash(const struct mesh_render_prep *p, size_t i)
 {
     const char *bare;
     bool v6;
@@ -1206,7 +1169,7 @@ static uint64_t addr_hash(const struct prep *p, size_t i)
 /* workersDigest (render.h): fold each worker's index and address hash, in
  * list order, into one FNV-1a state, a 64-bit word at a time. ah (n
  * entries) holds addr_hash of every worker. */
-static uint64_t fold_digest(const struct mesh_worker *w, const uint64_t *ah, size_t n)
+uint64_t mesh_render_fold_digest(const struct mesh_worker *w, const uint64_t *ah, size_t n)
 {
     uint64_t t = FNV_BASIS;
     for (size_t i = 0; i < n; i++) {
@@ -1217,15 +1180,15 @@ static uint64_t fold_digest(const struct mesh_worker *w, const uint64_t *ah, siz
 }
 
 /* Fill p->ah (owned by p) and p->digest. */
-static void prep_digest(struct prep *p)
+static void prep_digest(struct mesh_render_prep *p)
 {
     size_t n = p->in->nworkers;
     mesh_free(p->ah);
     p->ah = mesh_malloc((n > 0 ? n : 1) * sizeof(*p->ah));
     for (size_t i = 0; i < n; i++) {
-        p->ah[i] = addr_hash(p, i);
+        p->ah[i] = mesh_render_addr_hash(p, i);
     }
-    p->digest = fold_digest(p->in->workers, p->ah, n);
+    p->digest = mesh_render_fold_digest(p->in->workers, p->ah, n);
 }
 
 static void digest_hex(uint64_t h, char out[17])
@@ -1244,13 +1207,13 @@ static void digest_hex(uint64_t h, char out[17])
  * expectedWorkersSource, coordinator, workersDigest,
  * workers[] {index, pod, host, ip, address, ready}. Unknown values are null.
  * "complete" is false while only one slice is listed (slice_only). */
-static size_t topo_hint(const struct prep *p)
+static size_t topo_hint(const struct mesh_render_prep *p)
 {
     return 1024 + p->text_bytes + p->addr_bytes +
            p->in->nworkers * (WORKER_JSON_FIXED + p->port_len);
 }
 
-static void topo_prefix(struct wr *w, const struct prep *p)
+static void topo_prefix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     const struct mesh_render_input *in = p->in;
     size_t n = in->nworkers;
@@ -1286,12 +1249,12 @@ static void topo_prefix(struct wr *w, const struct prep *p)
         WR_LIT(w, "null");
     }
     WR_LIT(w, ",\n\t\"numClients\":\t");
-    wr_int(w, expected_of(in));
+    wr_int(w, mesh_render_expected_of(in));
     /* The count "complete" is judged against, where it came from, and how
      * many workers are there: null count and source = unknown. */
     WR_LIT(w, ",\n\t\"expectedWorkers\":\t");
     if (in->expected_source != NULL) {
-        wr_int(w, expected_of(in));
+        wr_int(w, mesh_render_expected_of(in));
     } else {
         WR_LIT(w, "null");
     }
@@ -1323,7 +1286,7 @@ static void topo_prefix(struct wr *w, const struct prep *p)
     WR_LIT(w, "\",\n\t\"workers\":\t[");
 }
 
-static void topo_frag(struct wr *w, const struct prep *p, size_t i)
+static void topo_frag(struct mesh_render_wr *w, const struct mesh_render_prep *p, size_t i)
 {
     if (i > 0) {
         WR_LIT(w, ", ");
@@ -1331,14 +1294,14 @@ static void topo_frag(struct wr *w, const struct prep *p, size_t i)
     write_worker_json(w, p, i);
 }
 
-static void topo_suffix(struct wr *w, const struct prep *p)
+static void topo_suffix(struct mesh_render_wr *w, const struct mesh_render_prep *p)
 {
     (void)p;
     WR_LIT(w, "]\n}\n");
 }
 
 /* topology.json's own check: the slice strings are read as C strings. */
-static int check_slice_terminated(const struct mesh_slice *s, struct mesh_err *err)
+int mesh_render_check_slice_terminated(const struct mesh_slice *s, struct mesh_err *err)
 {
     if (s != NULL && (memchr(s->accelerator_type, '\0', MESH_ACCEL_TYPE_MAX) == NULL ||
                       memchr(s->topology, '\0', MESH_TOPOLOGY_MAX) == NULL)) {
@@ -1350,44 +1313,35 @@ static int check_slice_terminated(const struct mesh_slice *s, struct mesh_err *e
 int mesh_render_topology_json(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                               struct mesh_err *err)
 {
-    struct prep p;
-    int rc = check_common(in, &p, err);
+    struct mesh_render_prep p;
+    int rc = mesh_render_check_common(in, &p, err);
     if (rc < 0) {
         return rc;
     }
-    rc = check_slice_terminated(in->slice, err);
+    rc = mesh_render_check_slice_terminated(in->slice, err);
     if (rc == 0) {
         prep_digest(&p);
-        write_file(MESH_FILE_TOPOLOGY_JSON, &p, NULL, out_data, out_len);
+        mesh_render_write_file(MESH_FILE_TOPOLOGY_JSON, &p, NULL, out_data, out_len);
     }
-    prep_cleanup(&p);
+    mesh_render_prep_cleanup(&p);
     return rc;
 }
 
 int mesh_render_workers_digest(const struct mesh_render_input *in, char out[17],
                                struct mesh_err *err)
 {
-    struct prep p;
-    int rc = check_common(in, &p, err);
+    struct mesh_render_prep p;
+    int rc = mesh_render_check_common(in, &p, err);
     if (rc < 0) {
         return rc;
     }
     prep_digest(&p);
     digest_hex(p.digest, out);
-    prep_cleanup(&p);
+    mesh_render_prep_cleanup(&p);
     return 0;
 }
 
-/* The parts of each text file (topology.pb is binary, not rendered here).
- * jax.env names worker 0 only: it is all prefix. */
-struct parts {
-    size_t (*hint)(const struct prep *p);
-    void (*prefix)(struct wr *w, const struct prep *p);
-    void (*frag)(struct wr *w, const struct prep *p, size_t i); /* NULL: no list */
-    void (*suffix)(struct wr *w, const struct prep *p);         /* NULL: none */
-};
-
-static const struct parts file_parts[MESH_FILE__COUNT] = {
+const struct mesh_render_parts mesh_render_file_parts[MESH_FILE__COUNT] = {
     [MESH_FILE_DTENSOR_ENV] = {dtensor_hint, dtensor_prefix, dtensor_frag, dtensor_suffix},
     [MESH_FILE_TF_CONFIG] = {tf_hint, tf_prefix, tf_frag, tf_suffix},
     [MESH_FILE_TPU_ENV] = {tpu_hint, tpu_prefix, tpu_frag, tpu_suffix},
@@ -1398,13 +1352,13 @@ static const struct parts file_parts[MESH_FILE__COUNT] = {
 /* One whole file: prefix, every worker's fragment, suffix. off (may be NULL;
  * nworkers + 1 entries when the file has a list) receives where each
  * fragment starts and, last, where the suffix starts. */
-static void write_file(enum mesh_render_file_id id, const struct prep *p, uint32_t *off,
-                       char **out_data, size_t *out_len)
+void mesh_render_write_file(enum mesh_render_file_id id, const struct mesh_render_prep *p,
+                            uint32_t *off, char **out_data, size_t *out_len)
 {
-    const struct parts *fp = &file_parts[id];
+    const struct mesh_render_parts *fp = &mesh_render_file_parts[id];
     size_t n = p->in->nworkers;
-    struct wr w;
-    wr_init(&w, fp->hint(p));
+    struct mesh_render_wr w;
+    mesh_render_wr_init(&w, fp->hint(p));
     fp->prefix(&w, p);
     if (fp->frag != NULL) {
         for (size_t i = 0; i < n; i++) {
@@ -1455,23 +1409,24 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
 
 /* Every check of the set, in the order the five renderers ran them one
  * after the other (the first failure wins), each worker checked once. On
- * success *p is ready for the writers (prep_cleanup it); on failure it has
+ * success *p is ready for the writers (mesh_render_prep_cleanup it); on failure it has
  * been released. */
-static int check_all(const struct mesh_render_input *in, struct prep *p, struct mesh_err *err)
+int mesh_render_check_all(const struct mesh_render_input *in, struct mesh_render_prep *p,
+                          struct mesh_err *err)
 {
-    int rc = check_common(in, p, err);
+    int rc = mesh_render_check_common(in, p, err);
     if (rc < 0) {
         return rc;
     }
-    rc = check_slice_terminated(in->slice, err);
+    rc = mesh_render_check_slice_terminated(in->slice, err);
     if (rc == 0 && in->complete) {
         rc = check_complete(p, err);
         if (rc == 0 && in->slice != NULL) {
-            rc = check_slice_tokens(in->slice, err);
+            rc = mesh_render_check_slice_tokens(in->slice, err);
         }
     }
     if (rc < 0) {
-        prep_cleanup(p);
+        mesh_render_prep_cleanup(p);
         return rc;
     }
     prep_digest(p);
@@ -1482,19 +1437,20 @@ int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *
                     struct mesh_err *err)
 {
     /* The checks, then writers that cannot fail. */
-    struct prep p;
-    int rc = check_all(in, &p, err);
+    struct mesh_render_prep p;
+    int rc = mesh_render_check_all(in, &p, err);
     if (rc < 0) {
         return rc;
     }
     struct mesh_render_out tmp;
     mesh_render_out_init(&tmp);
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (file_parts[i].prefix != NULL && renders(in, i)) {
-            write_file((enum mesh_render_file_id)i, &p, NULL, &tmp.data[i], &tmp.len[i]);
+        if (mesh_render_file_parts[i].prefix != NULL && mesh_render_renders(in, i)) {
+            mesh_render_write_file((enum mesh_render_file_id)i, &p, NULL, &tmp.data[i],
+                                   &tmp.len[i]);
         }
     }
-    prep_cleanup(&p);
+    mesh_render_prep_cleanup(&p);
     *out = tmp;
     return 0;
 }
@@ -1592,522 +1548,4 @@ int mesh_render_diff(const struct mesh_render_input *a, const struct mesh_render
     mesh_render_out_cleanup(&ra);
     mesh_render_out_cleanup(&rb);
     return rc;
-}
-
-/* ---- incremental rendering ---------------------------------------------------
- *
- * The cache keeps every file it rendered in one buffer with the offset of
- * each worker's fragment, and per worker a 64-bit digest of what the
- * renderers read from it (index, pod, host, ip, ready) plus its facts. An
- * update digests the new list, re-renders the fragments of the workers whose
- * digest changed and splices them in (the tail moves when a length changes),
- * then re-renders every prefix and suffix (a few hundred bytes: generation,
- * completeness, own index, coordinator...). Anything that changes every
- * fragment or the file set (worker count, effective mode, port, completeness)
- * and any input a check rejects take the full render, which then also words
- * the error exactly as mesh_render_all does. Full and incremental renders run
- * the same part writers, and tests/unit/test_render_cache.c checks the bytes
- * against mesh_render_all after every step of long random change sequences.
- *
- * A digest collision (two different workers with equal 64-bit digests) would
- * leave that worker's old bytes in place; the sidecar's previous whole-input
- * hash had the same property. */
-
-/* Above this share of changed workers a full render is cheaper than splicing
- * (each splice may move the tail). */
-#define CACHE_SPLICE_MAX_DIV 8
-
-struct cfile {
-    char *data; /* owned, NUL-terminated; NULL = never rendered */
-    size_t len;
-    size_t cap;
-    uint32_t *off; /* owned, n + 1 entries (listing files): fragment starts, then the suffix */
-};
-
-struct mesh_render_cache {
-    struct cfile file[MESH_FILE__COUNT];
-    bool valid;    /* the fields below describe the last successful update */
-    bool complete; /* env files are current (rendered at the last update) */
-    bool slice_only;
-    size_t n;
-    int nslices, hps; /* the slice facts tpu.env's fragments depend on */
-    size_t base_pos;
-    uint64_t wdigest;         /* workersDigest of the last update */
-    uint64_t *ah;             /* owned, n entries: each worker's address hash */
-    enum mesh_addr_mode mode; /* effective */
-    int port;
-    struct wfacts *f; /* owned, n entries */
-    uint64_t *digest; /* owned, n entries */
-    struct wr scratch;
-    size_t *changed; /* owned, indices of the changed workers (n / CACHE_SPLICE_MAX_DIV + 1) */
-    uint64_t full, patched; /* updates by kind (mesh_render_cache_counts) */
-    bool only_ready;        /* the last update changed workers' readiness alone */
-};
-
-struct mesh_render_cache *mesh_render_cache_new(void)
-{
-    struct mesh_render_cache *c = mesh_calloc(1, sizeof(*c));
-    wr_init(&c->scratch, 1024);
-    return c;
-}
-
-static void cache_drop_slots(struct mesh_render_cache *c)
-{
-    mesh_free(c->f);
-    mesh_free(c->digest);
-    mesh_free(c->changed);
-    mesh_free(c->ah);
-    c->ah = NULL;
-    c->f = NULL;
-    c->digest = NULL;
-    c->changed = NULL;
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        mesh_free(c->file[i].off);
-        c->file[i].off = NULL;
-    }
-    c->valid = false;
-}
-
-void mesh_render_cache_free(struct mesh_render_cache *c)
-{
-    if (c == NULL) {
-        return;
-    }
-    cache_drop_slots(c);
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        mesh_free(c->file[i].data);
-    }
-    mesh_free(c->scratch.data);
-    mesh_free(c);
-}
-
-static inline uint64_t dg_word(uint64_t h, uint64_t v)
-{
-    h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
-    return h ^ (h >> 29);
-}
-
-/* Eight bytes per step, the tail in a register, the length folded in last
- * (so field boundaries count). Reads at most max bytes. */
-static inline uint64_t dg_str(uint64_t h, const char *s, size_t max)
-{
-    size_t n = strnlen(s, max);
-    const char *b = s;
-    size_t left = n;
-    while (left >= 8) {
-        uint64_t v;
-        memcpy(&v, b, 8);
-        h = dg_word(h, v);
-        b += 8;
-        left -= 8;
-    }
-    uint64_t v = 0;
-    for (size_t i = 0; i < left; i++) {
-        v |= (uint64_t)(unsigned char)b[i] << (8 * i);
-    }
-    return dg_word(h, v ^ ((uint64_t)n << 48));
-}
-
-/* The digest of what the renderers read from a worker; its lowest bit is
- * the readiness, so two digests that differ in that bit alone tell a
- * readiness flip. */
-static uint64_t worker_digest(const struct mesh_worker *w)
-{
-    uint64_t h = dg_word(0x243F6A8885A308D3ULL, (uint64_t)(uint32_t)w->index);
-    h = dg_str(h, w->pod, MESH_POD_MAX);
-    h = dg_str(h, w->host, MESH_HOST_MAX);
-    h = dg_str(h, w->ip, MESH_IP_MAX);
-    return (h & ~(uint64_t)1) | (w->ready ? 1u : 0u);
-}
-
-/* Replace [a, b) of cf with s[0..m): returns whether the bytes changed.
- * Fragment offsets from first_off on move with the tail. */
-static bool cf_splice(struct cfile *cf, size_t nparts, size_t first_off, size_t a, size_t b,
-                      const char *s, size_t m)
-{
-    size_t old = b - a;
-    if (m == old && memcmp(cf->data + a, s, m) == 0) {
-        return false;
-    }
-    if (m != old) {
-        size_t len = cf->len - old + m;
-        if (len + 1 > cf->cap) {
-            size_t cap = cf->cap + cf->cap / 4 + m + 1;
-            cf->data = mesh_realloc(cf->data, cap);
-            cf->cap = cap;
-        }
-        memmove(cf->data + a + m, cf->data + b, cf->len - b + 1); /* with the NUL */
-        cf->len = len;
-        if (cf->off != NULL) {
-            for (size_t j = first_off; j < nparts; j++) {
-                cf->off[j] = (uint32_t)((size_t)cf->off[j] - old + m);
-            }
-        }
-    }
-    memcpy(cf->data + a, s, m);
-    return true;
-}
-
-/* Re-render the prefix, the fragments of the changed workers (ascending)
- * and the suffix of file id; returns PATCH_HEAD when the prefix or suffix
- * changed, plus PATCH_FRAG when a fragment did (0: no byte changed). */
-#define PATCH_HEAD 1
-#define PATCH_FRAG 2
-
-static int cache_patch_file(struct mesh_render_cache *c, enum mesh_render_file_id id,
-                            const struct prep *p, size_t nchanged)
-{
-    const struct parts *fp = &file_parts[id];
-    struct cfile *cf = &c->file[id];
-    size_t n = c->n;
-    bool listing = fp->frag != NULL;
-    size_t nparts = listing ? n + 1 : 0;
-    int changed = 0;
-
-    c->scratch.len = 0;
-    fp->prefix(&c->scratch, p);
-    size_t pre_end = listing ? cf->off[0] : cf->len;
-    if (cf_splice(cf, nparts, 0, 0, pre_end, c->scratch.data, c->scratch.len)) {
-        changed |= PATCH_HEAD;
-    }
-    if (listing) {
-        for (size_t k = 0; k < nchanged; k++) {
-            size_t i = c->changed[k];
-            c->scratch.len = 0;
-            fp->frag(&c->scratch, p, i);
-            if (cf_splice(cf, nparts, i + 1, cf->off[i], cf->off[i + 1], c->scratch.data,
-                          c->scratch.len)) {
-                changed |= PATCH_FRAG;
-            }
-        }
-    }
-    if (fp->suffix != NULL) {
-        c->scratch.len = 0;
-        fp->suffix(&c->scratch, p);
-        size_t suf = listing ? cf->off[n] : pre_end;
-        if (cf_splice(cf, nparts, nparts, suf, cf->len, c->scratch.data, c->scratch.len)) {
-            changed |= PATCH_HEAD;
-        }
-    }
-    return changed;
-}
-
-/* The checks of mesh_render_all that do not read the workers. */
-static int check_header(const struct mesh_render_input *in, struct mesh_err *err)
-{
-    struct mesh_render_input head = *in;
-    head.nworkers = 0;
-    struct prep p;
-    int rc = check_common(&head, &p, err);
-    prep_cleanup(&p);
-    if (rc == 0) {
-        rc = check_slice_terminated(in->slice, err);
-    }
-    if (rc == 0 && in->complete) {
-        int n = expected_of(in);
-        if (n == 0 || (size_t)n != in->nworkers || in->self_index < 0 || in->self_index >= n) {
-            return -MESH_E_INCOMPLETE; /* the full render words it */
-        }
-        if (in->slice != NULL) {
-            rc = check_slice_tokens(in->slice, err);
-        }
-    }
-    return rc;
-}
-
-/* Can in->dirty stand in for comparing every worker? It must fit c->changed
- * (limit entries, the most a patch takes) and name only workers that exist. */
-static bool dirty_usable(const struct mesh_render_input *in, size_t limit)
-{
-    if (in->dirty == NULL || in->ndirty > limit) {
-        return false;
-    }
-    for (size_t k = 0; k < in->ndirty; k++) {
-        if (in->dirty[k] >= in->nworkers) {
-            return false;
-        }
-    }
-    return true;
-}
-
-static int cmp_size(const void *a, const void *b)
-{
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return x < y ? -1 : (x > y ? 1 : 0);
-}
-
-/* Copy src[0..n) to dst sorted, without repeats; returns how many are left. */
-static size_t sort_unique(size_t *dst, const size_t *src, size_t n)
-{
-    if (n == 0) {
-        return 0;
-    }
-    memcpy(dst, src, n * sizeof(*dst));
-    qsort(dst, n, sizeof(*dst), cmp_size);
-    size_t m = 1;
-    for (size_t k = 1; k < n; k++) {
-        if (dst[k] != dst[m - 1]) {
-            dst[m++] = dst[k];
-        }
-    }
-    return m;
-}
-
-/* Fill c->changed with the workers whose digest differs from the cache's
- * (in index order); *content is set when a change is more than readiness.
- * Returns how many, or -1 when more than a patch takes. */
-static long find_changed(struct mesh_render_cache *c, const struct mesh_render_input *in,
-                         bool *content)
-{
-    size_t n = in->nworkers, limit = n / CACHE_SPLICE_MAX_DIV + 1, nchanged = 0;
-    if (dirty_usable(in, limit)) {
-        /* Only the listed workers can differ: compare those, in index
-         * order (the splices walk c->changed upwards), each once. */
-        size_t m = sort_unique(c->changed, in->dirty, in->ndirty);
-        for (size_t k = 0; k < m; k++) {
-            size_t i = c->changed[k];
-            uint64_t d = worker_digest(&in->workers[i]);
-            if (d != c->digest[i]) {
-                *content = *content || (d ^ c->digest[i]) != 1;
-                c->changed[nchanged++] = i;
-            }
-        }
-        return (long)nchanged;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t d = worker_digest(&in->workers[i]);
-        if (d != c->digest[i]) {
-            if (nchanged == limit) {
-                return -1;
-            }
-            *content = *content || (d ^ c->digest[i]) != 1;
-            c->changed[nchanged++] = i;
-        }
-    }
-    return (long)nchanged;
-}
-
-/* check_header saw no workers: the slice split of the real count, and the
- * slice tpu.env lists, must be what the cached fragments assume. */
-static bool slices_match(const struct mesh_render_cache *c, const struct mesh_render_input *in)
-{
-    if (in->slices > 1 && expected_of(in) % in->slices != 0) {
-        return false;
-    }
-    struct prep sl = {.in = in};
-    prep_slices(&sl);
-    return sl.nslices == c->nslices && sl.hps == c->hps && sl.base_pos == c->base_pos;
-}
-
-/* The incremental update; -1 when it cannot apply (the caller renders in
- * full), else the mask of changed files. Touches nothing before it knows it
- * applies. */
-static int cache_try_patch(struct mesh_render_cache *c, const struct mesh_render_input *in)
-{
-    if (!c->valid || in->nworkers != c->n || in->port != c->port || in->complete != c->complete ||
-        in->slice_only || c->slice_only || (in->nworkers > 0 && in->workers == NULL)) {
-        return -1;
-    }
-    if (check_header(in, NULL) < 0) {
-        return -1;
-    }
-    if (!slices_match(c, in)) {
-        return -1;
-    }
-    size_t n = in->nworkers;
-    enum mesh_addr_mode mode = mesh_render_effective_mode(in->mode, in->workers, n);
-    if (mode != c->mode) {
-        return -1;
-    }
-    bool content = false; /* a change beyond readiness */
-    long found = find_changed(c, in, &content);
-    if (found < 0) {
-        return -1;
-    }
-    size_t nchanged = (size_t)found;
-    /* Check the changed workers as the full render would (the others passed
-     * it with the same mode and completeness). */
-    for (size_t k = 0; k < nchanged; k++) {
-        size_t i = c->changed[k];
-        const struct mesh_worker *w = &in->workers[i];
-        struct wfacts f;
-        if (check_worker_facts(w, &f, NULL) < 0) {
-            return -1;
-        }
-        if (in->complete &&
-            (w->index != (int)i || (mode == MESH_ADDR_DNS ? f.host_len : f.ip_len) == 0)) {
-            return -1;
-        }
-    }
-    for (size_t k = 0; k < nchanged; k++) {
-        size_t i = c->changed[k];
-        (void)check_worker_facts(&in->workers[i], &c->f[i], NULL);
-        c->digest[i] = worker_digest(&in->workers[i]);
-    }
-    struct prep p = {.in = in, .f = c->f, .mode = mode};
-    p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
-    prep_slices(&p);
-    /* The digest: the changed workers' address hashes, then, when one of
-     * them differs (or an index may have moved: incomplete lists), one fold
-     * of two multiplications per worker. A readiness flip, or a new IP in
-     * dns mode, leaves it as it was. */
-    bool refold = !in->complete;
-    for (size_t k = 0; k < nchanged; k++) {
-        uint64_t h = addr_hash(&p, c->changed[k]);
-        refold = refold || h != c->ah[c->changed[k]];
-        c->ah[c->changed[k]] = h;
-    }
-    if (refold) {
-        c->wdigest = fold_digest(in->workers, c->ah, n);
-    }
-    p.digest = c->wdigest;
-    int mask = 0;
-    for (int id = 0; id < MESH_FILE__COUNT; id++) {
-        if (file_parts[id].prefix == NULL || !renders(in, id)) {
-            continue;
-        }
-        int how = cache_patch_file(c, (enum mesh_render_file_id)id, &p, nchanged);
-        if (how != 0) {
-            mask |= 1 << id;
-        }
-        if (how & PATCH_HEAD) {
-            content = true;
-        }
-    }
-    c->only_ready = mask != 0 && !content && mask == 1 << MESH_FILE_TOPOLOGY_JSON;
-    return mask;
-}
-
-/* Full render into the cache; files not rendered (env files while
- * incomplete) keep their last bytes. */
-static int cache_full(struct mesh_render_cache *c, const struct mesh_render_input *in,
-                      struct mesh_err *err)
-{
-    struct prep p;
-    int rc = check_all(in, &p, err);
-    if (rc < 0) {
-        return rc;
-    }
-    size_t n = in->nworkers;
-    cache_drop_slots(c);
-    int mask = 0;
-    for (int id = 0; id < MESH_FILE__COUNT; id++) {
-        const struct parts *fp = &file_parts[id];
-        if (fp->prefix == NULL || !renders(in, id)) {
-            continue;
-        }
-        struct cfile *cf = &c->file[id];
-        uint32_t *off = fp->frag != NULL ? mesh_malloc((n + 1) * sizeof(*off)) : NULL;
-        char *data;
-        size_t len;
-        write_file((enum mesh_render_file_id)id, &p, off, &data, &len);
-        /* One file at a time: the old bytes are freed before the next file
-         * is rendered, so a full render holds at most one extra file. */
-        if (cf->data == NULL || cf->len != len || memcmp(cf->data, data, len) != 0) {
-            mask |= 1 << id;
-        }
-        mesh_free(cf->data);
-        cf->data = data;
-        cf->len = len;
-        cf->cap = len + 1;
-        cf->off = off;
-    }
-    c->f = p.f; /* the facts of every worker, kept */
-    p.f = NULL;
-    c->ah = p.ah; /* and their address hashes */
-    p.ah = NULL;
-    c->digest = mesh_malloc((n > 0 ? n : 1) * sizeof(*c->digest));
-    for (size_t i = 0; i < n; i++) {
-        c->digest[i] = worker_digest(&in->workers[i]);
-    }
-    c->changed = mesh_malloc((n / CACHE_SPLICE_MAX_DIV + 1) * sizeof(*c->changed));
-    c->n = n;
-    c->mode = p.mode;
-    c->port = in->port;
-    c->complete = in->complete;
-    c->slice_only = in->slice_only;
-    c->nslices = p.nslices;
-    c->hps = p.hps;
-    c->base_pos = p.base_pos;
-    c->wdigest = p.digest;
-    c->valid = true;
-    c->only_ready = false;
-    return mask;
-}
-
-int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_render_input *in,
-                             unsigned *out_changed, struct mesh_err *err)
-{
-    int mask = cache_try_patch(c, in);
-    if (mask >= 0) {
-        c->patched++;
-    } else {
-        c->full++;
-        mask = cache_full(c, in, err);
-        if (mask < 0) {
-            /* Forget everything: the next update renders in full and
-             * reports every file it renders as changed. */
-            cache_drop_slots(c);
-            c->only_ready = false;
-            for (int i = 0; i < MESH_FILE__COUNT; i++) {
-                mesh_free(c->file[i].data);
-                c->file[i].data = NULL;
-                c->file[i].len = 0;
-                c->file[i].cap = 0;
-            }
-            return mask;
-        }
-    }
-    if (out_changed != NULL) {
-        *out_changed = (unsigned)mask;
-    }
-    return 0;
-}
-
-void mesh_render_cache_view(const struct mesh_render_cache *c, struct mesh_render_out *out)
-{
-    mesh_render_out_init(out);
-    if (!c->valid) {
-        return;
-    }
-    for (int id = 0; id < MESH_FILE__COUNT; id++) {
-        bool shown =
-            id == MESH_FILE_TOPOLOGY_JSON ||
-            (c->complete && (!c->slice_only || id == MESH_FILE_TPU_ENV || id == MESH_FILE_JAX_ENV));
-        if (c->file[id].data != NULL && shown) {
-            out->data[id] = c->file[id].data;
-            out->len[id] = c->file[id].len;
-        }
-    }
-}
-
-void mesh_render_cache_counts(const struct mesh_render_cache *c, uint64_t *out_full,
-                              uint64_t *out_patched)
-{
-    *out_full = c->full;
-    *out_patched = c->patched;
-}
-
-bool mesh_render_cache_is_readiness_only(const struct mesh_render_cache *c)
-{
-    return c->only_ready;
-}
-
-int mesh_render_cache_set_generation(struct mesh_render_cache *c,
-                                     const struct mesh_render_input *in, struct mesh_err *err)
-{
-    if (!c->valid) {
-        return mesh_err_set(err, MESH_E_INVAL, 0, "nothing rendered to move to a new generation");
-    }
-    if (in->generation > MESH_RENDER_GENERATION_MAX) {
-        return mesh_err_set(err, MESH_E_RANGE, 0, "generation %llu is too large",
-                            (unsigned long long)in->generation);
-    }
-    /* Only topology.json shows the generation, in its prefix. */
-    struct prep p = {.in = in, .f = c->f, .mode = c->mode};
-    p.port_len = (size_t)snprintf(p.port, sizeof(p.port), ":%d", in->port);
-    prep_slices(&p);
-    p.digest = c->wdigest;
-    (void)cache_patch_file(c, MESH_FILE_TOPOLOGY_JSON, &p, 0);
-    return 0;
 }

@@ -318,10 +318,9 @@ int main(int argc, char **argv)
      * thread's parse garbage and the main thread's render buffers would
      * each keep their own high-water mark. Our threads are few and
      * allocate little at a time, so the shared lock costs nothing
-     * measurable (issue 5: same p50 latency at 4,096 pods). Measured and
-     * left out: M_TRIM_THRESHOLD / M_MMAP_THRESHOLD / malloc_trim lower the
-     * resting RSS by ~1 MiB but not the peak (VmHWM), and add ~0.4 ms to
-     * each publish in page faults. */
+     * measurable. M_TRIM_THRESHOLD / M_MMAP_THRESHOLD / malloc_trim were
+     * left out: they lower the resting RSS but not the peak, and add page
+     * faults to every publish (bench/sidecar/RESULTS.md). */
     (void)mallopt(M_ARENA_MAX, 1);
     static struct mesh_sidecar ctx; /* large; zero-initialised */
     struct mesh_err err;

@@ -160,9 +160,8 @@ struct mesh_sidecar {
     /* A set was published or found current on disk: /topology may serve
      * the file. */
     bool have_last;
-    /* The last rendered files (~0.9 MB at 4,096 workers in ip mode), kept
-     * so that a change re-renders only the workers it touches and says
-     * which files changed (render.h). Owned. */
+    /* The last rendered files, kept so that a change re-renders only the workers it touches and
+     * says which files changed (render.h). Owned. */
     struct mesh_render_cache *cache;
     unsigned known;               /* files (1u << enum mesh_render_file_id) whose bytes in
                                      the cache are those on disk */
@@ -201,8 +200,7 @@ struct mesh_sidecar {
      * none, after a failed build or before the first) and the options it
      * was built with. A recompute that follows only a few pod updates
      * patches it (mesh_workers_patch, O(1) per update) and hands the render
-     * cache the changed slots, instead of walking the whole store: at 16,384
-     * pods that is ~0.8 ms saved per change. */
+     * cache the changed slots, instead of walking the whole store. */
     struct mesh_workers w;
     struct mesh_workers_opts w_opts;
     bool w_rendered; /* the render cache's last input was w as it is now */

@@ -171,8 +171,8 @@ int mesh_render_worker_address(const struct mesh_worker *w, enum mesh_addr_mode 
  * -MESH_E_* (INVAL: a bad worker, job name, port or index, named in the
  * message; INCOMPLETE: the env files were asked for an incomplete job).
  * Cost: each call checks every worker once and writes the file directly
- * (no JSON tree), linear in the worker count: about 0.3 ms for
- * topology.json at 4,096 workers, on our 2-core dev machine. ---- */
+ * (no JSON tree), linear in the worker count (tests/tools/render_bench
+ * measures it). ---- */
 
 int mesh_render_topology_json(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                               struct mesh_err *err);
@@ -203,8 +203,7 @@ size_t mesh_render_env_longest(const char *data, size_t len, const char **out_ke
  * the last complete versions). topology.pb is binary and not rendered here.
  * out must be initialised; on failure it is left empty. The bytes and the
  * errors (first failure wins) are those of calling the five renderers in
- * turn, but every worker is checked once for the whole set: about 0.4 ms
- * at 4,096 workers, 2 ms at 16,384 (tests/tools/render_bench). */
+ * turn, but every worker is checked once for the whole set. */
 int mesh_render_all(const struct mesh_render_input *in, struct mesh_render_out *out,
                     struct mesh_err *err);
 
@@ -251,8 +250,8 @@ int mesh_render_diff(const struct mesh_render_input *a, const struct mesh_render
  * prefix and suffix. A change of the worker count, the effective address
  * mode, the port or completeness, the first update, and any input a check
  * rejects render in full. Bytes and errors are exactly mesh_render_all's for
- * the same input. Memory: the rendered files (~0.9 MB at 4,096 workers in ip
- * mode) plus ~20 bytes per worker per file listing the workers. */
+ * the same input. Memory: the rendered files plus one fragment offset and
+ * digest per worker per file listing the workers. */
 struct mesh_render_cache;
 
 /* An empty cache. Owned by caller (mesh_render_cache_free). */

@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/buf.h"
 #include "core/mem.h"
@@ -109,6 +110,13 @@ void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx)
     mesh_free(r.v);
     ctx->grpc_pods_changes = changes;
     ctx->grpc_pods_set = synced;
+}
+
+void mesh_sidecar_grpc_wake(void *vctx)
+{
+    struct mesh_sidecar *ctx = vctx;
+    uint64_t one = 1;
+    (void)!write(ctx->wake_fd, &one, sizeof(one));
 }
 
 void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b)

@@ -261,6 +261,7 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
         .max_pod_streams = ctx->opts.relay_fanout,
         .max_streams = ctx->opts.relay_fanout + 64,
         .health = mesh_sidecar_grpc_health,
+        .on_subscriber = mesh_sidecar_grpc_wake,
         .ctx = ctx,
     };
     ctx->grpc = mesh_grpc_server_start(&go, &port, err);

@@ -220,12 +220,14 @@ static void *relay_thread(void *arg)
     struct mesh_sidecar_relay *r = arg;
     struct mesh_sidecar *ctx = r->ctx;
     char last_err[MESH_ERR_MSG_MAX] = "";
-    int64_t backoff = 500;
+    int64_t backoff = 200;
     while (!atomic_load(&r->stop)) {
         char target[MESH_IP_MAX + 16];
         struct mesh_err err;
         mesh_err_clear(&err);
         int rc = resolve(r, target, sizeof(target), &err);
+        struct mesh_relay_status before;
+        mesh_relay_store_status(r->store, &before);
         if (rc == 0) {
             struct mesh_relay_client_opts co = {
                 .target = target,
@@ -242,8 +244,8 @@ static void *relay_thread(void *arg)
             rc = mesh_relay_client_run(&co, r->store, &err);
             struct mesh_relay_status st;
             mesh_relay_store_status(r->store, &st);
-            if (st.messages > 0 && rc != -MESH_E_INVAL) {
-                backoff = 500; /* it worked for a while: retry soon */
+            if (st.messages > before.messages && rc != -MESH_E_INVAL) {
+                backoff = 200; /* this session worked for a while: retry soon */
             }
         }
         if (atomic_load(&r->stop)) {

@@ -342,6 +342,9 @@ int mesh_sidecar_grpc_health(void *ctx, const char *service, char *why, size_t c
  * when its generation changed, and the pod set when relay subscribers
  * exist and the pods changed. No-op without a server. */
 void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx);
+/* grpc_server.h on_subscriber: wake the main loop (ctx->wake_fd), which
+ * then hands the server the pod set. Any thread. */
+void mesh_sidecar_grpc_wake(void *ctx);
 /* Append the gRPC server's metrics (Prometheus text) to b. Any thread. */
 struct mesh_buf;
 void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b);

@@ -161,8 +161,14 @@ def run_one(args, mode, n, tmp, kill=None):
         t_last_ip = time.monotonic()
         cars.append(Car(i, names[i], a, port, tok, sim.url, outroot, mode, args.fanout, became_complete))
         if kill == "mid" and i == n // 2:
-            cars[1].stop(sig=9)  # a relay (rank 1 serves ranks fanout+1..2*fanout) dies mid-start
+            # A relay (rank 1 serves ranks fanout+1..2*fanout) dies mid-start; the kubelet
+            # restarts the container a little later (same pod, same IP).
+            cars[1].stop(sig=9)
+            threading.Timer(2.0, lambda: cars.__setitem__(1, Car(
+                1, names[1], a, port, tok, sim.url, outroot, mode, args.fanout, became_complete))).start()
     want_jobs = ",".join("%s:10000" % ip_of(i) for i in range(n))
+    if kill == "mid":
+        time.sleep(2.5)
     alive = [car for car in cars if car.proc.poll() is None]
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and not all(car.complete_at for car in alive):

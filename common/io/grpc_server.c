@@ -663,6 +663,9 @@ static void handle_topo(struct call *c, const uint8_t *req, size_t len)
         return;
     }
     if (add_stream(c, pods_view)) {
+        if (pods_view && s->o.on_subscriber != NULL) {
+            s->o.on_subscriber(s->o.ctx);
+        }
         pump(s);
     }
 }

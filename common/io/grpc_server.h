@@ -45,6 +45,9 @@ struct mesh_grpc_server_opts {
     /* Health of `service` (borrowed): MESH_GRPC_HEALTH_*; called on the
      * server thread, must not block. why receives a one-line reason. */
     int (*health)(void *ctx, const char *service, char *why, size_t cap);
+    /* Optional: a VIEW_PODS subscriber was accepted (server thread; must
+     * not block): the owner should hand over its pod set soon. */
+    void (*on_subscriber)(void *ctx);
     void *ctx;
 };
 

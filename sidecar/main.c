@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -336,6 +337,8 @@ int main(int argc, char **argv)
         return 2;
     }
     mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
+    /* Each sidecar its own jitter (relay fallback delays and retry pauses). */
+    srandom((unsigned)getpid() ^ (unsigned)now_us());
     pthread_mutex_init(&ctx.mu, NULL);
     pthread_mutex_init(&ctx.chg_mu, NULL);
     /* /readyz says why it is not ready from the first request on. */

@@ -177,6 +177,17 @@ def run_one(args, mode, n, tmp, kill=None):
     while time.monotonic() < deadline and not all(files_ok(car, n, want_jobs) for car in alive):
         time.sleep(0.1)
     correct = sum(files_ok(car, n, want_jobs) for car in alive)
+    if args.late:
+        late = sorted(alive, key=lambda car: car.complete_at or float("inf"))[-args.late:]
+        for car in late:
+            print("# late: rank %d complete %.3f s after the last IP" % (
+                car.i, (car.complete_at or float("nan")) - t_last_ip))
+            for line in car.lines[:40]:
+                print("#   " + line)
+        warn = [(car.i, l) for car in cars for l in car.lines if " WARN " in l or " ERROR " in l]
+        print("# %d warning/error lines; the first ones:" % len(warn))
+        for i, l in warn[:15]:
+            print("#   rank %d: %s" % (i, l))
     stop_poll.set()
     time.sleep(0.3)
     st = c.stats()
@@ -260,6 +271,7 @@ def main():
     ap.add_argument("--kill", type=int, default=0, help="also run the relay-death scenarios at this N")
     ap.add_argument("--kill-fanout", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--late", type=int, default=0, help="print the logs of the N latest sidecars")
     ap.add_argument("--json")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]

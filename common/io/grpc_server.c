@@ -841,7 +841,7 @@ static void fill_defaults(struct mesh_grpc_server_opts *o)
     o->send_timeout_ms = o->send_timeout_ms > 0 ? o->send_timeout_ms : 10000;
     o->heartbeat_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : 2000;
     o->keepalive_ms = o->keepalive_ms > 0 ? o->keepalive_ms : 10000;
-    o->tick_ms = o->tick_ms > 0 ? o->tick_ms : 20;
+    o->tick_ms = o->tick_ms > 0 ? o->tick_ms : 50;
 }
 
 static void server_free(struct mesh_grpc_server *s)

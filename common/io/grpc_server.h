@@ -41,7 +41,7 @@ struct mesh_grpc_server_opts {
     int send_timeout_ms; /* a message not taken by the peer within this drops it; 0 = 10000 */
     int heartbeat_ms;    /* VIEW_PODS: a message at least this often; 0 = 2000 */
     int keepalive_ms;    /* HTTP/2 PING interval; 0 = 10000 */
-    int tick_ms;         /* coalescing window: streams are looked at this often; 0 = 20 */
+    int tick_ms;         /* coalescing window: streams are looked at this often; 0 = 50 */
     /* Health of `service` (borrowed): MESH_GRPC_HEALTH_*; called on the
      * server thread, must not block. why receives a one-line reason. */
     int (*health)(void *ctx, const char *service, char *why, size_t cap);

@@ -92,15 +92,15 @@ static void test_round_trip(void **state)
 {
     (void)state;
     static const char *pods[] = {
-        "{\"metadata\":{\"name\":\"t-1\",\"labels\":{\"batch.kubernetes.io/"
-        "job-completion-index\":\"1\"}},\"spec\":{\"hostname\":\"t-1\",\"subdomain\":\"t\"},"
-        "\"status\":{\"podIP\":\"10.1.2.3\",\"phase\":\"Running\",\"conditions\":[{\"type\":"
-        "\"Ready\",\"status\":\"True\"}]}}",
-        "{\"metadata\":{\"name\":\"s-3\",\"deletionTimestamp\":\"x\",\"labels\":{\"apps."
-        "kubernetes.io/pod-index\":\"3\"}},\"status\":{\"podIPs\":[{\"ip\":\"fd00::3\"}],"
-        "\"phase\":\"Failed\"}}",
-        "{\"metadata\":{\"name\":\"bad\",\"annotations\":{\"batch.kubernetes.io/"
-        "job-completion-index\":\"x\"}},\"status\":{\"podIP\":\"1.2.3\"}}",
+        ("{\"metadata\":{\"name\":\"t-1\",\"labels\":{\"batch.kubernetes.io/"
+         "job-completion-index\":\"1\"}},\"spec\":{\"hostname\":\"t-1\",\"subdomain\":\"t\"},"
+         "\"status\":{\"podIP\":\"10.1.2.3\",\"phase\":\"Running\",\"conditions\":[{\"type\":"
+         "\"Ready\",\"status\":\"True\"}]}}"),
+        ("{\"metadata\":{\"name\":\"s-3\",\"deletionTimestamp\":\"x\",\"labels\":{\"apps."
+         "kubernetes.io/pod-index\":\"3\"}},\"status\":{\"podIPs\":[{\"ip\":\"fd00::3\"}],"
+         "\"phase\":\"Failed\"}}"),
+        ("{\"metadata\":{\"name\":\"bad\",\"annotations\":{\"batch.kubernetes.io/"
+         "job-completion-index\":\"x\"}},\"status\":{\"podIP\":\"1.2.3\"}}"),
     };
     for (size_t i = 0; i < sizeof(pods) / sizeof(pods[0]); i++) {
         struct mesh_k8s_pod p;

@@ -379,14 +379,18 @@ static void test_review_parse(void **state)
                      -MESH_E_TOOBIG);
     /* Not a pod, or not CREATE: allowed without a patch. */
     static const char *const skip[] = {
-        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":"
-        "\"a\",\"kind\":{\"group\":\"apps\",\"kind\":\"Pod\"},\"operation\":\"CREATE\",\"object\":{"
-        "\"metadata\":{" LBL "},\"spec\":{}}}}",
-        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":"
-        "\"a\",\"kind\":{\"group\":\"\",\"kind\":\"Pod\"},\"operation\":\"UPDATE\",\"object\":{"
-        "\"metadata\":{" LBL "},\"spec\":{}}}}",
-        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":"
-        "\"a\",\"kind\":{\"group\":\"\",\"kind\":\"Pod\"},\"operation\":\"CREATE\"}}",
+        ("{\"apiVersion\":\"admission.k8s.io/"
+         "v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":"
+         "\"a\",\"kind\":{\"group\":\"apps\",\"kind\":\"Pod\"},\"operation\":\"CREATE\",\"object\":"
+         "{"
+         "\"metadata\":{" LBL "},\"spec\":{}}}}"),
+        ("{\"apiVersion\":\"admission.k8s.io/"
+         "v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":"
+         "\"a\",\"kind\":{\"group\":\"\",\"kind\":\"Pod\"},\"operation\":\"UPDATE\",\"object\":{"
+         "\"metadata\":{" LBL "},\"spec\":{}}}}"),
+        ("{\"apiVersion\":\"admission.k8s.io/"
+         "v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":"
+         "\"a\",\"kind\":{\"group\":\"\",\"kind\":\"Pod\"},\"operation\":\"CREATE\"}}"),
     };
     struct mesh_inject_config cfg;
     assert_int_equal(mesh_inject_config_default(&cfg, NULL), 0);

@@ -1,0 +1,748 @@
+/*
+ * httpd.c - the hardened HTTP/1.1 server of httpd.h on libwebsockets.
+ *
+ * libwebsockets does the parsing, the per-connection buffers and the I/O;
+ * this file decides who gets a connection, for how long, and what is sent.
+ * State per connection lives in `conns` (found through the wsi's opaque
+ * user data), never in lws's per-session allocation, which lws leaves NULL
+ * on paths such as connect-and-close, refused upgrades and parse errors.
+ *
+ * Capacity. lws stops accepting once its fd table is full, and a connection
+ * waiting in the kernel's accept queue is a probe that times out. So the
+ * table is sized at twice max_conns and this file enforces max_conns
+ * itself when lws offers a new connection (LWS_CALLBACK_FILTER_NETWORK_
+ * CONNECTION): at the limit it closes the oldest connection that has not
+ * sent a complete request (slowloris), else the oldest idle one, else the
+ * oldest one still sending. The newcomer gets the slot; its request is
+ * normally complete within a millisecond, after which only max_conns newer
+ * connections can displace it. The other half of the table holds the
+ * connections being closed (lws closes them on its next service pass).
+ *
+ * Time. A 1 s timer (lws_sul) closes connections whose request headers are
+ * not complete header_timeout_s after the accept or the previous response,
+ * and responses that made no progress for send_timeout_s.
+ *
+ * Memory. A response is either a small owned string or a reference to a
+ * shared body; each writable callback copies at most CHUNK bytes into one
+ * buffer of the server, and lws keeps at most the unsent rest of that chunk
+ * per connection. Bulk responses (large documents) are capped at max_bulk.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libwebsockets.h>
+
+#include "core/json.h"
+#include "core/mem.h"
+#include "io/httpd.h"
+#include "io/log.h"
+
+#define MOD "http"
+#define CHUNK 16384
+#define PATH_MAX_LEN 255
+#define HDR_BUF 1024
+
+struct mesh_httpd_body {
+    atomic_int refs;
+    size_t len;
+    size_t map_len; /* bytes mapped at data; 0 = nothing mapped (empty body) */
+    char *data;
+};
+
+enum conn_state {
+    C_FREE = 0,
+    C_WAIT,  /* accepted or kept alive: waiting for a complete request */
+    C_SEND,  /* a response is being written */
+    C_DYING, /* closed by us; lws frees it on its next pass */
+};
+
+struct conn {
+    enum conn_state state;
+    struct lws *wsi;
+    int64_t since_ms;       /* entered the state, or last progress while sending */
+    unsigned char peer[17]; /* family byte + address (IPv4-mapped IPv6 as IPv4) */
+    bool bulk;
+    char *text;                   /* owned response text, or */
+    struct mesh_httpd_body *body; /* a shared body reference */
+    const char *data;
+    size_t len, off;
+};
+
+struct mesh_httpd {
+    struct mesh_httpd_limits lim;
+    mesh_httpd_handler_fn handler;
+    void *arg;
+    char iface[64];
+    struct lws_context *lws;
+    struct lws_protocols protocols[2];
+    pthread_t thread;
+    bool started;
+    volatile int stop;
+    lws_sorted_usec_list_t sweep;
+
+    /* Server thread only. */
+    struct conn *conns;
+    int nconns; /* table size (2 * max_conns) */
+    int live;   /* entries in C_WAIT or C_SEND */
+    int dying;  /* entries in C_DYING */
+    int bulk_active;
+    unsigned char pending_peer[17]; /* the address FILTER_NETWORK_CONNECTION admitted */
+    unsigned char buf[LWS_PRE + CHUNK];
+
+    atomic_uint_fast64_t n_accepted, n_evicted, n_refused, n_timed_out, n_upgrades, n_bulk_busy;
+    atomic_int n_open;
+};
+
+/* ---- bodies ---------------------------------------------------------------- */
+
+/* Bodies are mapped, not malloc'ed: a large one would otherwise stay in the
+ * heap after its last reader left (glibc raises its mmap threshold after
+ * the first large free), and "the memory comes back" is part of the
+ * contract. */
+static struct mesh_httpd_body *body_alloc(size_t len)
+{
+    struct mesh_httpd_body *b = mesh_calloc(1, sizeof(*b));
+    atomic_init(&b->refs, 1);
+    b->len = len;
+    if (len > 0) {
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            mesh_error(MOD, "out of memory mapping %zu bytes", len);
+            abort();
+        }
+        b->data = p;
+        b->map_len = len;
+    }
+    return b;
+}
+
+struct mesh_httpd_body *mesh_httpd_body_from_bytes(const void *bytes, size_t len)
+{
+    struct mesh_httpd_body *b = body_alloc(len);
+    if (len > 0) {
+        memcpy(b->data, bytes, len);
+    }
+    return b;
+}
+
+struct mesh_httpd_body *mesh_httpd_body_from_file(const char *path, size_t max_len,
+                                                  struct mesh_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        mesh_err_set(err, MESH_E_IO, errno, "cannot open %s", path);
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        mesh_err_set(err, MESH_E_IO, errno, "%s is not a readable regular file", path);
+        close(fd);
+        return NULL;
+    }
+    if ((uintmax_t)st.st_size > max_len) {
+        mesh_err_set(err, MESH_E_TOOBIG, 0, "%s is %lld bytes, more than the %zu served", path,
+                     (long long)st.st_size, max_len);
+        close(fd);
+        return NULL;
+    }
+    struct mesh_httpd_body *b = body_alloc((size_t)st.st_size);
+    size_t got = 0;
+    while (got < b->len) {
+        ssize_t n = read(fd, b->data + got, b->len - got);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            mesh_err_set(err, MESH_E_IO, errno, "cannot read %s", path);
+            close(fd);
+            mesh_httpd_body_unref(b);
+            return NULL;
+        }
+        if (n == 0) {
+            break; /* truncated under us: serve what is there */
+        }
+        got += (size_t)n;
+    }
+    b->len = got;
+    close(fd);
+    return b;
+}
+
+struct mesh_httpd_body *mesh_httpd_body_ref(struct mesh_httpd_body *b)
+{
+    if (b != NULL) {
+        atomic_fetch_add(&b->refs, 1);
+    }
+    return b;
+}
+
+void mesh_httpd_body_unref(struct mesh_httpd_body *b)
+{
+    if (b == NULL || atomic_fetch_sub(&b->refs, 1) != 1) {
+        return;
+    }
+    if (b->map_len > 0) {
+        munmap(b->data, b->map_len);
+    }
+    mesh_free(b);
+}
+
+const char *mesh_httpd_body_data(const struct mesh_httpd_body *b)
+{
+    return b != NULL && b->data != NULL ? b->data : "";
+}
+
+size_t mesh_httpd_body_len(const struct mesh_httpd_body *b)
+{
+    return b != NULL ? b->len : 0;
+}
+
+/* ---- connection table ----------------------------------------------------- */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void peer_key(const struct sockaddr_storage *ss, unsigned char key[17])
+{
+    memset(key, 0, 17);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        key[0] = 4;
+        memcpy(key + 1, &in->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+            key[0] = 4;
+            memcpy(key + 1, in6->sin6_addr.s6_addr + 12, 4);
+        } else {
+            key[0] = 6;
+            memcpy(key + 1, in6->sin6_addr.s6_addr, 16);
+        }
+    }
+}
+
+static void release_response(struct mesh_httpd *h, struct conn *c)
+{
+    mesh_free(c->text);
+    c->text = NULL;
+    mesh_httpd_body_unref(c->body);
+    c->body = NULL;
+    c->data = NULL;
+    c->len = c->off = 0;
+    if (c->bulk) {
+        c->bulk = false;
+        h->bulk_active--;
+    }
+}
+
+static void set_state(struct mesh_httpd *h, struct conn *c, enum conn_state st)
+{
+    if (c->state == C_WAIT || c->state == C_SEND) {
+        h->live--;
+    } else if (c->state == C_DYING) {
+        h->dying--;
+    }
+    if (st == C_WAIT || st == C_SEND) {
+        h->live++;
+    } else if (st == C_DYING) {
+        h->dying++;
+    }
+    c->state = st;
+    c->since_ms = mono_ms();
+}
+
+static void conn_free(struct mesh_httpd *h, struct lws *wsi)
+{
+    struct conn *c = lws_get_opaque_user_data(wsi);
+    if (c == NULL) {
+        return;
+    }
+    lws_set_opaque_user_data(wsi, NULL);
+    release_response(h, c);
+    set_state(h, c, C_FREE);
+    c->wsi = NULL;
+    atomic_fetch_sub(&h->n_open, 1);
+}
+
+/* Close c on lws's next pass (never synchronously: lws may be iterating
+ * its fd table). */
+static void conn_kill(struct mesh_httpd *h, struct conn *c)
+{
+    release_response(h, c);
+    set_state(h, c, C_DYING);
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+}
+
+/* The connection to close for a newcomer (peer == NULL: any peer): the
+ * oldest waiting for its request, else the oldest sending. NULL = none. */
+static struct conn *pick_victim(struct mesh_httpd *h, const unsigned char *peer)
+{
+    struct conn *best = NULL;
+    for (int i = 0; i < h->nconns; i++) {
+        struct conn *c = &h->conns[i];
+        if (c->state != C_WAIT && c->state != C_SEND) {
+            continue;
+        }
+        if (peer != NULL && memcmp(c->peer, peer, sizeof(c->peer)) != 0) {
+            continue;
+        }
+        if (best == NULL || (c->state == C_WAIT && best->state == C_SEND) ||
+            (c->state == best->state && c->since_ms < best->since_ms)) {
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* A new TCP connection from ss: 0 admits it (possibly closing another), 1
+ * refuses it. */
+static int admit(struct mesh_httpd *h, const struct sockaddr_storage *ss)
+{
+    unsigned char key[17];
+    peer_key(ss, key);
+    int from_peer = 0;
+    for (int i = 0; i < h->nconns; i++) {
+        const struct conn *c = &h->conns[i];
+        if ((c->state == C_WAIT || c->state == C_SEND) && memcmp(c->peer, key, sizeof(key)) == 0) {
+            from_peer++;
+        }
+    }
+    if (h->live + h->dying >= h->nconns) {
+        atomic_fetch_add(&h->n_refused, 1);
+        return 1;
+    }
+    struct conn *victim = NULL;
+    if (from_peer >= h->lim.max_per_peer) {
+        victim = pick_victim(h, key);
+    } else if (h->live >= h->lim.max_conns) {
+        victim = pick_victim(h, NULL);
+    } else {
+        memcpy(h->pending_peer, key, sizeof(key));
+        return 0;
+    }
+    if (victim == NULL) {
+        atomic_fetch_add(&h->n_refused, 1);
+        return 1;
+    }
+    conn_kill(h, victim);
+    atomic_fetch_add(&h->n_evicted, 1);
+    memcpy(h->pending_peer, key, sizeof(key));
+    return 0;
+}
+
+static int attach(struct mesh_httpd *h, struct lws *wsi)
+{
+    for (int i = 0; i < h->nconns; i++) {
+        struct conn *c = &h->conns[i];
+        if (c->state != C_FREE) {
+            continue;
+        }
+        memset(c, 0, sizeof(*c));
+        c->wsi = wsi;
+        memcpy(c->peer, h->pending_peer, sizeof(c->peer));
+        set_state(h, c, C_WAIT);
+        lws_set_opaque_user_data(wsi, c);
+        atomic_fetch_add(&h->n_accepted, 1);
+        atomic_fetch_add(&h->n_open, 1);
+        return 0;
+    }
+    atomic_fetch_add(&h->n_refused, 1);
+    return -1;
+}
+
+static void sweep(lws_sorted_usec_list_t *sul)
+{
+    struct mesh_httpd *h = lws_container_of(sul, struct mesh_httpd, sweep);
+    int64_t now = mono_ms();
+    for (int i = 0; i < h->nconns; i++) {
+        struct conn *c = &h->conns[i];
+        int64_t limit_ms = c->state == C_WAIT   ? (int64_t)h->lim.header_timeout_s * 1000
+                           : c->state == C_SEND ? (int64_t)h->lim.send_timeout_s * 1000
+                                                : -1;
+        if (limit_ms >= 0 && now - c->since_ms > limit_ms) {
+            conn_kill(h, c);
+            atomic_fetch_add(&h->n_timed_out, 1);
+        }
+    }
+    lws_sul_schedule(h->lws, 0, &h->sweep, sweep, LWS_US_PER_SEC);
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+enum method { M_GET, M_HEAD, M_OTHER };
+
+static enum method request_method(struct lws *wsi)
+{
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0) {
+        return M_GET;
+    }
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0) {
+        return M_HEAD;
+    }
+    return M_OTHER;
+}
+
+static int write_headers(struct lws *wsi, const struct mesh_httpd_resp *r, size_t len, bool allow,
+                         bool retry)
+{
+    unsigned char buf[LWS_PRE + HDR_BUF];
+    unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+    const char *type = r->type != NULL ? r->type : "text/plain; charset=utf-8";
+    if (lws_add_http_common_headers(wsi, r->status, type, len, &p, end) != 0 ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
+                                     (const unsigned char *)"no-store", 8, &p, end) != 0) {
+        return -1;
+    }
+    if (allow && lws_add_http_header_by_name(wsi, (const unsigned char *)"allow:",
+                                             (const unsigned char *)"GET, HEAD", 9, &p, end) != 0) {
+        return -1;
+    }
+    if (retry && lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_RETRY_AFTER,
+                                              (const unsigned char *)"1", 1, &p, end) != 0) {
+        return -1;
+    }
+    return lws_finalize_write_http_header(wsi, start, &p, end) != 0 ? -1 : 0;
+}
+
+static void set_text(struct mesh_httpd_resp *r, unsigned status, const char *text)
+{
+    mesh_free(r->text);
+    mesh_httpd_body_unref(r->body);
+    memset(r, 0, sizeof(*r));
+    r->status = status;
+    r->text = mesh_strdup(text);
+}
+
+/* The path lws hands over (`in`, len): printable ASCII only. */
+static bool path_ok(const char *in, size_t len, char *out, size_t cap)
+{
+    if (in == NULL || len == 0 || len >= cap) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)in[i];
+        if (ch <= 0x20 || ch >= 0x7f) {
+            return false;
+        }
+    }
+    memcpy(out, in, len);
+    out[len] = '\0';
+    return true;
+}
+
+static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *in,
+                      size_t len)
+{
+    struct mesh_httpd_resp r;
+    memset(&r, 0, sizeof(r));
+    enum method m = request_method(wsi);
+    bool allow = false, retry = false;
+    char path[PATH_MAX_LEN + 1];
+    if (m == M_OTHER) {
+        set_text(&r, 405, "method not allowed: only GET and HEAD are served\n");
+        allow = true;
+    } else if (in != NULL && len > 0 && memchr(in, '\0', len) != NULL) {
+        set_text(&r, 400, "bad request: the path contains a NUL byte\n");
+    } else if (!path_ok(in, len, path, sizeof(path))) {
+        set_text(&r, len > PATH_MAX_LEN ? 414 : 400,
+                 len > PATH_MAX_LEN ? "the path is too long\n"
+                                    : "bad request: the path must be printable ASCII\n");
+    } else {
+        h->handler(h->arg, path, &r);
+        if (r.status == 0) {
+            r.status = 200;
+        }
+        if (r.bulk && h->bulk_active >= h->lim.max_bulk) {
+            atomic_fetch_add(&h->n_bulk_busy, 1);
+            char msg[128];
+            snprintf(msg, sizeof(msg), "busy: %d transfers of large documents in flight; retry\n",
+                     h->bulk_active);
+            set_text(&r, 503, msg);
+            retry = true;
+        }
+    }
+    if (r.bulk) {
+        c->bulk = true;
+        h->bulk_active++;
+    }
+    c->text = r.text;
+    c->body = r.body;
+    c->data = c->body != NULL ? mesh_httpd_body_data(c->body) : (c->text != NULL ? c->text : "");
+    c->len = c->body != NULL ? mesh_httpd_body_len(c->body) : (c->text ? strlen(c->text) : 0);
+    c->off = 0;
+    set_state(h, c, C_SEND);
+    if (write_headers(wsi, &r, c->len, allow, retry) < 0) {
+        return -1;
+    }
+    if (m == M_GET && c->len > 0) {
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    /* No body (HEAD: RFC 9110 §9.3.2), or a request whose own body lws is
+     * still reading: then the writable callback would not come before the
+     * body ends, so the (short) answer goes out now and lws discards the
+     * request body. */
+    if (m == M_OTHER &&
+        lws_write(wsi, (unsigned char *)c->data, c->len, LWS_WRITE_HTTP_FINAL) < (int)c->len) {
+        return -1;
+    }
+    release_response(h, c);
+    set_state(h, c, C_WAIT);
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static int on_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
+{
+    if (c->state != C_SEND || c->data == NULL) {
+        return 0;
+    }
+    size_t n = c->len - c->off < CHUNK ? c->len - c->off : CHUNK;
+    bool last = c->off + n == c->len;
+    memcpy(h->buf + LWS_PRE, c->data + c->off, n);
+    if (lws_write(wsi, h->buf + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) <
+        (int)n) {
+        return -1;
+    }
+    c->off += n;
+    c->since_ms = mono_ms();
+    if (!last) {
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    release_response(h, c);
+    set_state(h, c, C_WAIT);
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len)
+{
+    struct lws_context *ctx = wsi != NULL ? lws_get_context(wsi) : NULL;
+    struct mesh_httpd *h = ctx != NULL ? lws_context_user(ctx) : NULL;
+    if (h == NULL || h->conns == NULL) {
+        return 0;
+    }
+    struct conn *c = NULL;
+    switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
+        const struct lws_filter_network_conn_args *a = user;
+        if (a == NULL) {
+            return 1;
+        }
+        return admit(h, &a->cli_addr);
+    }
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+        return attach(h, wsi);
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        /* No WebSocket (or h2c) service here: hang up. */
+        atomic_fetch_add(&h->n_upgrades, 1);
+        return -1;
+    case LWS_CALLBACK_HTTP:
+        c = lws_get_opaque_user_data(wsi);
+        if (c == NULL || c->state == C_DYING) {
+            return -1;
+        }
+        release_response(h, c);
+        return on_request(h, wsi, c, in, len);
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        c = lws_get_opaque_user_data(wsi);
+        if (c == NULL) {
+            return 0;
+        }
+        return on_writable(h, wsi, c);
+    case LWS_CALLBACK_HTTP_BODY:
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        /* Request bodies are answered 405 and discarded; the header
+         * timeout bounds how long a client may keep sending one. */
+        return 0;
+    case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_WSI_DESTROY:
+        conn_free(h, wsi);
+        return 0;
+    default:
+        return lws_callback_http_dummy(wsi, reason, user, in, len);
+    }
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+static void lws_log(int level, const char *line)
+{
+    /* lws lines end in '\n'; the log module adds its own (and escapes
+     * what a client may have put into the line). */
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) {
+        n--;
+    }
+    if (level & LLL_ERR) {
+        mesh_warn(MOD, "libwebsockets: %.*s", (int)n, line);
+    } else {
+        mesh_debug(MOD, "libwebsockets: %.*s", (int)n, line);
+    }
+}
+
+static void *serve(void *arg)
+{
+    struct mesh_httpd *h = arg;
+    while (!h->stop) {
+        if (lws_service(h->lws, 0) < 0) {
+            break;
+        }
+    }
+    return NULL;
+}
+
+int mesh_httpd_parse_addr(const char *addr, const char *flag, char *iface, size_t cap,
+                          int *out_port, struct mesh_err *err)
+{
+    const char *colon = addr != NULL ? strrchr(addr, ':') : NULL;
+    if (colon == NULL) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "%s '%s' is not [HOST]:PORT (e.g. :9431, 127.0.0.1:9431)", flag,
+                            addr != NULL ? addr : "");
+    }
+    size_t hl = (size_t)(colon - addr);
+    const char *host = addr;
+    if (hl >= 2 && addr[0] == '[' && addr[hl - 1] == ']') {
+        host++;
+        hl -= 2;
+    }
+    if (hl >= cap) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "%s '%s': host too long", flag, addr);
+    }
+    memcpy(iface, host, hl);
+    iface[hl] = '\0';
+    long long p = 0;
+    if (mesh_parse_ll(colon + 1, strlen(colon + 1), 0, 65535, &p, NULL) < 0) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "%s '%s': port must be 0..65535", flag, addr);
+    }
+    *out_port = (int)p;
+    return 0;
+}
+
+static void limits_defaults(struct mesh_httpd_limits *l)
+{
+    l->max_conns = l->max_conns > 0 ? l->max_conns : 128;
+    l->max_per_peer = l->max_per_peer > 0 ? l->max_per_peer : 32;
+    l->max_bulk = l->max_bulk > 0 ? l->max_bulk : 8;
+    l->header_timeout_s = l->header_timeout_s > 0 ? l->header_timeout_s : 5;
+    l->send_timeout_s = l->send_timeout_s > 0 ? l->send_timeout_s : 10;
+    l->max_header_bytes = l->max_header_bytes > 0 ? l->max_header_bytes : 4096;
+    if (l->max_header_bytes > 65535) {
+        l->max_header_bytes = 65535;
+    }
+}
+
+struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out_port,
+                                    struct mesh_err *err)
+{
+    struct mesh_httpd *h = mesh_calloc(1, sizeof(*h));
+    h->lim = opts->limits;
+    limits_defaults(&h->lim);
+    h->handler = opts->handler;
+    h->arg = opts->arg;
+    int port = 0;
+    const char *flag = opts->flag != NULL ? opts->flag : "address";
+    if (mesh_httpd_parse_addr(opts->addr, flag, h->iface, sizeof(h->iface), &port, err) < 0) {
+        mesh_free(h);
+        return NULL;
+    }
+    h->nconns = 2 * h->lim.max_conns;
+    h->conns = mesh_calloc((size_t)h->nconns, sizeof(*h->conns));
+    h->protocols[0] = (struct lws_protocols){"http", callback, 0, 0, 0, NULL, 0};
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log);
+
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof(info));
+    info.port = port;
+    info.iface = h->iface[0] ? h->iface : NULL;
+    info.protocols = h->protocols;
+    info.user = h;
+    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
+    if (h->iface[0] != '\0' && strchr(h->iface, ':') == NULL) {
+        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    }
+    /* lws's own clocks, set to ours so neither outlives the other. */
+    info.timeout_secs = (unsigned)h->lim.header_timeout_s;
+    info.timeout_secs_ah_idle = (unsigned)h->lim.header_timeout_s;
+    info.keepalive_timeout = h->lim.header_timeout_s;
+    info.max_http_header_data = (unsigned short)h->lim.max_header_bytes;
+    /* One header buffer per table entry, so no connection waits for one
+     * (lws stops accepting while its pool is exhausted); they are
+     * allocated only while a request is being read. */
+    info.max_http_header_pool = (unsigned short)h->nconns;
+    /* The table plus the listen sockets and lws's cancel pipe. Without a
+     * limit lws sizes its fd tables by RLIMIT_NOFILE and zeroes them
+     * (16 MiB at the 1,048,576 many container runtimes set). */
+    info.fd_limit_per_thread = (unsigned)h->nconns + 8;
+    h->lws = lws_create_context(&info);
+    if (h->lws == NULL) {
+        mesh_free(h->conns);
+        mesh_free(h);
+        mesh_err_set(err, MESH_E_IO, 0,
+                     "cannot serve HTTP on %s (address in use or not local?); choose another "
+                     "%s",
+                     opts->addr, flag);
+        return NULL;
+    }
+    struct lws_vhost *vh = lws_get_vhost_by_name(h->lws, "default");
+    *out_port = vh != NULL ? lws_get_vhost_listen_port(vh) : port;
+    lws_sul_schedule(h->lws, 0, &h->sweep, sweep, LWS_US_PER_SEC);
+    if (pthread_create(&h->thread, NULL, serve, h) != 0) {
+        lws_context_destroy(h->lws);
+        mesh_free(h->conns);
+        mesh_free(h);
+        mesh_err_set(err, MESH_E_IO, 0, "cannot start the HTTP thread");
+        return NULL;
+    }
+    h->started = true;
+    return h;
+}
+
+void mesh_httpd_stop(struct mesh_httpd *h)
+{
+    if (h == NULL) {
+        return;
+    }
+    h->stop = 1;
+    if (h->started) {
+        lws_cancel_service(h->lws);
+        pthread_join(h->thread, NULL);
+    }
+    lws_sul_cancel(&h->sweep);
+    lws_context_destroy(h->lws);
+    for (int i = 0; i < h->nconns; i++) {
+        release_response(h, &h->conns[i]);
+    }
+    mesh_free(h->conns);
+    mesh_free(h);
+}
+
+void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (h == NULL) {
+        return;
+    }
+    out->accepted = atomic_load(&h->n_accepted);
+    out->evicted = atomic_load(&h->n_evicted);
+    out->refused = atomic_load(&h->n_refused);
+    out->timed_out = atomic_load(&h->n_timed_out);
+    out->upgrades = atomic_load(&h->n_upgrades);
+    out->bulk_busy = atomic_load(&h->n_bulk_busy);
+    out->open = atomic_load(&h->n_open);
+}

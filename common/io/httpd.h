@@ -1,0 +1,122 @@
+/*
+ * httpd.h - a small HTTP/1.1 server on libwebsockets for probes, metrics and
+ * read-only documents, built to keep answering while hostile or broken
+ * clients hold its port (issue 13):
+ *
+ *   - every connection has a count, size and time limit: at most max_conns
+ *     open (max_per_peer from one address), request headers of at most
+ *     max_header_bytes, completed within header_timeout_s of the accept (or
+ *     of the previous response on a kept-alive connection), and a response
+ *     that makes progress at least every send_timeout_s;
+ *   - a new connection is never turned away for capacity: when the server
+ *     is full it closes the oldest connection that has not yet sent a
+ *     complete request (then the oldest idle one, then the oldest slow
+ *     reader), so the kubelet's probe, which sends its request at once,
+ *     always gets a slot;
+ *   - WebSocket upgrades are refused (the connection is closed);
+ *   - large documents are shared, reference-counted bodies
+ *     (struct mesh_httpd_body) that connections read from in place, and at
+ *     most max_bulk of them are in flight (503 + Retry-After beyond);
+ *   - HTTP semantics of RFC 9110: GET and HEAD (headers only) are served,
+ *     every other method gets a complete 405 with `Allow: GET, HEAD`, a
+ *     request path with control bytes gets 400.
+ *
+ * Every libwebsockets callback tolerates a missing per-session state and
+ * every reason: connection state lives in the server's own table.
+ * The handler runs on the server thread.
+ */
+#ifndef MESH_HTTPD_H
+#define MESH_HTTPD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+/* Limits; a field left 0 takes the default in brackets. */
+struct mesh_httpd_limits {
+    int max_conns;        /* open connections [128] */
+    int max_per_peer;     /* open connections from one address [32] */
+    int max_bulk;         /* concurrent responses marked bulk [8] */
+    int header_timeout_s; /* request headers complete within [5] s */
+    int send_timeout_s;   /* a response stalled this long is dropped [10] s */
+    int max_header_bytes; /* request line + headers [4096] */
+};
+
+/* An immutable byte string shared by every connection sending it. Created
+ * with one reference; the last mesh_httpd_body_unref frees it (its pages go
+ * back to the kernel at once). Reference counting is atomic: bodies may be
+ * made and dropped on any thread. */
+struct mesh_httpd_body;
+
+/* Read a whole regular file (at most max_len bytes) into a new body; owned
+ * by caller (mesh_httpd_body_unref). NULL with -MESH_E_IO (cannot open or
+ * read; err names the path) or -MESH_E_TOOBIG (larger than max_len). */
+struct mesh_httpd_body *mesh_httpd_body_from_file(const char *path, size_t max_len,
+                                                  struct mesh_err *err);
+/* Copy len bytes into a new body; owned by caller. */
+struct mesh_httpd_body *mesh_httpd_body_from_bytes(const void *bytes, size_t len);
+/* One more reference to b (returned); NULL gives NULL. */
+struct mesh_httpd_body *mesh_httpd_body_ref(struct mesh_httpd_body *b);
+/* Drop one reference; NULL does nothing. */
+void mesh_httpd_body_unref(struct mesh_httpd_body *b);
+const char *mesh_httpd_body_data(const struct mesh_httpd_body *b);
+size_t mesh_httpd_body_len(const struct mesh_httpd_body *b);
+
+/* What a handler answers. The server zeroes it before the call; status 0
+ * means 200 and type NULL means "text/plain; charset=utf-8". Give either
+ * text (owned: the server frees it) or body (one reference, taken by the
+ * server); neither = an empty body. bulk: the response counts against
+ * max_bulk; when max_bulk bulk responses are already in flight the server
+ * drops this one and answers 503 with Retry-After. */
+struct mesh_httpd_resp {
+    unsigned status;
+    const char *type; /* static string */
+    char *text;
+    struct mesh_httpd_body *body;
+    bool bulk;
+};
+
+/* Called for GET and HEAD with the request path (no query string; printable
+ * ASCII, at most 255 bytes; longer paths are answered 404 without a call).
+ * Server thread. */
+typedef void (*mesh_httpd_handler_fn)(void *arg, const char *path, struct mesh_httpd_resp *out);
+
+struct mesh_httpd_opts {
+    const char *addr; /* "[host]:port", "host:port", ":port"; port 0 = any free */
+    struct mesh_httpd_limits limits;
+    mesh_httpd_handler_fn handler;
+    void *arg;        /* borrowed, passed to handler */
+    const char *flag; /* the option that gave addr, for messages ("--http-addr") */
+};
+
+/* Counters (the /metrics of the program using it). */
+struct mesh_httpd_stats {
+    uint64_t accepted;  /* connections accepted */
+    uint64_t evicted;   /* closed to make room for a new connection */
+    uint64_t refused;   /* closed at accept: no connection could be evicted */
+    uint64_t timed_out; /* closed for a header, idle or send timeout */
+    uint64_t upgrades;  /* WebSocket upgrades refused */
+    uint64_t bulk_busy; /* bulk responses answered 503 */
+    int open;           /* connections open now */
+};
+
+struct mesh_httpd;
+
+/* Listen on opts->addr and serve on a new thread; *out_port receives the
+ * bound port. Owned by caller (mesh_httpd_stop). NULL with -MESH_E_CONFIG
+ * (bad address) or -MESH_E_IO (cannot listen or start the thread). */
+struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out_port,
+                                    struct mesh_err *err);
+/* Stop the thread, close every connection, free. NULL does nothing. */
+void mesh_httpd_stop(struct mesh_httpd *h);
+/* A snapshot of the counters (any thread). */
+void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out);
+
+/* Split "[::1]:9431", "127.0.0.1:9431", ":9431" into iface ("" = all) and
+ * port; flag names the option in the message. -MESH_E_CONFIG when malformed. */
+int mesh_httpd_parse_addr(const char *addr, const char *flag, char *iface, size_t cap,
+                          int *out_port, struct mesh_err *err);
+
+#endif

@@ -44,7 +44,12 @@ bool mesh_sidecar_is_ready(struct mesh_sidecar *ctx, char *why, size_t cap)
 {
     pthread_mutex_lock(&ctx->mu);
     bool ready = ctx->st.ready;
-    snprintf(why, cap, "%s", ctx->st.reason);
+    /* Empty only before the own pod is known and the informer started. */
+    const char *reason = ctx->st.reason[0] != '\0' ? ctx->st.reason
+                         : ready                   ? "ready"
+                                                   : "waiting for the first list of pods";
+    /* One line, whatever a reason might carry. */
+    snprintf(why, cap, "%.*s", (int)strcspn(reason, "\r\n"), reason);
     pthread_mutex_unlock(&ctx->mu);
     if (ctx->relay_mode) {
         /* Relay mode: say which source this pod follows and how far behind. */

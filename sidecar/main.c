@@ -300,8 +300,8 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     }
     mesh_grpc_server_set_scope(ctx->grpc, ctx->ns, ctx->selector);
     pthread_mutex_lock(&ctx->mu);
-    snprintf(ctx->st.reason, sizeof(ctx->st.reason), "waiting for the first LIST of pods %.400s",
-             ctx->selector);
+    snprintf(ctx->st.reason, sizeof(ctx->st.reason),
+             "waiting for the first list of pods (selector %.400s)", ctx->selector);
     ctx->st.generation = ctx->generation;
     pthread_mutex_unlock(&ctx->mu);
 

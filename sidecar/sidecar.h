@@ -11,8 +11,8 @@
  *   topology.c  store -> workers -> render -> publish, only when outputs change;
  *               transition logs; the status the HTTP server serves
  *   metrics.c   the /metrics text and the publish-latency ring behind it
- *   http.c      libwebsockets server: /healthz /readyz /metrics /topology
- *               (room for WebSocket /watch: a second protocol in its table)
+ *   http.c      /healthz /readyz /metrics /topology on the hardened
+ *               libwebsockets server of io/httpd.h
  *
  * Threads: the informer runs on its own thread (k8s_informer.h); its
  * callbacks only bump counters and note when the change arrived (chg_mu);
@@ -386,6 +386,9 @@ void mesh_sidecar_direct_stop(struct mesh_sidecar *ctx);
 /* ---- http.c ---- */
 
 struct mesh_sidecar_http;
+
+/* /topology transfers in flight at once; more are answered 503 + Retry-After. */
+#define MESH_SIDECAR_TOPOLOGY_TRANSFERS 8
 
 /* Start the HTTP server on addr ("[host]:port", ":port", "host:port"; port 0
  * = any free port) on its own thread. *out_port receives the bound port.

@@ -11,6 +11,7 @@
 
 #include "core/logfmt.h"
 #include "init.h"
+#include "io/secret.h"
 #include "io/log.h"
 #include "io/sys.h"
 
@@ -49,6 +50,9 @@ static int run(struct mesh_init *ctx)
 
 int main(int argc, char **argv)
 {
+    /* Secrets (the TPU API access token) stay in the process: no core dump,
+     * no ptrace or /proc/<pid>/mem by another process of the same user. */
+    (void)mesh_secret_no_dumps();
     struct mesh_init ctx;
     struct mesh_init_cli cli;
     struct mesh_err err;

@@ -29,6 +29,7 @@
 #include "init.h"
 #include "io/gce_metadata.h"
 #include "io/log.h"
+#include "io/secret.h"
 #include "io/sys.h"
 #include "io/tpu_api.h"
 
@@ -718,7 +719,7 @@ static void api_session_cleanup(struct api_session *s)
     mesh_gce_metadata_cleanup(&s->md);
     mesh_free(s->project);
     mesh_free(s->zone);
-    mesh_free(s->token);
+    mesh_secret_free(s->token);
     mesh_free(s->endpoint);
 }
 
@@ -777,11 +778,10 @@ static int api_wait(struct api_session *s, const char *name, struct mesh_tpu_api
         return rc;
     }
     if (strcmp(fresh, s->token) == 0) {
-        mesh_free(fresh);
+        mesh_secret_free(fresh);
         return rc; /* the same token: refused for a reason a refresh cannot fix */
     }
-    mesh_free(s->token);
-    s->token = fresh;
+    mesh_secret_replace(&s->token, fresh);
     s->api.token = fresh;
     mesh_info(MOD, "TPU \"%s\": access token refused; retrying with a fresh token", name);
     return mesh_tpu_api_wait_ready(&s->api, name, out, err);

@@ -28,6 +28,7 @@
 #include "io/grpc_server.h"
 #include "io/k8s_client.h"
 #include "io/k8s_informer.h"
+#include "io/secret.h"
 #include "io/log.h"
 #include "io/relay_client.h"
 #include "sidecar.h"
@@ -324,6 +325,10 @@ int main(int argc, char **argv)
      * left out: they lower the resting RSS but not the peak, and add page
      * faults to every publish (bench/sidecar/RESULTS.md). */
     (void)mallopt(M_ARENA_MAX, 1);
+    /* The API token stays in the process: no core dump (a crash would
+     * write it to disk), no ptrace or /proc/<pid>/mem by another process
+     * of the same user. */
+    (void)mesh_secret_no_dumps();
     static struct mesh_sidecar ctx; /* large; zero-initialised */
     struct mesh_err err;
     mesh_err_clear(&err);

@@ -249,6 +249,9 @@ int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value
         }
     }
     *out_value = mesh_strdup(tok);
+    /* The reply and its parsed copy carry the token: wipe both. */
+    explicit_bzero((char *)tok, strlen(tok));
+    explicit_bzero(v, strlen(v));
     return 0;
 }
 

@@ -33,6 +33,7 @@
 #include "core/mem.h"
 #include "io/kubeconfig.h"
 #include "io/log.h"
+#include "io/secret.h"
 #include "io/sys.h"
 
 extern char **environ;
@@ -123,6 +124,7 @@ static char *trim(char *s)
     }
     if (i > 0) {
         memmove(s, s + i, n - i + 1);
+        explicit_bzero(s + n - i + 1, i); /* no stale tail of a token behind the NUL */
     }
     return s;
 }
@@ -143,7 +145,7 @@ static int token_file_read(struct mesh_k8s_client *c, struct mesh_err *err)
     char *t = read_small_file(c->token_file, TOKEN_MAX, &e2);
     c->token_read_ms = mesh_sys_now_ms();
     if (t == NULL || trim(t)[0] == '\0') {
-        mesh_free(t);
+        mesh_secret_free(t);
         if (c->token != NULL) {
             mesh_warn(MOD, "token file %s unreadable or empty, keeping the previous token: %s",
                       c->token_file, t ? "empty" : e2.msg);
@@ -154,8 +156,8 @@ static int token_file_read(struct mesh_k8s_client *c, struct mesh_err *err)
                             "--token-file",
                             c->token_file, t ? "empty" : e2.msg);
     }
-    mesh_free(c->token);
-    c->token = t;
+    /* trim() moved the token to the start of t; only t is kept. */
+    mesh_secret_replace(&c->token, t);
     return 0;
 }
 
@@ -360,12 +362,14 @@ static int exec_run(struct mesh_k8s_client *c, struct mesh_err *err)
         rc = mesh_kubeconfig_parse_exec_credential(out.data ? out.data : "", out.len, ex->command,
                                                    &tok, &exp, err);
     }
+    if (out.data != NULL) {
+        explicit_bzero(out.data, out.len); /* the plugin's reply carries the token */
+    }
     mesh_buf_cleanup(&out);
     if (rc < 0) {
         return rc;
     }
-    mesh_free(c->token);
-    c->token = tok;
+    mesh_secret_replace(&c->token, tok);
     c->token_expiry_s = exp;
     c->token_read_ms = mesh_sys_now_ms();
     mesh_info(MOD, "credential plugin %s returned a token%s", ex->command,
@@ -511,7 +515,7 @@ static int config_kubeconfig(struct mesh_k8s_client *c, const struct mesh_k8s_cl
         c->token_file = mesh_strdup(kc->token_file);
     } else if (kc->token != NULL) {
         c->auth = AUTH_STATIC;
-        c->token = mesh_strdup(kc->token);
+        c->token = MESH_STEAL(kc->token); /* one copy, owned here */
     }
     c->ns = mesh_strdup(kc->ns ? kc->ns : "default");
     if (kc->tls_server_name != NULL) {
@@ -635,9 +639,9 @@ void mesh_k8s_client_free(struct mesh_k8s_client *c)
     if (c->multi != NULL) {
         curl_multi_cleanup(c->multi);
     }
-    char *strs[] = {c->server,     c->ns,         c->source,  c->ca_file,
-                    c->cert_file,  c->key_file,   c->token,   c->token_file,
-                    c->user_agent, c->connect_to, c->url_base};
+    mesh_secret_free(c->token);
+    char *strs[] = {c->server,   c->ns,         c->source,     c->ca_file,    c->cert_file,
+                    c->key_file, c->token_file, c->user_agent, c->connect_to, c->url_base};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         mesh_free(strs[i]);
     }
@@ -1040,8 +1044,7 @@ static struct curl_slist *make_headers(const struct mesh_k8s_client *c, bool pos
     if (c->token != NULL) {
         char *auth = mesh_asprintf("Authorization: Bearer %s", c->token);
         h = curl_slist_append(h, auth);
-        explicit_bzero(auth, strlen(auth));
-        mesh_free(auth);
+        mesh_secret_free(auth);
     }
     return h;
 }
@@ -1069,7 +1072,7 @@ static int request(struct mesh_k8s_client *c, struct xfer *x, const char *url, l
         x->retry_after = 0;
         setup_easy(c, x, url, hdrs, errbuf, cto);
         int res = drive(c, x, stall_ms);
-        curl_slist_free_all(hdrs);
+        mesh_secret_slist_free(hdrs);
         c->last_status = 0;
         curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &c->last_status);
         c->retry_after = x->retry_after;

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,9 +80,12 @@ int mesh_sys_read_file(const char *path, size_t max, struct mesh_buf *out, struc
             return mesh_err_set(err, MESH_E_IO, e, "read '%s'", path);
         }
         if (n == 0) {
+            /* Files read here include bearer tokens: no copy left on the stack. */
+            explicit_bzero(chunk, sizeof(chunk));
             return 0;
         }
         if (out->len + (size_t)n > max || mesh_buf_append(out, chunk, (size_t)n, NULL) < 0) {
+            explicit_bzero(chunk, sizeof(chunk));
             mesh_buf_reset(out);
             return mesh_err_set(err, MESH_E_TOOBIG, 0, "'%s' is larger than %zu bytes", path, max);
         }

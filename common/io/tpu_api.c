@@ -18,6 +18,7 @@
 #include "core/names.h"
 #include "core/mem.h"
 #include "io/log.h"
+#include "io/secret.h"
 #include "io/sys.h"
 
 #define MOD "tpu-api"
@@ -37,15 +38,15 @@ static int http_get(const char *url, const char *token, long timeout_ms, struct 
                     long *out_status, struct mesh_err *err)
 {
     mesh_autocurl CURL *c = curl_easy_init();
-    mesh_autoslist struct curl_slist *hdrs = NULL;
+    mesh_autosecretslist struct curl_slist *hdrs = NULL;
     if (c == NULL) {
         return mesh_err_set(err, MESH_E_API, 0, "curl_easy_init failed");
     }
     if (token != NULL) {
-        mesh_autofree char *auth = mesh_asprintf("Authorization: Bearer %s", token);
+        char *auth = mesh_asprintf("Authorization: Bearer %s", token);
         hdrs = curl_slist_append(hdrs, auth);
-        /* curl copied the header; wipe our copy of the token. */
-        memset(auth, 0, strlen(auth));
+        /* curl copied the header (the list is wiped when freed); wipe ours. */
+        mesh_secret_free(auth);
     }
     hdrs = curl_slist_append(hdrs, "Accept: application/json");
     curl_easy_setopt(c, CURLOPT_URL, url);

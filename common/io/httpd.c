@@ -37,7 +37,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <libwebsockets.h>
@@ -46,6 +45,7 @@
 #include "core/mem.h"
 #include "io/httpd.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "http"
 #define CHUNK 16384
@@ -158,10 +158,7 @@ struct mesh_httpd_body *mesh_httpd_body_from_file(const char *path, size_t max_l
     struct mesh_httpd_body *b = body_alloc((size_t)st.st_size);
     size_t got = 0;
     while (got < b->len) {
-        ssize_t n = read(fd, b->data + got, b->len - got);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
+        ssize_t n = mesh_sys_read(fd, b->data + got, b->len - got);
         if (n < 0) {
             mesh_err_set(err, MESH_E_IO, errno, "cannot read %s", path);
             close(fd);
@@ -209,13 +206,6 @@ size_t mesh_httpd_body_len(const struct mesh_httpd_body *b)
 
 /* ---- connection table ----------------------------------------------------- */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void peer_key(const struct sockaddr_storage *ss, unsigned char key[17])
 {
     memset(key, 0, 17);
@@ -262,7 +252,7 @@ static void set_state(struct mesh_httpd *h, struct conn *c, enum conn_state st)
         h->dying++;
     }
     c->state = st;
-    c->since_ms = mono_ms();
+    c->since_ms = mesh_sys_now_ms();
 }
 
 static void conn_free(struct mesh_httpd *h, struct lws *wsi)
@@ -367,7 +357,7 @@ static int attach(struct mesh_httpd *h, struct lws *wsi)
 static void sweep(lws_sorted_usec_list_t *sul)
 {
     struct mesh_httpd *h = lws_container_of(sul, struct mesh_httpd, sweep);
-    int64_t now = mono_ms();
+    int64_t now = mesh_sys_now_ms();
     for (int i = 0; i < h->nconns; i++) {
         struct conn *c = &h->conns[i];
         int64_t limit_ms = c->state == C_WAIT   ? (int64_t)h->lim.header_timeout_s * 1000
@@ -518,7 +508,7 @@ static int on_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
         return -1;
     }
     c->off += n;
-    c->since_ms = mono_ms();
+    c->since_ms = mesh_sys_now_ms();
     if (!last) {
         lws_callback_on_writable(wsi);
         return 0;

@@ -94,11 +94,62 @@ void mesh_logfmt_time(int64_t now_ms, char out[64])
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 }
 
-/* Text mode: keep the line on one line and printable. */
+/* The code point of the valid UTF-8 sequence at p (at most `avail` bytes),
+ * its length in *n; -1 for an invalid or truncated sequence, an overlong
+ * form or a surrogate. */
+static long utf8_next(const unsigned char *p, size_t avail, size_t *n)
+{
+    long cp;
+    size_t len;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        len = 2;
+        cp = p[0] & 0x1f;
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        len = 3;
+        cp = p[0] & 0x0f;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        len = 4;
+        cp = p[0] & 0x07;
+    } else {
+        return -1;
+    }
+    if (avail < len) {
+        return -1;
+    }
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return -1;
+        }
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+        return -1;
+    }
+    *n = len;
+    return cp;
+}
+
+/* Code points a terminal or log viewer would not show as themselves: C1
+ * controls, the bidirectional controls that reorder what follows
+ * (Trojan Source: U+202A..U+202E, U+2066..U+2069, U+200E/F, U+061C), the
+ * line and paragraph separators and the byte order mark. */
+static bool escape_cp(long cp)
+{
+    return (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c || cp == 0x200e || cp == 0x200f ||
+           (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+/* Text mode: keep the line on one line and printable: ASCII controls as
+ * \n \r \t \xHH, the code points of escape_cp as \uHHHH, bytes that are not
+ * UTF-8 as \xHH; other UTF-8 is kept. */
 static int put_escaped(struct mesh_buf *out, const char *s, struct mesh_err *err)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
+    while (left > 0) {
         int rc;
+        size_t n = 1;
         if (*p == '\n') {
             rc = mesh_buf_puts(out, "\\n", err);
         } else if (*p == '\r') {
@@ -107,12 +158,24 @@ static int put_escaped(struct mesh_buf *out, const char *s, struct mesh_err *err
             rc = mesh_buf_puts(out, "\\t", err);
         } else if (*p < 0x20 || *p == 0x7f) {
             rc = mesh_buf_printf(out, err, "\\x%02x", *p);
-        } else {
+        } else if (*p < 0x80) {
             rc = mesh_buf_append(out, p, 1, err);
+        } else {
+            long cp = utf8_next(p, left, &n);
+            if (cp < 0) {
+                n = 1;
+                rc = mesh_buf_printf(out, err, "\\x%02x", *p);
+            } else if (escape_cp(cp)) {
+                rc = mesh_buf_printf(out, err, "\\u%04lx", cp);
+            } else {
+                rc = mesh_buf_append(out, p, n, err);
+            }
         }
         if (rc < 0) {
             return rc;
         }
+        p += n;
+        left -= n;
     }
     return 0;
 }

@@ -7,12 +7,49 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/cleanup.h"
+#include "core/mem.h"
+
+size_t mesh_json_mask_nul_escapes(char *buf, size_t len)
+{
+    size_t masked = 0;
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (memcmp(buf + i, "\\u0000", 6) != 0) {
+            continue;
+        }
+        /* A real escape only if the backslash is not itself escaped: an
+         * even number of backslashes before it. */
+        size_t bs = 0;
+        while (bs < i && buf[i - 1 - bs] == '\\') {
+            bs++;
+        }
+        if (bs % 2 == 0) {
+            memcpy(buf + i + 2, "fffd", 4);
+            masked++;
+            i += 5;
+        }
+    }
+    return masked;
+}
+
 cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err *err)
 {
     if (len > max) {
         mesh_err_set(err, MESH_E_TOOBIG, 0, "JSON document of %zu bytes exceeds the limit of %zu",
                      len, max);
         return NULL;
+    }
+    /* cJSON decodes \u0000 into a NUL that ends the C string: "a\u0000$(x)"
+     * would be read as "a". Such strings become "a\uFFFD$(x)" instead, a
+     * value every validator of names, addresses and annotations rejects,
+     * so the value is refused as a whole and never silently truncated. */
+    mesh_autofree char *copy = NULL;
+    if (memmem(buf, len, "\\u0000", 6) != NULL) {
+        copy = mesh_malloc(len + 1);
+        memcpy(copy, buf, len);
+        copy[len] = '\0';
+        mesh_json_mask_nul_escapes(copy, len);
+        buf = copy;
     }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, false);

@@ -13,8 +13,14 @@
 
 /* Parse exactly len bytes of buf (no NUL needed). Fails with -MESH_E_TOOBIG
  * above max bytes and -MESH_E_PARSE on malformed JSON or trailing garbage.
+ * A string escape \u0000 is read as U+FFFD (mesh_json_mask_nul_escapes), so
+ * a string never ends early at a NUL and the validators reject the value.
  * Returns an owned tree (cJSON_Delete / mesh_autocjson) or NULL. */
 cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err *err);
+
+/* Rewrite every JSON escape \u0000 in buf[0..len) (not an escaped backslash
+ * followed by "u0000") to \ufffd in place; returns how many. */
+size_t mesh_json_mask_nul_escapes(char *buf, size_t len);
 
 /* Follow a dotted path of object keys ("metadata.labels"). Borrowed or NULL. */
 const cJSON *mesh_json_path(const cJSON *o, const char *dotted);

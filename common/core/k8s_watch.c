@@ -455,6 +455,9 @@ static long ls_decode_str(const char *raw, size_t n, char *out, size_t cap)
         out[n - 2] = '\0';
         return (long)(n - 2);
     }
+    if (memmem(raw, n, "\\u0000", 6) != NULL) {
+        return -1; /* a NUL would end the string early: refuse the value */
+    }
     cJSON *j = cJSON_ParseWithLength(raw, n);
     long rc = -1;
     if (cJSON_IsString(j)) {

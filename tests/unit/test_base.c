@@ -114,6 +114,63 @@ static void test_json_getters(void **state)
     cJSON_Delete(k);
 }
 
+/* \u0000 never truncates a string: the value becomes invalid (U+FFFD) instead. */
+static void test_json_nul_escape(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *doc;
+        const char *want; /* value of "a" */
+    } rows[] = {
+        {"{\"a\":\"trainer-2\\u0000$(touch x)\"}", "trainer-2\xef\xbf\xbd"
+                                                   "$(touch x)"},
+        {"{\"a\":\"\\u0000\"}", "\xef\xbf\xbd"},
+        {"{\"a\":\"x\\\\u0000\"}", "x\\u0000"}, /* escaped backslash: literal text */
+        {"{\"a\":\"x\\\\\\u0000y\"}", "x\\\xef\xbf\xbd"
+                                      "y"}, /* \\ then a real escape */
+        {"{\"a\":\"plain\"}", "plain"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct mesh_err err;
+        mesh_err_clear(&err);
+        mesh_autocjson cJSON *j = mesh_json_parse(rows[i].doc, strlen(rows[i].doc), 1024, &err);
+        assert_non_null(j);
+        assert_string_equal(mesh_json_str(j, "a"), rows[i].want);
+    }
+}
+
+/* Text logs escape C0/C1 controls, bidi controls and bytes that are not UTF-8. */
+static void test_logfmt_escapes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *msg;
+        const char *want;
+    } rows[] = {
+        {"pod \xe2\x80\xae"
+         "exe.txt",
+         "pod \\u202eexe.txt"},
+        {"a\xe2\x81\xa6"
+         "b\xe2\x81\xa9"
+         "c",
+         "a\\u2066b\\u2069c"},
+        {"rlm\xe2\x80\x8f", "rlm\\u200f"},
+        {"c1\xc2\x9b[31m", "c1\\u009b[31m"},
+        {"esc\x1b[2J", "esc\\x1b[2J"},
+        {"bad\xff\xc3", "bad\\xff\\xc3"},
+        {"ok \xc3\xa9\xe6\x97\xa5", "ok \xc3\xa9\xe6\x97\xa5"},
+        {"sep\xe2\x80\xa8x", "sep\\u2028x"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct mesh_buf b;
+        mesh_buf_init(&b, 4096);
+        assert_int_equal(
+            mesh_logfmt_line(&b, MESH_LOG_TEXT, 0, MESH_LOG_INFO, "t", rows[i].msg, NULL, 0), 0);
+        assert_non_null(strstr(b.data, rows[i].want));
+        mesh_buf_cleanup(&b);
+    }
+}
+
 static void test_logfmt_lines(void **state)
 {
     (void)state;
@@ -150,7 +207,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_set_prefix), cmocka_unit_test(test_buf_limits),
         cmocka_unit_test(test_parse_ll),       cmocka_unit_test(test_json_getters),
-        cmocka_unit_test(test_logfmt_lines),
+        cmocka_unit_test(test_logfmt_lines),   cmocka_unit_test(test_json_nul_escape),
+        cmocka_unit_test(test_logfmt_escapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

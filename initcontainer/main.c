@@ -4,6 +4,7 @@
  * code of init.h's table. Every failure ends the log with one line that
  * says which step failed, why, and what to do.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,10 @@ int main(int argc, char **argv)
     /* Secrets (the TPU API access token) stay in the process: no core dump,
      * no ptrace or /proc/<pid>/mem by another process of the same user. */
     (void)mesh_secret_no_dumps();
+    /* Over a file size limit (ulimit -f, RLIMIT_FSIZE) a write must fail
+     * with EFBIG, which the publisher reports (exit 6) after removing its
+     * temp file, instead of SIGXFSZ killing the process mid-publish. */
+    signal(SIGXFSZ, SIG_IGN);
     struct mesh_init ctx;
     struct mesh_init_cli cli;
     struct mesh_err err;

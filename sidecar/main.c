@@ -245,6 +245,9 @@ static int setup_signals(struct mesh_err *err)
         return mesh_err_set(err, MESH_E_IO, errno, "signalfd");
     }
     signal(SIGPIPE, SIG_IGN);
+    /* Over RLIMIT_FSIZE a write fails with EFBIG (a publish failure, logged
+     * and retried) instead of SIGXFSZ ending the process. */
+    signal(SIGXFSZ, SIG_IGN);
     return fd;
 }
 

@@ -511,6 +511,25 @@ function isInjector(o) {
     return ['injector', 'helm-test'].includes(((o.metadata || {}).labels || {})['app.kubernetes.io/component']);
 }
 
+/* ci/networkpolicy-values.yaml: what the optional NetworkPolicy must say. */
+function networkPolicyErrors(objs) {
+    const np = objs.find((o) => o.kind === 'NetworkPolicy');
+    if (!np) return ['no NetworkPolicy rendered'];
+    const e = [];
+    const sel = { 'jobset.sigs.k8s.io/jobset-name': 'train' };
+    const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+    const ing = np.spec.ingress || [];
+    if (!same(np.spec.podSelector.matchLabels, sel)) e.push('podSelector is not the job label');
+    if (!same(np.spec.policyTypes, ['Ingress'])) e.push('policyTypes is not [Ingress]');
+    const own = ing[0] || {};
+    if (!same(own.from, [{ podSelector: { matchLabels: sel } }]) || own.ports) e.push('rule 1 does not admit the job\'s own pods on every port');
+    const mon = ing[1] || {};
+    if (!same(mon.from, [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }])
+        || !same(mon.ports, [{ protocol: 'TCP', port: 9431 }])) e.push('rule 2 is not: namespace monitoring -> TCP 9431');
+    if (ing.length !== 3) e.push(`${ing.length} ingress rules, want 3 (own pods, metrics, one extraIngress)`);
+    return e;
+}
+
 /* Every rendered object through the same checks as k8s/, one TAP line per case. */
 function checkRendered(objs, prefix) {
     const e = [];
@@ -544,6 +563,9 @@ for (const h of HELMS) {
             continue;
         }
         checkRendered(objs, `${tag} template charts/tpumesh [${c.name}]`);
+        if (c.name === 'ci/networkpolicy-values.yaml') {
+            check(`${tag} [${c.name}]: the NetworkPolicy admits the job's pods (any port), the metrics namespace on the HTTP port only, then extraIngress`, networkPolicyErrors(objs));
+        }
         if (c.name === 'defaults') {
             rendered[h.version] = { chart: objs };
         }

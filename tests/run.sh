@@ -5,8 +5,10 @@
 #   fuzz         build/fuzz/fuzz_<t>           replays tests/fuzz/corpus/<t>/ (1 test each)
 #   integration  tests/integration/test_*.sh|py  TAP lines "ok ..." / "not ok ..." are counted;
 #                                              a script that prints none counts by exit code
-# Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration"), WRAP (e.g. valgrind),
-#      FILTER (substring of test names to run), TEST_TIMEOUT (seconds per program, default 600).
+# Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration"), WRAP (e.g. valgrind; also
+#      exported to integration tests, which start the programs under it when they support it),
+#      FILTER (substring of test names to run), INTEGRATION_ONLY (space-separated substrings: run
+#      only the integration tests matching one), TEST_TIMEOUT (seconds per program, default 600).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,8 +17,9 @@ PY=${PY:-/usr/bin/python3}
 ONLY=${ONLY:-unit fuzz integration}
 WRAP=${WRAP:-}
 FILTER=${FILTER:-}
+INTEGRATION_ONLY=${INTEGRATION_ONLY:-}
 TEST_TIMEOUT=${TEST_TIMEOUT:-600}
-export ROOT BUILD PY
+export ROOT BUILD PY WRAP
 LOGDIR=$BUILD/test-logs
 mkdir -p "$LOGDIR"
 
@@ -85,6 +88,11 @@ if want integration; then
         [ -f "$t" ] || continue
         name=integration/$(basename "$t")
         matches "$name" || continue
+        if [ -n "$INTEGRATION_ONLY" ]; then
+            hit=0
+            for pat in $INTEGRATION_ONLY; do [[ "$name" == *"$pat"* ]] && hit=1; done
+            [ "$hit" -eq 1 ] || continue
+        fi
         log=$LOGDIR/$(basename "$t").log
         case "$t" in
         *.py) timeout "$TEST_TIMEOUT" "$PY" "$t" >"$log" 2>&1 ;;

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -626,8 +627,8 @@ int mesh_httpd_parse_addr(const char *addr, const char *flag, char *iface, size_
 
 static void limits_defaults(struct mesh_httpd_limits *l)
 {
-    l->max_conns = l->max_conns > 0 ? l->max_conns : 128;
-    l->max_per_peer = l->max_per_peer > 0 ? l->max_per_peer : 32;
+    l->max_conns = l->max_conns > 0 ? l->max_conns : 512;
+    l->max_per_peer = l->max_per_peer > 0 ? l->max_per_peer : 64;
     l->max_bulk = l->max_bulk > 0 ? l->max_bulk : 8;
     l->header_timeout_s = l->header_timeout_s > 0 ? l->header_timeout_s : 5;
     l->send_timeout_s = l->send_timeout_s > 0 ? l->send_timeout_s : 10;
@@ -651,6 +652,20 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
         mesh_free(h);
         return NULL;
     }
+    /* The table (2 x max_conns) must fit under RLIMIT_NOFILE with room for
+     * the rest of the process (API client, gRPC, files): else lws would
+     * drop connections whose fd numbers exceed the limit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (rlim_t)(2 * h->lim.max_conns + 64) > rl.rlim_cur) {
+        int fit = rl.rlim_cur > 96 ? (int)((rl.rlim_cur - 64) / 2) : 16;
+        mesh_warn(MOD, "the open file limit (%llu) allows %d HTTP connections instead of %d",
+                  (unsigned long long)rl.rlim_cur, fit, h->lim.max_conns);
+        h->lim.max_conns = fit;
+        if (h->lim.max_per_peer > fit) {
+            h->lim.max_per_peer = fit;
+        }
+    }
     h->nconns = 2 * h->lim.max_conns;
     h->conns = mesh_calloc((size_t)h->nconns, sizeof(*h->conns));
     h->protocols[0] = (struct lws_protocols){"http", callback, 0, 0, 0, NULL, 0};
@@ -666,10 +681,11 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     if (h->iface[0] != '\0' && strchr(h->iface, ':') == NULL) {
         info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     }
-    /* lws's own clocks, set to ours so neither outlives the other. */
-    info.timeout_secs = (unsigned)h->lim.header_timeout_s;
-    info.timeout_secs_ah_idle = (unsigned)h->lim.header_timeout_s;
-    info.keepalive_timeout = h->lim.header_timeout_s;
+    /* lws's own clocks: a backstop 2 s behind ours (the 1 s sweep), which
+     * close and count first. */
+    info.timeout_secs = (unsigned)h->lim.header_timeout_s + 2;
+    info.timeout_secs_ah_idle = (unsigned)h->lim.header_timeout_s + 2;
+    info.keepalive_timeout = h->lim.header_timeout_s + 2;
     info.max_http_header_data = (unsigned short)h->lim.max_header_bytes;
     /* One header buffer per table entry, so no connection waits for one
      * (lws stops accepting while its pool is exhausted); they are

@@ -36,8 +36,8 @@
 
 /* Limits; a field left 0 takes the default in brackets. */
 struct mesh_httpd_limits {
-    int max_conns;        /* open connections [128] */
-    int max_per_peer;     /* open connections from one address [32] */
+    int max_conns;        /* open connections [512; less if RLIMIT_NOFILE is low] */
+    int max_per_peer;     /* open connections from one address [64] */
     int max_bulk;         /* concurrent responses marked bulk [8] */
     int header_timeout_s; /* request headers complete within [5] s */
     int send_timeout_s;   /* a response stalled this long is dropped [10] s */
@@ -79,7 +79,7 @@ struct mesh_httpd_resp {
 };
 
 /* Called for GET and HEAD with the request path (no query string; printable
- * ASCII, at most 255 bytes; longer paths are answered 404 without a call).
+ * ASCII, at most 255 bytes; longer paths get 414, others 400, without a call).
  * Server thread. */
 typedef void (*mesh_httpd_handler_fn)(void *arg, const char *path, struct mesh_httpd_resp *out);
 

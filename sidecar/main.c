@@ -150,6 +150,7 @@ void mesh_sidecar_direct_stop(struct mesh_sidecar *ctx)
     mesh_k8s_informer_free(inf);
     mesh_k8s_client_free(wc);
     ctx->api_progress = 0;
+    ctx->api_watches = ctx->api_failures = 0;
 }
 
 /* Liveness bookkeeping, once a second: the loop ticked, and the source
@@ -157,10 +158,17 @@ void mesh_sidecar_direct_stop(struct mesh_sidecar *ctx)
 static void tick_progress(struct mesh_sidecar *ctx, int64_t mono)
 {
     uint64_t pr = 0;
+    bool new_watch = false;
     if (ctx->inf != NULL && !ctx->following) {
         struct mesh_k8s_informer_stats s;
         mesh_k8s_informer_stats(ctx->inf, &s);
-        pr = s.lists + s.watches + s.events + s.bookmarks + s.pages;
+        pr = s.lists + s.events + s.bookmarks + s.pages;
+        /* A new watch is progress only when no request failed since the
+         * last tick: retries against an API server that cannot be reached
+         * start a watch every few seconds and must not keep /healthz at 200. */
+        new_watch = s.watches != ctx->api_watches && s.failures == ctx->api_failures;
+        ctx->api_watches = s.watches;
+        ctx->api_failures = s.failures;
     } else {
         struct mesh_relay_status rs;
         bool have = false;
@@ -169,7 +177,7 @@ static void tick_progress(struct mesh_sidecar *ctx, int64_t mono)
     }
     pthread_mutex_lock(&ctx->mu);
     ctx->st.loop_tick_ms = mono; /* /healthz: the loop is alive */
-    bool moved = pr != ctx->api_progress || ctx->st.last_progress_ms == 0;
+    bool moved = pr != ctx->api_progress || new_watch || ctx->st.last_progress_ms == 0;
     if (moved) {
         ctx->api_progress = pr;
         ctx->st.last_progress_ms = mono;

@@ -137,7 +137,7 @@ class Sidecar:
         self.out = out
         cmd = WRAP + [SIDECAR, "--apiserver", sim.url, "--token-file", token_file,
                       "--namespace", "default", "--pod-name", pod, "--out-dir", out,
-                      "--http-addr", "127.0.0.1:0", "--address-mode", "ip"] + list(extra)
+                      "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--address-mode", "ip"] + list(extra)
         pre = None
         if core:
             def pre():
@@ -333,6 +333,7 @@ def slowloris(car, sim, pod_names):
     for i in range(30):
         t0 = time.monotonic()
         results.append(probe(car.port, timeout=1.0))
+        held = max(held, nfds(pid))
         if i == 10:
             gen0 = generation(car.out)
             t_change = time.monotonic()
@@ -343,8 +344,8 @@ def slowloris(car, sim, pod_names):
     atk.stop.set()
     atk.thread.join(10)
     good = sum(results)
-    check("slowloris: the attack held connections (%d fds open, %d connects, %d closed by the "
-          "server)" % (held, atk.opened, atk.closed), held >= 100 and atk.closed > 0,
+    check("slowloris: the attack held connections (at most %d fds open, %d connects, %d closed by "
+          "the server)" % (held, atk.opened, atk.closed), held >= 200 and atk.closed > 0,
           "fds %d" % held)
     check("slowloris: %d of 30 /readyz probes (1 s timeout, 1/s) answered with 300 slow clients "
           "and 100 upgrades held (>= 28)" % good, good >= 28, results)
@@ -368,8 +369,10 @@ def no_readers(car):
     before = proc_status(pid)
     socks = []
     for _ in range(60):
-        s = socket.create_connection(("127.0.0.1", car.port), timeout=2)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+        s.settimeout(2)
+        s.connect(("127.0.0.1", car.port))
         s.sendall(b"GET /topology HTTP/1.1\r\nHost: a\r\n\r\n")
         socks.append(s)
     time.sleep(3)

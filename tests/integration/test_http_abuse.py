@@ -437,10 +437,28 @@ def early_and_health(sim2, tmp, tok):
                 core=True, env={"ASAN_OPTIONS": "handle_segv=0:detect_leaks=0"} if ASAN else None)
     try:
         r = wait(lambda: http(b.port, "/readyz"), 10)
-        check("/readyz before the first list: 503 'waiting for the first list of pods'",
-              r is not None and r[0] == 503 and r[2].startswith(b"waiting for the first list of pods")
-              and r[2].count(b"\n") == 1, r)
+        check("/readyz while the own pod is missing: 503 with a one-line reason",
+              r is not None and r[0] == 503 and len(r[2]) > 1 and r[2].count(b"\n") == 1
+              and r[2].endswith(b"\n"), r)
+        # The pod appears, but LISTs fail for a while: every answer before the first LIST is a
+        # 503 with one non-empty line (the sidecar's status before its first LIST is "waiting for
+        # the first list of pods (selector ...)"; a failing step says what failed instead).
+        sim2.client.fail(code=503, count=3, match="list")
         sim2.client.make(name="late-0", index=0)
+        seen = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            x = http(b.port, "/readyz")
+            if x is not None:
+                seen.append((x[0], x[2]))
+                if x[0] == 200:
+                    break
+            time.sleep(0.1)
+        early = [x for x in seen if x[0] != 200]
+        check("/readyz before the first list: 503 with a one-line reason each time (%d answers, "
+              "reasons: %s)" % (len(early), sorted({x[1][:40] for x in early})),
+              early and all(c == 503 and len(t) > 1 and t.count(b"\n") == 1 and t.endswith(b"\n")
+                            for c, t in early), early[:5])
         check("pod appears: /readyz 200", wait(lambda: http(b.port, "/readyz")[0] == 200, 30), b.lines[-5:])
         sim2.stop()
         h = wait(lambda: (lambda x: x if x and x[0] == 503 else None)(http(b.port, "/healthz")),

@@ -8,7 +8,8 @@
  * so a 4,096-pod job costs three reviews, not 12,288.
  *
  * The check runs on the server thread and blocks it for the API's round
- * trip (a cache miss only); a failed check is logged and never blocks
+ * trip (a cache miss only, at most a second per request); a failed check is
+ * logged once, cached like an answer (no warning) and never blocks
  * admission: the warning is advice, the decision is the pod's.
  */
 #include <stdlib.h>
@@ -51,8 +52,8 @@ struct mesh_injector_access *mesh_injector_access_new(const struct mesh_injector
         .apiserver = o->apiserver,
         .token_file = o->token_file,
         .ca_file = o->ca_file,
-        .connect_timeout_ms = 2000,
-        .request_timeout_ms = 2000,
+        .connect_timeout_ms = 1000,
+        .request_timeout_ms = 1000,
         .user_agent = "tpumesh-injector/" MESH_VERSION,
     };
     struct mesh_err err = {0};
@@ -133,7 +134,8 @@ char *mesh_injector_access_check(struct mesh_injector_access *a, const char *ns,
     }
     static const char *const verbs[] = {"get", "list", "watch"};
     char missing[32] = "";
-    for (size_t i = 0; i < 3; i++) {
+    bool failed = false;
+    for (size_t i = 0; i < 3 && !failed; i++) {
         struct mesh_err err = {0};
         int rc = allowed(a, ns, sa, verbs[i], &err);
         if (rc < 0) {
@@ -143,15 +145,18 @@ char *mesh_injector_access_check(struct mesh_injector_access *a, const char *ns,
                           "subjectaccessreviews (the chart's ClusterRole does)",
                           key, err.msg);
             }
-            a->failing = true;
-            return NULL;
+            failed = true;
+            /* Remember the failure like an answer: while the API is slow or refuses, one
+             * review per account and minute waits for it, not every review (the API
+             * server's webhook timeout would fail them all). */
+            missing[0] = '\0';
+            continue;
         }
         if (rc == 0) {
             size_t n = strlen(missing);
             snprintf(missing + n, sizeof(missing) - n, "%s%s", n ? "," : "", verbs[i]);
         }
     }
-    a->failing = false;
     char *warning = NULL;
     if (missing[0] != '\0') {
         warning = mesh_asprintf(
@@ -176,5 +181,6 @@ char *mesh_injector_access_check(struct mesh_injector_access *a, const char *ns,
     slot->key = MESH_STEAL(key);
     slot->warning = warning ? mesh_strdup(warning) : NULL;
     slot->at_ms = now_ms;
+    a->failing = failed;
     return warning;
 }

@@ -350,4 +350,21 @@ if check("starts from TPUMESH_ variables with --config", inj.https is not None, 
     check("--log-format json: one JSON object per line",
           any(x.get("msg", "").startswith("injected pod ml/") for x in lines), lines[-3:])
     inj.stop()
+
+# An API server that cannot be reached: reviews are still answered (with their patch), the
+# failure is logged once, and the account's failed check is remembered (not retried per review).
+dead = socket.socket()
+dead.bind(("127.0.0.1", 0))
+dead_port = dead.getsockname()[1]  # bound, never listening: connections are refused
+inj = Injector("--apiserver", f"https://127.0.0.1:{dead_port}", "--tls-cert-file", crt2,
+               "--tls-key-file", key2)
+if check("starts with an unreachable --apiserver", inj.https is not None, inj.logtext()):
+    answers = [post(inj.https, crt2, review(POD, uid=f"dead-{i}")) for i in range(3)]
+    check("reviews are answered with their patch while the access check fails",
+          all(st == 200 and "patch" in json.loads(b)["response"] for st, b in answers),
+          answers[0][1][:300])
+    check("the failed access check is logged once",
+          inj.logtext().count("cannot check ml/tpumesh's access to pods") == 1, inj.logtext())
+    inj.stop()
+dead.close()
 done()

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "annotations.h"
@@ -347,11 +348,91 @@ static cJSON *yaml_to_json(const char *buf, size_t len, struct mesh_err *err)
 
 /* ---- config ------------------------------------------------------------------- */
 
+static char *print_json(const cJSON *j)
+{
+    char *t = cJSON_PrintUnformatted(j);
+    if (t == NULL) {
+        /* cJSON prints NULL only when malloc failed: the OOM policy of mem.h. */
+        abort();
+    }
+    char *o = mesh_strdup(t);
+    cJSON_free(t);
+    return o;
+}
+
+static void free_list(char **v, int n)
+{
+    for (int i = 0; v != NULL && i < n; i++) {
+        mesh_free(v[i]);
+    }
+    mesh_free(v);
+}
+
+static void free_texts(struct mesh_inject_config *c)
+{
+    mesh_free(c->text_init);
+    mesh_free(c->text_sidecar);
+    free_list(c->text_volumes, cJSON_GetArraySize(c->volumes));
+    free_list(c->text_mounts, cJSON_GetArraySize(c->mounts));
+    c->text_init = c->text_sidecar = NULL;
+    c->text_volumes = c->text_mounts = NULL;
+}
+
+static char **print_list(const cJSON *a)
+{
+    int n = cJSON_GetArraySize(a);
+    char **v = mesh_calloc((size_t)n + 1, sizeof(*v));
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        v[i++] = print_json(e);
+    }
+    return v;
+}
+
+static void render_texts(struct mesh_inject_config *c)
+{
+    free_texts(c);
+    c->text_init = print_json(c->init);
+    c->text_sidecar = print_json(c->sidecar);
+    c->text_volumes = print_list(c->volumes);
+    c->text_mounts = print_list(c->mounts);
+}
+
+/* The text of a config member (borrowed), or of anything else printed into
+ * *tmp (owned by the caller). */
+static const char *text_of(const struct mesh_inject_config *c, const cJSON *item, char **tmp)
+{
+    if (item == c->init) {
+        return c->text_init;
+    }
+    if (item == c->sidecar) {
+        return c->text_sidecar;
+    }
+    const cJSON *lists[2] = {c->volumes, c->mounts};
+    char **texts[2] = {c->text_volumes, c->text_mounts};
+    for (int k = 0; k < 2; k++) {
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, lists[k])
+        {
+            if (e == item) {
+                return texts[k][i];
+            }
+            i++;
+        }
+    }
+    *tmp = print_json(item);
+    return *tmp;
+}
+
 void mesh_inject_config_cleanup(struct mesh_inject_config *c)
 {
     if (c == NULL) {
         return;
     }
+    free_texts(c);
     cJSON_Delete(c->init);
     cJSON_Delete(c->sidecar);
     cJSON_Delete(c->volumes);
@@ -455,6 +536,7 @@ int mesh_inject_config_parse(const char *buf, size_t len, struct mesh_inject_con
         mesh_inject_config_cleanup(&c);
         return rc;
     }
+    render_texts(&c);
     *out_config = c;
     return 0;
 }
@@ -482,6 +564,7 @@ int mesh_inject_config_set_image(struct mesh_inject_config *c, const char *image
     }
     set_string(c->init, "image", image);
     set_string(c->sidecar, "image", image);
+    render_texts(c);
     return 0;
 }
 
@@ -756,34 +839,63 @@ static bool list_has_name(const cJSON *list, const char *name)
     return false;
 }
 
-static void add_op(cJSON *ops, const char *path, const cJSON *value)
+/* The patch under construction: a JSON array of "add" operations. Paths are
+ * fixed segments and indices, so they need no JSON or JSON-pointer escaping. */
+struct ops {
+    struct mesh_buf b;
+    const struct mesh_inject_config *c;
+    bool first;
+    bool toobig; /* an append hit the buffer's limit: the text is incomplete */
+};
+
+static void put(struct ops *o, const char *text)
 {
-    cJSON *op = cJSON_CreateObject();
-    cJSON_AddStringToObject(op, "op", "add");
-    cJSON_AddStringToObject(op, "path", path);
-    cJSON_AddItemToObject(op, "value", cJSON_Duplicate(value, true));
-    cJSON_AddItemToArray(ops, op);
+    if (mesh_buf_puts(&o->b, text, NULL) < 0) {
+        o->toobig = true;
+    }
+}
+
+static void op_begin(struct ops *o, const char *path)
+{
+    if (mesh_buf_printf(&o->b, NULL, "%s{\"op\":\"add\",\"path\":\"%s\",\"value\":",
+                        o->first ? "" : ",", path) < 0) {
+        o->toobig = true;
+    }
+    o->first = false;
+}
+
+static void put_value(struct ops *o, const cJSON *item)
+{
+    char *tmp = NULL;
+    put(o, text_of(o->c, item, &tmp));
+    mesh_free(tmp);
 }
 
 /* Append the items to the array at path ("/spec/volumes"): one add of the
  * whole array when it is absent (RFC 6902 does not create parents), else one
  * add per item at "<path>/-". */
-static void append_ops(cJSON *ops, const cJSON *parent, const char *key, const char *path,
+static void append_ops(struct ops *o, const cJSON *parent, const char *key, const char *path,
                        const cJSON *const *items, size_t n)
 {
     const cJSON *cur = cJSON_GetObjectItemCaseSensitive(parent, key);
     if (!cJSON_IsArray(cur)) {
-        mesh_autocjson cJSON *arr = cJSON_CreateArray();
+        op_begin(o, path);
+        put(o, "[");
         for (size_t i = 0; i < n; i++) {
-            cJSON_AddItemToArray(arr, cJSON_Duplicate(items[i], true));
+            if (i > 0) {
+                put(o, ",");
+            }
+            put_value(o, items[i]);
         }
-        add_op(ops, path, arr);
+        put(o, "]}");
         return;
     }
     char p[256];
     snprintf(p, sizeof(p), "%s/-", path);
     for (size_t i = 0; i < n; i++) {
-        add_op(ops, p, items[i]);
+        op_begin(o, p);
+        put_value(o, items[i]);
+        put(o, "}");
     }
 }
 
@@ -904,7 +1016,10 @@ static size_t mounts_for(const cJSON *ct, const cJSON *mounts, const cJSON **out
 static int build_patch(const struct mesh_inject_config *c, const cJSON *spec, const bool *mark,
                        const struct tpu *t, struct mesh_inject_decision *d, struct mesh_err *err)
 {
-    mesh_autocjson cJSON *ops = cJSON_CreateArray();
+    struct ops o = {.c = c, .first = true};
+    /* Far above any real patch; a limit all the same. */
+    mesh_buf_init(&o.b, MESH_INJECT_REVIEW_MAX);
+    put(&o, "[");
     /* Volumes first, so that every later op refers to volumes that exist. */
     const cJSON *vitems[MESH_INJECT_LIST_MAX];
     size_t nv = 0;
@@ -915,12 +1030,12 @@ static int build_patch(const struct mesh_inject_config *c, const cJSON *spec, co
             vitems[nv++] = e;
         }
     }
-    append_ops(ops, spec, "volumes", "/spec/volumes", vitems, nv);
+    append_ops(&o, spec, "volumes", "/spec/volumes", vitems, nv);
     /* tpumesh-init, then (TPU VM) the sidecar, after the user's init containers. */
-    mesh_autocjson cJSON *init = init_with_tpu(c->init, t);
+    mesh_autocjson cJSON *init = t->count > 0 ? init_with_tpu(c->init, t) : NULL;
     bool legacy = t->count > 0 && strncmp(t->resource, "cloud-tpus.google.com/", 22) == 0;
-    const cJSON *inits[2] = {init, c->sidecar};
-    append_ops(ops, spec, "initContainers", "/spec/initContainers", inits, legacy ? 1 : 2);
+    const cJSON *inits[2] = {init ? init : c->init, c->sidecar};
+    append_ops(&o, spec, "initContainers", "/spec/initContainers", inits, legacy ? 1 : 2);
     d->sidecar = !legacy;
     /* Mounts in the selected regular containers. */
     const cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");
@@ -931,22 +1046,23 @@ static int build_patch(const struct mesh_inject_config *c, const cJSON *spec, co
             const cJSON *m[MESH_INJECT_LIST_MAX];
             size_t nm = mounts_for(e, c->mounts, m, MESH_INJECT_LIST_MAX, d);
             if (d->verdict == MESH_INJECT_DENY) {
+                mesh_buf_cleanup(&o.b);
                 return 0;
             }
             char path[64];
             snprintf(path, sizeof(path), "/spec/containers/%d/volumeMounts", i);
-            append_ops(ops, e, "volumeMounts", path, m, nm);
+            append_ops(&o, e, "volumeMounts", path, m, nm);
             d->mounted++;
         }
         i++;
     }
-    char *text = cJSON_PrintUnformatted(ops);
-    if (text == NULL) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0, "cannot print the JSON patch");
+    put(&o, "]");
+    if (o.toobig) {
+        mesh_buf_cleanup(&o.b);
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "the JSON patch would exceed %u bytes",
+                            MESH_INJECT_REVIEW_MAX);
     }
-    d->patch_len = strlen(text);
-    d->patch = mesh_strdup(text);
-    cJSON_free(text);
+    d->patch = mesh_buf_steal(&o.b, &d->patch_len);
     return 0;
 }
 

@@ -71,6 +71,11 @@ struct mesh_inject_config {
     cJSON *sidecar; /* Container object (restartPolicy: Always) */
     cJSON *volumes; /* array of Volume */
     cJSON *mounts;  /* array of VolumeMount for the regular containers */
+    /* The members above as compact JSON text (owned), printed once by parse and
+     * set_image so that a patch is assembled from text, not copied trees. */
+    char *text_init, *text_sidecar;
+    char **text_volumes; /* one per volume */
+    char **text_mounts;  /* one per mount */
 };
 
 /* The built-in config: the chart's default rendering of its named templates,

@@ -185,7 +185,7 @@ demo: deps
 	@$(MAKE) --no-print-directory all gen-py
 	@BUILD=$(BUILD) PY=$(PY) scripts/demo.sh
 
-bench: all gen-py
+bench: all gen-py $(TOOL_BINS)
 	@BUILD=$(BUILD) PY=$(PY) bench/run.sh
 
 # Proves the Dockerfile's runtime stage without a Docker engine (debootstrap +

@@ -1,13 +1,13 @@
 #!/bin/bash
 # bench/run.sh - `make bench`: every benchmark, each printing ratios against the peers it
-# measures in the same run (never asserted in tests). BENCH=init|k8s_client|sidecar runs one.
+# measures in the same run (never asserted in tests). BENCH=init|k8s_client|sidecar|injector runs one.
 # The full set takes several minutes on a 2-core machine.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 PY=${PY:-/usr/bin/python3}
 export BUILD
-run() { case " ${BENCH:-init k8s_client sidecar} " in *" $1 "*) return 0 ;; esac; return 1; }
+run() { case " ${BENCH:-init k8s_client sidecar injector} " in *" $1 "*) return 0 ;; esac; return 1; }
 if run init; then
     echo "== bench/init: tpumesh-init start-up (static GKE path, gRPC path, API path)"
     "$PY" bench/init/bench_init.py --build "$BUILD" --runs "${RUNS:-100}"
@@ -19,4 +19,8 @@ fi
 if run sidecar; then
     echo "== bench/sidecar: sidecar vs a Python sidecar and kubectl get pods -w"
     "$PY" bench/sidecar/bench.py
+fi
+if run injector; then
+    echo "== bench/injector: admission latency at 200 connections vs the same webhook in Python"
+    "$PY" bench/injector/bench.py --build "$BUILD"
 fi

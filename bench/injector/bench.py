@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""bench/injector: admission latency of tpumesh-injector under 200 concurrent keep-alive HTTPS
+connections (what a 4,096-pod job's pod creations put on a webhook), against a peer measured in
+the same run: the same webhook in Python (peer_webhook.py). Both get the same AdmissionReview (a
+labelled JobSet pod, tests/fixtures/injector/jobset-pod.json) from the same load generator
+(tests/tools/webhook_load.c, libcurl). Prints the numbers and the ratios; asserts nothing.
+
+    bench.py [--build build] [--conns 200] [--requests 20000] [--rounds 3] [--rates 200,500,1000,0]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
+    ap.add_argument("--conns", type=int, default=200)
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rates", default="200,500,1000,0", help="reviews/s of each open-loop run; 0 = closed loop")
+    ap.add_argument("--seconds", type=int, default=10, help="length of an open-loop run")
+    a = ap.parse_args()
+    build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
+    tmp = tempfile.mkdtemp(prefix="tpumesh-bench-injector-")
+    crt, key = os.path.join(tmp, "c.crt"), os.path.join(tmp, "c.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    pod = json.load(open(os.path.join(ROOT, "tests/fixtures/injector/jobset-pod.json")))
+    body = os.path.join(tmp, "review.json")
+    with open(body, "w") as f:
+        json.dump({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                   "request": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                               "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                               "resource": {"group": "", "version": "v1", "resource": "pods"},
+                               "namespace": "ml", "operation": "CREATE", "object": pod}}, f)
+    cfg = os.path.join(tmp, "config.json")
+    with open(cfg, "w") as f:
+        f.write(subprocess.run([os.path.join(build, "tests/tools/inject_config")], check=True,
+                               capture_output=True, text=True).stdout)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUMESH_")}
+    log = open(os.path.join(tmp, "injector.log"), "w+")
+    inj = subprocess.Popen([os.path.join(build, "bin/tpumesh-injector"), "--listen", "127.0.0.1:0", "--http-addr",
+                            "127.0.0.1:0", "--tls-cert-file", crt, "--tls-key-file", key],
+                           stdout=log, stderr=subprocess.STDOUT, env=env)
+    peer = subprocess.Popen([sys.executable, os.path.join(ROOT, "bench/injector/peer_webhook.py"), crt, key, cfg],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        https_port = None
+        for _ in range(200):
+            log.seek(0)
+            for line in log.read().splitlines():
+                if "https port " in line:
+                    https_port = int(line.split("https port ")[1].split(",")[0])
+            if https_port:
+                break
+            time.sleep(0.05)
+        peer_port = int(peer.stdout.readline().split()[1])
+        load = os.path.join(build, "tests/tools/webhook_load")
+        rows = []
+        for rate in [int(x) for x in a.rates.split(",")]:
+            n = a.requests if rate == 0 else max(1000, min(a.requests, rate * a.seconds))
+            runs = {"tpumesh-injector": [], "python peer": []}
+            for _ in range(a.rounds):
+                for name, port in (("tpumesh-injector", https_port), ("python peer", peer_port)):
+                    r = subprocess.run([load, "https://127.0.0.1:%d/mutate" % port, crt, body, str(a.conns), str(n),
+                                        str(rate)], capture_output=True, text=True)
+                    runs[name].append(json.loads(r.stdout))
+            # The median round by p99 of each webhook.
+            med = {k: sorted(v, key=lambda x: x["p99_ms"])[len(v) // 2] for k, v in runs.items()}
+            rows.append((rate, n, med))
+        print("%d keep-alive HTTPS connections; open loop at RATE reviews/s (latency from when a review was due),"
+              " 0 = closed loop (every connection busy); median of %d rounds" % (a.conns, a.rounds))
+        print("%-6s %-17s %7s %8s %8s %8s %8s %7s" % ("RATE", "webhook", "rps", "p50 ms", "p90 ms", "p99 ms",
+                                                    "max ms", "errors"))
+        for rate, n, med in rows:
+            for name, x in med.items():
+                print("%-6d %-17s %7.0f %8.3f %8.3f %8.3f %8.3f %7d" % (rate, name, x["rps"], x["p50_ms"],
+                                                                      x["p90_ms"], x["p99_ms"], x["max_ms"],
+                                                                      x["errors"]))
+            i, p = med["tpumesh-injector"], med["python peer"]
+            print("       ratio: p99 %.1fx lower, p50 %.1fx lower, throughput %.1fx" % (
+                p["p99_ms"] / i["p99_ms"] if i["p99_ms"] else 0, p["p50_ms"] / i["p50_ms"] if i["p50_ms"] else 0,
+                i["rps"] / p["rps"] if p["rps"] else 0))
+    finally:
+        inj.terminate()
+        peer.terminate()
+        inj.wait(10)
+        peer.wait(10)
+
+
+if __name__ == "__main__":
+    main()

@@ -910,9 +910,18 @@ static void test_readers_never_see_a_mix(void **state)
     char *buf = mesh_malloc(len + 1);
     int reads = 0;
     int bad = 0;
+    int raced = 0;
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) == 0) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) {
+            /* This open resolved "..data" to a version that two later
+             * publishes have since replaced and removed (publish.h): under
+             * this tight loop on a loaded machine that happens; the reader
+             * retries, as the documentation tells readers to. */
+            raced++;
+            continue;
+        }
         assert_true(fd >= 0);
         size_t got = 0;
         ssize_t r;
@@ -927,7 +936,7 @@ static void test_readers_never_see_a_mix(void **state)
     }
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    print_message("%d reads during 400 publishes, %d torn\n", reads, bad);
+    print_message("%d reads during 400 publishes, %d torn, %d opens retried\n", reads, bad, raced);
     assert_int_equal(bad, 0);
     assert_true(reads > 0);
     assert_true(count_hidden(f->dir) <= 2);

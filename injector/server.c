@@ -7,11 +7,14 @@
  *                                      MESH_INJECT_REVIEW_MAX: 413
  *   --http-addr (HTTP)   GET /healthz /readyz /metrics (Prometheus text 0.0.4)
  *
- * One lws context, two vhosts, one service thread: a review takes tens of
- * microseconds of CPU (parse, decide, print), so one thread serves hundreds
- * of concurrent reviews; only a service-account check that misses its cache
- * waits for the API (access.c). Every connection has lws's idle timeout; the
- * request bodies of all connections together are capped (INFLIGHT_MAX), so
+ * The admission server is one lws context on one service thread: a review
+ * takes about a tenth of a millisecond of CPU (parse, decide, print), so one
+ * thread serves thousands a second; only a service-account check that misses
+ * its cache waits for the API (access.c). The probes are served by
+ * common/io/httpd on a thread of their own, with its connection limits and
+ * eviction, so a flood of admission connections never takes the kubelet's
+ * probes with it; /healthz fails when the admission thread stopped ticking. Every connection has
+ * lws's idle timeout; the request bodies of all connections together are capped (INFLIGHT_MAX), so
  * many slow senders cost bounded memory. The certificate and key are looked
  * at every --cert-check-interval seconds (a timer on the service thread);
  * when either file changed (a Secret volume swaps both at once) and the pair
@@ -19,6 +22,7 @@
  * new connections get the new certificate, open ones keep theirs.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -34,6 +38,7 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "injector.h"
+#include "io/httpd.h"
 #include "io/log.h"
 
 #define MOD "server"
@@ -59,18 +64,19 @@ struct mesh_injector_server {
     const struct mesh_inject_config *cfg;
     struct mesh_injector_access *access;
     struct lws_context *lws;
+    struct mesh_httpd *probes; /* --http-addr, its own thread */
     pthread_t thread;
     bool started;
     volatile int stop;
-    lws_sorted_usec_list_t sul; /* certificate check timer */
+    lws_sorted_usec_list_t sul; /* certificate check timer, also the liveness tick */
     struct file_id cert_id, key_id, bad_cert_id, bad_key_id;
-    char https_iface[128], http_iface[128];
-    size_t inflight; /* request body bytes held by all sessions */
-    /* metrics: touched only on the service thread */
-    uint64_t reviews[OUT__N];
-    uint64_t warnings, cert_reloads, cert_reload_failures, too_big;
-    uint64_t lat_count, lat_bucket[NBUCKETS];
-    double lat_sum;
+    char https_iface[128];
+    size_t inflight; /* request body bytes held by all sessions (service thread) */
+    /* Written by the service thread, read by the probe thread. */
+    atomic_int_fast64_t tick_ms; /* last run of the timer (CLOCK_MONOTONIC ms) */
+    atomic_uint_fast64_t reviews[OUT__N];
+    atomic_uint_fast64_t warnings, cert_reloads, cert_reload_failures, too_big;
+    atomic_uint_fast64_t lat_count, lat_bucket[NBUCKETS], lat_sum_us;
 };
 
 /* Per-connection state; reset at every request (keep-alive reuses it). */
@@ -156,13 +162,14 @@ static int write_body(struct lws *wsi, struct session *s)
 
 static void observe(struct mesh_injector_server *srv, enum outcome o, int64_t start_us)
 {
-    srv->reviews[o]++;
-    double secs = (double)(mono_us() - start_us) / 1e6;
-    srv->lat_count++;
-    srv->lat_sum += secs;
+    atomic_fetch_add(&srv->reviews[o], 1);
+    int64_t us = mono_us() - start_us;
+    double secs = (double)us / 1e6;
+    atomic_fetch_add(&srv->lat_count, 1);
+    atomic_fetch_add(&srv->lat_sum_us, (uint_fast64_t)(us > 0 ? us : 0));
     for (size_t i = 0; i < NBUCKETS; i++) {
         if (secs <= buckets[i]) {
-            srv->lat_bucket[i]++;
+            atomic_fetch_add(&srv->lat_bucket[i], 1);
         }
     }
 }
@@ -227,7 +234,9 @@ static enum outcome review(struct mesh_injector_server *srv, const char *buf, si
     } else {
         mesh_debug(MOD, "allowed %s without a patch: %s", rv.uid, d.reason);
     }
-    srv->warnings += warning ? 1 : 0;
+    if (warning != NULL) {
+        atomic_fetch_add(&srv->warnings, 1);
+    }
     mesh_free(warning);
     mesh_inject_decision_cleanup(&d);
     mesh_inject_review_cleanup(&rv);
@@ -262,14 +271,14 @@ static int on_request(struct lws *wsi, struct mesh_injector_server *srv, struct 
     long cl = content_length(wsi);
     if (cl == 0 || cl == -2) {
         s->closing = true;
-        srv->reviews[OUT_BAD]++;
+        atomic_fetch_add(&srv->reviews[OUT_BAD], 1);
         return respond(wsi, s, 400, "text/plain",
                        mesh_strdup("tpumesh-injector: empty body or bad Content-Length; send an "
                                    "AdmissionReview\n"));
     }
     if (cl > (long)MESH_INJECT_REVIEW_MAX) {
         s->closing = true;
-        srv->too_big++;
+        atomic_fetch_add(&srv->too_big, 1);
         return respond(
             wsi, s, 413, "text/plain",
             mesh_asprintf("tpumesh-injector: body above %u bytes\n", MESH_INJECT_REVIEW_MAX));
@@ -292,7 +301,7 @@ static int on_body(struct lws *wsi, struct mesh_injector_server *srv, struct ses
     }
     if (mesh_buf_append(&s->body, in, len, NULL) < 0) {
         s->closing = true;
-        srv->too_big++;
+        atomic_fetch_add(&srv->too_big, 1);
         return respond(
             wsi, s, 413, "text/plain",
             mesh_asprintf("tpumesh-injector: body above %u bytes\n", MESH_INJECT_REVIEW_MAX));
@@ -342,7 +351,12 @@ static int admission_cb(struct lws *wsi, enum lws_callback_reasons reason, void 
 
 /* ---- probes and metrics ---------------------------------------------------------- */
 
-static char *metrics_text(const struct mesh_injector_server *srv)
+static unsigned long long ld(atomic_uint_fast64_t *v)
+{
+    return (unsigned long long)atomic_load_explicit(v, memory_order_relaxed);
+}
+
+static char *metrics_text(struct mesh_injector_server *srv)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, 1 << 20);
@@ -352,7 +366,7 @@ static char *metrics_text(const struct mesh_injector_server *srv)
                   NULL);
     for (int i = 0; i < OUT__N; i++) {
         mesh_buf_printf(&b, NULL, "tpumesh_injector_reviews_total{outcome=\"%s\"} %llu\n",
-                        outcome_names[i], (unsigned long long)srv->reviews[i]);
+                        outcome_names[i], ld(&srv->reviews[i]));
     }
     mesh_buf_printf(&b, NULL,
                     "# HELP tpumesh_injector_request_too_large_total Requests refused with 413.\n"
@@ -371,67 +385,62 @@ static char *metrics_text(const struct mesh_injector_server *srv)
                     "tpumesh_injector_cert_reload_failures_total %llu\n"
                     "# HELP tpumesh_injector_review_seconds Time from request to answer.\n"
                     "# TYPE tpumesh_injector_review_seconds histogram\n",
-                    (unsigned long long)srv->too_big, (unsigned long long)srv->warnings,
-                    (unsigned long long)srv->cert_reloads,
-                    (unsigned long long)srv->cert_reload_failures);
+                    ld(&srv->too_big), ld(&srv->warnings), ld(&srv->cert_reloads),
+                    ld(&srv->cert_reload_failures));
     for (size_t i = 0; i < NBUCKETS; i++) {
         mesh_buf_printf(&b, NULL, "tpumesh_injector_review_seconds_bucket{le=\"%g\"} %llu\n",
-                        buckets[i], (unsigned long long)srv->lat_bucket[i]);
+                        buckets[i], ld(&srv->lat_bucket[i]));
     }
     mesh_buf_printf(&b, NULL,
                     "tpumesh_injector_review_seconds_bucket{le=\"+Inf\"} %llu\n"
                     "tpumesh_injector_review_seconds_sum %.6f\n"
                     "tpumesh_injector_review_seconds_count %llu\n",
-                    (unsigned long long)srv->lat_count, srv->lat_sum,
-                    (unsigned long long)srv->lat_count);
+                    ld(&srv->lat_count), (double)ld(&srv->lat_sum_us) / 1e6, ld(&srv->lat_count));
+    struct mesh_httpd_stats hs;
+    mesh_httpd_get_stats(srv->probes, &hs);
+    mesh_buf_printf(&b, NULL,
+                    "# HELP tpumesh_injector_probe_connections_total Connections to the probe "
+                    "server, by what became of them.\n"
+                    "# TYPE tpumesh_injector_probe_connections_total counter\n"
+                    "tpumesh_injector_probe_connections_total{event=\"accepted\"} %llu\n"
+                    "tpumesh_injector_probe_connections_total{event=\"evicted\"} %llu\n"
+                    "tpumesh_injector_probe_connections_total{event=\"timed_out\"} %llu\n",
+                    (unsigned long long)hs.accepted, (unsigned long long)hs.evicted,
+                    (unsigned long long)hs.timed_out);
     return mesh_buf_steal(&b, NULL);
 }
 
-static int probes_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                     size_t len)
+/* The probe server's handler (its own thread). The admission thread's timer
+ * stamps tick_ms every --cert-check-interval seconds: no stamp for three
+ * intervals (at least 30 s) means it hangs, and the kubelet should restart us. */
+static void probe(void *arg, const char *path, struct mesh_httpd_resp *r)
 {
-    struct session *s = user;
-    struct mesh_injector_server *srv = lws_context_user(lws_get_context(wsi));
-    switch (reason) {
-    case LWS_CALLBACK_HTTP: {
-        session_reset(NULL, s);
-        char path[32];
-        snprintf(path, sizeof(path), "%.*s", (int)(len < sizeof(path) ? len : 0), (const char *)in);
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) <= 0) {
-            s->closing = true;
-            return respond(wsi, s, 405, "text/plain", mesh_strdup("only GET is served\n"));
-        }
-        if (strcmp(path, "/healthz") == 0 || strcmp(path, "/livez") == 0 ||
-            strcmp(path, "/readyz") == 0) {
-            /* Ready = serving: the HTTPS vhost exists only with a loaded
-             * certificate, and this thread answers only while it runs. */
-            return respond(wsi, s, 200, "text/plain", mesh_strdup("ok\n"));
-        }
-        if (strcmp(path, "/metrics") == 0) {
-            return respond(wsi, s, 200, "text/plain; version=0.0.4; charset=utf-8",
-                           metrics_text(srv));
-        }
-        return respond(wsi, s, 404, "text/plain",
-                       mesh_strdup("not found: try /healthz /readyz /metrics\n"));
+    struct mesh_injector_server *srv = arg;
+    if (strcmp(path, "/metrics") == 0) {
+        r->type = "text/plain; version=0.0.4; charset=utf-8";
+        r->text = metrics_text(srv);
+        return;
     }
-    case LWS_CALLBACK_HTTP_WRITEABLE:
-        return s != NULL ? write_body(wsi, s) : 0;
-    case LWS_CALLBACK_CLOSED_HTTP:
-        if (s != NULL) {
-            session_reset(NULL, s);
+    if (strcmp(path, "/healthz") == 0 || strcmp(path, "/livez") == 0 ||
+        strcmp(path, "/readyz") == 0) {
+        int64_t limit = 3000LL * srv->o->cert_check_s;
+        limit = limit < 30000 ? 30000 : limit;
+        int64_t idle = mono_us() / 1000 - atomic_load(&srv->tick_ms);
+        if (idle > limit) {
+            r->status = 503;
+            r->text = mesh_asprintf("stuck: the admission thread has not run for %llds\n",
+                                    (long long)(idle / 1000));
+            return;
         }
-        return 0;
-    default:
-        return lws_callback_http_dummy(wsi, reason, user, in, len);
+        r->text = mesh_strdup("ok\n");
+        return;
     }
+    r->status = 404;
+    r->text = mesh_strdup("not found: try /healthz /readyz /metrics\n");
 }
 
 static const struct lws_protocols admission_protocols[] = {
     {"tpumesh-admission", admission_cb, sizeof(struct session), 0, 0, NULL, 0},
-    {NULL, NULL, 0, 0, 0, NULL, 0},
-};
-static const struct lws_protocols probe_protocols[] = {
-    {"tpumesh-probes", probes_cb, sizeof(struct session), 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -483,6 +492,7 @@ static void cert_check(lws_sorted_usec_list_t *sul)
 {
     struct mesh_injector_server *srv = lws_container_of(sul, struct mesh_injector_server, sul);
     const struct mesh_injector_opts *o = srv->o;
+    atomic_store(&srv->tick_ms, mono_us() / 1000);
     struct file_id c, k;
     if (file_id_of(o->tls_cert, &c) && file_id_of(o->tls_key, &k) &&
         !(file_id_eq(&c, &srv->cert_id) && file_id_eq(&k, &srv->key_id))) {
@@ -491,13 +501,13 @@ static void cert_check(lws_sorted_usec_list_t *sul)
             lws_tls_cert_updated(srv->lws, o->tls_cert, o->tls_key, NULL, 0, NULL, 0);
             srv->cert_id = c;
             srv->key_id = k;
-            srv->cert_reloads++;
+            atomic_fetch_add(&srv->cert_reloads, 1);
             mesh_info(MOD, "serving certificate reloaded from %s", o->tls_cert);
         } else if (!(file_id_eq(&c, &srv->bad_cert_id) && file_id_eq(&k, &srv->bad_key_id))) {
             /* Logged once per changed pair; the files may be mid-update. */
             srv->bad_cert_id = c;
             srv->bad_key_id = k;
-            srv->cert_reload_failures++;
+            atomic_fetch_add(&srv->cert_reload_failures, 1);
             mesh_warn(MOD, "certificate files changed but %s; still serving the previous pair",
                       why);
         }
@@ -532,29 +542,26 @@ static void *serve(void *arg)
     return NULL;
 }
 
-static struct lws_vhost *vhost(struct mesh_injector_server *srv, const char *name,
-                               const char *iface, int port, bool tls)
+static struct lws_vhost *vhost(struct mesh_injector_server *srv, const char *iface, int port)
 {
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof(info));
-    info.vhost_name = name;
+    info.vhost_name = "https";
     info.port = port;
     info.iface = iface[0] ? iface : NULL;
-    info.protocols = tls ? admission_protocols : probe_protocols;
+    info.protocols = admission_protocols;
     info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
     if (iface[0] != '\0' && strchr(iface, ':') == NULL) {
         info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     }
     info.timeout_secs = 10;
     info.keepalive_timeout = 30;
-    if (tls) {
-        info.ssl_cert_filepath = srv->o->tls_cert;
-        info.ssl_private_key_filepath = srv->o->tls_key;
-        info.alpn = "http/1.1";
-        info.ssl_options_set = SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1;
-        /* lws turns TLS on for a vhost only with this option on the vhost too. */
-        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-    }
+    info.ssl_cert_filepath = srv->o->tls_cert;
+    info.ssl_private_key_filepath = srv->o->tls_key;
+    info.alpn = "http/1.1";
+    info.ssl_options_set = SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1;
+    /* lws turns TLS on for a vhost only with this option on the vhost too. */
+    info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     return lws_create_vhost(srv->lws, &info);
 }
 
@@ -568,12 +575,10 @@ struct mesh_injector_server *mesh_injector_server_start(const struct mesh_inject
     srv->o = o;
     srv->cfg = cfg;
     srv->access = access;
-    int https_port = 0, http_port = 0;
+    int https_port = 0;
     char why[512];
     if (mesh_injector_parse_addr("--listen", o->listen, srv->https_iface, sizeof(srv->https_iface),
-                                 &https_port, err) < 0 ||
-        mesh_injector_parse_addr("--http-addr", o->http_addr, srv->http_iface,
-                                 sizeof(srv->http_iface), &http_port, err) < 0) {
+                                 &https_port, err) < 0) {
         mesh_free(srv);
         return NULL;
     }
@@ -597,28 +602,33 @@ struct mesh_injector_server *mesh_injector_server_start(const struct mesh_inject
      * sizes its tables by RLIMIT_NOFILE. */
     info.fd_limit_per_thread = 1024;
     srv->lws = lws_create_context(&info);
-    struct lws_vhost *https =
-        srv->lws ? vhost(srv, "https", srv->https_iface, https_port, true) : NULL;
-    struct lws_vhost *http = https ? vhost(srv, "http", srv->http_iface, http_port, false) : NULL;
-    if (http == NULL) {
+    struct lws_vhost *https = srv->lws ? vhost(srv, srv->https_iface, https_port) : NULL;
+    if (https == NULL) {
         mesh_err_set(err, MESH_E_IO, 0,
-                     "cannot serve on --listen %s / --http-addr %s (address in use, not local, "
-                     "or the certificate was refused); choose other addresses",
-                     o->listen, o->http_addr);
-        if (srv->lws != NULL) {
-            lws_context_destroy(srv->lws);
-        }
-        mesh_free(srv);
+                     "cannot serve on --listen %s (address in use, not local, or the "
+                     "certificate was refused); choose another address",
+                     o->listen);
+        mesh_injector_server_stop(srv);
         return NULL;
     }
     *out_https_port = lws_get_vhost_listen_port(https);
-    *out_http_port = lws_get_vhost_listen_port(http);
+    atomic_store(&srv->tick_ms, mono_us() / 1000);
+    struct mesh_httpd_opts po = {
+        .addr = o->http_addr,
+        .handler = probe,
+        .arg = srv,
+        .flag = "--http-addr",
+    };
+    srv->probes = mesh_httpd_start(&po, out_http_port, err);
+    if (srv->probes == NULL) {
+        mesh_injector_server_stop(srv);
+        return NULL;
+    }
     lws_sul_schedule(srv->lws, 0, &srv->sul, cert_check,
                      (lws_usec_t)o->cert_check_s * LWS_US_PER_SEC);
     if (pthread_create(&srv->thread, NULL, serve, srv) != 0) {
-        lws_context_destroy(srv->lws);
-        mesh_free(srv);
         mesh_err_set(err, MESH_E_IO, 0, "cannot start the server thread");
+        mesh_injector_server_stop(srv);
         return NULL;
     }
     srv->started = true;
@@ -630,11 +640,15 @@ void mesh_injector_server_stop(struct mesh_injector_server *srv)
     if (srv == NULL) {
         return;
     }
+    /* The probe server first: its handler reads this server. */
+    mesh_httpd_stop(srv->probes);
     srv->stop = 1;
     if (srv->started) {
         lws_cancel_service(srv->lws);
         pthread_join(srv->thread, NULL);
     }
-    lws_context_destroy(srv->lws);
+    if (srv->lws != NULL) {
+        lws_context_destroy(srv->lws);
+    }
     mesh_free(srv);
 }

@@ -247,6 +247,22 @@ with concurrent.futures.ThreadPoolExecutor(200) as ex:
 check("200 concurrent reviews all answered with their own uid", all(results),
       f"{results.count(False)} failed")
 
+# Many idle connections on both ports (a flood, or a broken client pool): the probes, on their
+# own server with its own limits, still answer, and so does the admission port.
+idle = []
+for port, n in ((inj.https, 300), (inj.http, 100)):
+    for _ in range(n):
+        try:
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        except OSError:
+            break
+time.sleep(0.5)
+check("with 300 idle connections on the HTTPS port and 100 on the probe port, /healthz answers",
+      get(inj.http, "/healthz")[0] == 200)
+check("... and a review is answered", post(inj.https, crt, review(POD))[0] == 200)
+for sck in idle:
+    sck.close()
+
 # --- probes and metrics ---
 check("/healthz 200", get(inj.http, "/healthz")[0] == 200)
 check("/readyz 200", get(inj.http, "/readyz")[0] == 200)

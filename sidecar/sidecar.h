@@ -189,7 +189,8 @@ struct mesh_sidecar {
      * changed workers, splice; at start-up the comparison with the disk)
      * plus the next generation's header; writing and renaming. */
     int64_t cost_workers_us, cost_render_us, cost_write_us;
-    int64_t renamed_us; /* CLOCK_MONOTONIC us when the last publish's renames were done */
+    int64_t
+        renamed_us; /* CLOCK_MONOTONIC us when the last publish became visible (..data swapped) */
     /* The recompute in progress measures its publish from here (CLOCK_MONOTONIC us): the
      * arrival of the earliest change it carries (the last byte of its watch event or
      * LIST), else, for a retry, the main loop's wake-up. */

@@ -442,6 +442,14 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     int64_t t1 = mono_us();
     rc = publish(ctx, &out, mask, written, &err);
     ctx->renamed_us = mono_us();
+    if (rc == 0 && *written > 0) {
+        /* The files are visible from the swap of "..data" on; the commit
+         * then tidied up (symlinks, the version before last). */
+        int64_t swapped = mesh_publish_dir_swapped_us(ctx->pub);
+        if (swapped > 0 && swapped <= ctx->renamed_us) {
+            ctx->renamed_us = swapped;
+        }
+    }
     ctx->cost_render_us += t1 - t0;
     ctx->cost_write_us = ctx->renamed_us - t1;
     if (rc < 0) {

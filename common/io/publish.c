@@ -42,7 +42,8 @@ static const char version_shape[] = "..0000_00_00_00_00_00.000000000";
 struct mesh_publish_dir {
     char *dir; /* as given, for messages */
     int dfd;
-    bool sync; /* false on tmpfs: fsync is a no-op there */
+    bool sync;          /* false on tmpfs: fsync is a no-op there */
+    int64_t swapped_us; /* mesh_sys_now_us() when "..data" last changed, 0 = never */
 };
 
 /* One clear message per errno a volume gives us, naming the directory and
@@ -242,6 +243,11 @@ struct mesh_publish_dir *mesh_publish_dir_open(const char *dir, struct mesh_err 
     bool have = read_data_link(dfd, cur) == 0;
     remove_others(p, have ? cur : NULL, NULL);
     return p;
+}
+
+int64_t mesh_publish_dir_swapped_us(const struct mesh_publish_dir *p)
+{
+    return p != NULL ? p->swapped_us : 0;
 }
 
 void mesh_publish_dir_close(struct mesh_publish_dir *p)
@@ -702,6 +708,7 @@ int mesh_publish_dir_commit(struct mesh_publish_dir *p, const struct mesh_publis
         (void)remove_entry(p->dfd, v);
         return rc;
     }
+    p->swapped_us = mesh_sys_now_us();
     rc = ensure_links(p, pl, k, v, err);
     if (!have_version && link == -ENOENT) {
         remove_old_spares(p->dfd, pl, k);

@@ -108,6 +108,12 @@ void mesh_publish_dir_close(struct mesh_publish_dir *p);
 int mesh_publish_dir_commit(struct mesh_publish_dir *p, const struct mesh_publish_file *files,
                             size_t n, size_t *out_written, struct mesh_err *err);
 
+/* When the last commit of p made its version visible (the rename of
+ * "..data"), in mesh_sys_now_us() microseconds; 0 before the first. A
+ * commit returns a little later: it then repairs symlinks and removes the
+ * version before the one it replaced. p borrowed (NULL: 0). */
+int64_t mesh_publish_dir_swapped_us(const struct mesh_publish_dir *p);
+
 /* Open dir, commit one set and close it (tpumesh-init). Errors as
  * mesh_publish_dir_open and mesh_publish_dir_commit. */
 int mesh_publish_files(const char *dir, const struct mesh_publish_file *files, size_t n,

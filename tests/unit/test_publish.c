@@ -310,6 +310,8 @@ static void test_old_versions_removed(void **state)
     struct mesh_err err;
     struct mesh_publish_dir *p = mesh_publish_dir_open(f->dir, &err);
     assert_non_null(p);
+    assert_int_equal(mesh_publish_dir_swapped_us(p), 0);
+    int64_t swapped = 0;
     char prev[64] = "";
     for (int i = 0; i < 20; i++) {
         char *t = mesh_asprintf("{\"generation\":%d}\n", i + 1);
@@ -320,6 +322,9 @@ static void test_old_versions_removed(void **state)
         size_t written = 0;
         assert_int_equal(mesh_publish_dir_commit(p, set, 2, &written, &err), 0);
         assert_int_equal(written, i == 0 ? 2 : 1);
+        /* Every new version moves the swap time on. */
+        assert_true(mesh_publish_dir_swapped_us(p) > swapped);
+        swapped = mesh_publish_dir_swapped_us(p);
         char v[64];
         current_version(f->dir, v, sizeof(v));
         assert_int_equal(count_hidden(f->dir), i == 0 ? 1 : 2);
@@ -329,6 +334,15 @@ static void test_old_versions_removed(void **state)
         snprintf(prev, sizeof(prev), "%s", v);
         mesh_free(t);
     }
+    /* An unchanged set publishes nothing: the swap time stays. */
+    const struct mesh_publish_file same[] = {
+        FILE_OF("topology.json", "{\"generation\":20}\n"),
+        FILE_OF("tpu.env", "TPU_WORKER_ID='0'\n"),
+    };
+    size_t written = 9;
+    assert_int_equal(mesh_publish_dir_commit(p, same, 2, &written, &err), 0);
+    assert_int_equal(written, 0);
+    assert_int_equal(mesh_publish_dir_swapped_us(p), swapped);
     mesh_publish_dir_close(p);
     /* A new publisher keeps only the current version. */
     p = mesh_publish_dir_open(f->dir, &err);

@@ -23,10 +23,11 @@
  * The version just swapped out stays until the next publish, so a reader
  * that resolved "..data" just before a swap can finish reading it (only an
  * open that takes longer than two publishes can find its version gone and
- * fail with ENOENT: retry it); every older one is removed (unchanged files share their inode, so this costs
- * only the old bytes of the files that changed). Version directories that
- * "..data" does not name (a publisher killed while writing one) and a
- * leftover "..data_tmp" are removed when a publisher opens the directory.
+ * fail with ENOENT: retry it); every older one is removed (unchanged files
+ * share their inode, so this costs only the old bytes of the files that
+ * changed). Version directories that "..data" does not name (a publisher
+ * killed while writing one) and a leftover "..data_tmp" are removed when a
+ * publisher opens the directory.
  *
  * Everything is done relative to a descriptor of dir, never following a
  * symlink or opening a FIFO found there: what another container puts on

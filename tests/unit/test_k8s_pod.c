@@ -337,13 +337,42 @@ static void test_multislice_keys(void **state)
     }
 }
 
+/* A \u0000 in a JSON string never truncates the value: the pod is invalid
+ * (or, for metadata.name, not extracted), never "trainer-2". */
+static void test_nul_escape_rejected(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{\"metadata\":{\"name\":\"trainer-2\\u0000$(touch x)\",\"namespace\":\"d\"},"
+        "\"spec\":{\"hostname\":\"trainer-2\",\"subdomain\":\"s\"},\"status\":{\"podIP\":\"10.0.0."
+        "2\"}}",
+        "{\"metadata\":{\"name\":\"trainer-2\",\"namespace\":\"d\"},"
+        "\"spec\":{\"hostname\":\"trainer-2\\u0000x\",\"subdomain\":\"s\"},\"status\":{\"podIP\":"
+        "\"10.0.0.2\"}}",
+        "{\"metadata\":{\"name\":\"trainer-2\",\"namespace\":\"d\"},"
+        "\"spec\":{\"hostname\":\"trainer-2\",\"subdomain\":\"s\"},\"status\":{\"podIP\":\"10.0.0."
+        "2\\u0000\"}}",
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        struct mesh_k8s_pod p;
+        memset(&p, 0, sizeof(p));
+        int rc = mesh_k8s_pod_parse(docs[i], strlen(docs[i]), &p, NULL);
+        print_message("row %zu: rc %d invalid %d name '%s' reason '%s'\n", i, rc, p.invalid, p.name,
+                      p.reason);
+        assert_true(rc < 0 || p.invalid);
+        if (i == 0) {
+            assert_string_not_equal(p.name, "trainer-2"); /* not cut at the NUL */
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),        cmocka_unit_test(test_equal_ignores_irrelevant),
         cmocka_unit_test(test_malformed),       cmocka_unit_test(test_tpumesh_annotations),
         cmocka_unit_test(test_pack_fixtures),   cmocka_unit_test(test_pack_equal),
-        cmocka_unit_test(test_multislice_keys),
+        cmocka_unit_test(test_multislice_keys), cmocka_unit_test(test_nul_escape_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,7 +30,6 @@
 #include "core/mem.h"
 #include "io/httpd.h"
 #include "io/log.h"
-#include "io/sys.h"
 #include "sidecar.h"
 
 #define MOD "http"

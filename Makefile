@@ -73,8 +73,8 @@ help:
 	@echo "make             build build/bin/tpumesh-init, tpumesh-sidecar and tpumesh-injector"
 	@echo "make test        deps + build + unit, fuzz-corpus replay and integration tests"
 	@echo "make demo        deps + build + run the whole flow on the simulators"
-	@echo "make asan        unit tests, corpus replay and test_http_abuse under AddressSanitizer + UBSan (clang)"
-	@echo "make valgrind    unit tests, corpus replay and test_http_abuse under valgrind"
+	@echo "make asan        unit, corpus replay and integration tests, AddressSanitizer + UBSan (clang)"
+	@echo "make valgrind    unit, corpus replay and integration tests under valgrind"
 	@echo "make fuzz        libFuzzer, FUZZ_SECONDS (default 30) per target"
 	@echo "make lint        clang-format check, cppcheck, banned functions, complexity"
 	@echo "make bench       benchmarks against peers (bench/)"
@@ -158,15 +158,16 @@ test: deps
 	@$(MAKE) --no-print-directory all test-unit test-fuzz gen-py
 	@BUILD=$(BUILD) PY=$(PY) tests/run.sh
 
-# Both also run the integration tests named in SAN_INTEGRATION against the instrumented
-# programs (under valgrind: the test starts the programs under $WRAP).
-SAN_INTEGRATION ?= test_http_abuse
-asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan CC=clang SAN=1 all test-unit test-fuzz
-	@BUILD=build-asan PY=$(PY) ONLY="unit fuzz integration" INTEGRATION_ONLY="$(SAN_INTEGRATION)" tests/run.sh
+# Unit tests, corpus replays and integration tests with the programs built with ASan + UBSan
+# (clang, build-asan/) or run under valgrind; any report fails the run (tests/sanitize.sh).
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan CC=clang SAN=1 all test-unit test-fuzz gen-py
+	@BUILD=build-asan scripts/helm.sh
+	@BUILD=build-asan PY=$(PY) tests/sanitize.sh asan
 
-valgrind: all test-unit test-fuzz
-	@BUILD=$(BUILD) PY=$(PY) ONLY="unit fuzz integration" INTEGRATION_ONLY="$(SAN_INTEGRATION)" WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect" tests/run.sh
+valgrind: deps
+	@$(MAKE) --no-print-directory all test-unit test-fuzz gen-py
+	@BUILD=$(BUILD) PY=$(PY) tests/sanitize.sh valgrind
 
 FUZZ_SECONDS ?= 30
 fuzz:

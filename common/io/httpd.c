@@ -26,6 +26,14 @@
  * shared body; each writable callback copies at most CHUNK bytes into one
  * buffer of the server, and lws keeps at most the unsent rest of that chunk
  * per connection. Bulk responses (large documents) are capped at max_bulk.
+ *
+ * Stream. An upgrade on ws_path becomes a C_WS connection (never evicted,
+ * at most max_ws). The server keeps one reference to the latest document
+ * (ws_body, version ws_ver); a client sends it as one text message in
+ * CHUNK fragments, each written only when lws says the socket is writable,
+ * and when it finishes sends ws_body again if the version moved meanwhile.
+ * So a client holds one document reference and at most one chunk in lws,
+ * whatever the publish rate: intermediate versions are skipped, not queued.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +72,7 @@ enum conn_state {
     C_FREE = 0,
     C_WAIT,  /* accepted or kept alive: waiting for a complete request */
     C_SEND,  /* a response is being written */
+    C_WS,    /* a WebSocket stream client */
     C_DYING, /* closed by us; lws frees it on its next pass */
 };
 
@@ -77,6 +86,10 @@ struct conn {
     struct mesh_httpd_body *body; /* a shared body reference */
     const char *data;
     size_t len, off;
+    /* C_WS: the version of the last document begun (valid when ws_any),
+     * and a close (1001) requested. */
+    uint64_t ws_ver;
+    bool ws_any, ws_closing;
 };
 
 struct mesh_httpd {
@@ -90,6 +103,11 @@ struct mesh_httpd {
     bool started;
     volatile int stop;
     lws_sorted_usec_list_t sweep;
+    char ws_path[PATH_MAX_LEN + 1]; /* "" = no stream */
+    char ws_name[64];
+    mesh_httpd_doc_fn ws_doc;
+    lws_retry_bo_t idle_policy;
+    atomic_int draining; /* stop: close the streams (1001) */
 
     /* Server thread only. */
     struct conn *conns;
@@ -97,11 +115,15 @@ struct mesh_httpd {
     int live;   /* entries in C_WAIT or C_SEND */
     int dying;  /* entries in C_DYING */
     int bulk_active;
+    int ws_count;                    /* entries in C_WS */
+    struct mesh_httpd_body *ws_body; /* latest stream document (one reference) */
+    uint64_t ws_ver;
     unsigned char pending_peer[17]; /* the address FILTER_NETWORK_CONNECTION admitted */
     unsigned char buf[LWS_PRE + CHUNK];
 
     atomic_uint_fast64_t n_accepted, n_evicted, n_refused, n_timed_out, n_upgrades, n_bulk_busy;
-    atomic_int n_open;
+    atomic_uint_fast64_t n_ws_busy, n_ws_sent, n_ws_dropped;
+    atomic_int n_open, n_ws_open;
 };
 
 /* ---- bodies ---------------------------------------------------------------- */
@@ -240,17 +262,30 @@ static void release_response(struct mesh_httpd *h, struct conn *c)
     }
 }
 
+static bool is_live(enum conn_state st)
+{
+    return st == C_WAIT || st == C_SEND || st == C_WS;
+}
+
 static void set_state(struct mesh_httpd *h, struct conn *c, enum conn_state st)
 {
-    if (c->state == C_WAIT || c->state == C_SEND) {
+    if (is_live(c->state)) {
         h->live--;
     } else if (c->state == C_DYING) {
         h->dying--;
     }
-    if (st == C_WAIT || st == C_SEND) {
+    if (c->state == C_WS) {
+        h->ws_count--;
+        atomic_fetch_sub(&h->n_ws_open, 1);
+    }
+    if (is_live(st)) {
         h->live++;
     } else if (st == C_DYING) {
         h->dying++;
+    }
+    if (st == C_WS) {
+        h->ws_count++;
+        atomic_fetch_add(&h->n_ws_open, 1);
     }
     c->state = st;
     c->since_ms = mesh_sys_now_ms();
@@ -279,7 +314,8 @@ static void conn_kill(struct mesh_httpd *h, struct conn *c)
 }
 
 /* The connection to close for a newcomer (peer == NULL: any peer): the
- * oldest waiting for its request, else the oldest sending. NULL = none. */
+ * oldest waiting for its request, else the oldest sending; never a stream
+ * client (max_ws of them leave most of the table to probes). NULL = none. */
 static struct conn *pick_victim(struct mesh_httpd *h, const unsigned char *peer)
 {
     struct conn *best = NULL;
@@ -308,7 +344,7 @@ static int admit(struct mesh_httpd *h, const struct sockaddr_storage *ss)
     int from_peer = 0;
     for (int i = 0; i < h->nconns; i++) {
         const struct conn *c = &h->conns[i];
-        if ((c->state == C_WAIT || c->state == C_SEND) && memcmp(c->peer, key, sizeof(key)) == 0) {
+        if (is_live(c->state) && memcmp(c->peer, key, sizeof(key)) == 0) {
             from_peer++;
         }
     }
@@ -353,23 +389,6 @@ static int attach(struct mesh_httpd *h, struct lws *wsi)
     }
     atomic_fetch_add(&h->n_refused, 1);
     return -1;
-}
-
-static void sweep(lws_sorted_usec_list_t *sul)
-{
-    struct mesh_httpd *h = lws_container_of(sul, struct mesh_httpd, sweep);
-    int64_t now = mesh_sys_now_ms();
-    for (int i = 0; i < h->nconns; i++) {
-        struct conn *c = &h->conns[i];
-        int64_t limit_ms = c->state == C_WAIT   ? (int64_t)h->lim.header_timeout_s * 1000
-                           : c->state == C_SEND ? (int64_t)h->lim.send_timeout_s * 1000
-                                                : -1;
-        if (limit_ms >= 0 && now - c->since_ms > limit_ms) {
-            conn_kill(h, c);
-            atomic_fetch_add(&h->n_timed_out, 1);
-        }
-    }
-    lws_sul_schedule(h->lws, 0, &h->sweep, sweep, LWS_US_PER_SEC);
 }
 
 /* ---- responses ------------------------------------------------------------ */
@@ -519,6 +538,154 @@ static int on_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
+/* ---- stream ----------------------------------------------------------------- */
+
+/* Take the stream's current document; wake the clients that are not in
+ * the middle of one when its version moved. Server thread. */
+static void ws_refresh(struct mesh_httpd *h)
+{
+    if (h->ws_doc == NULL || h->ws_path[0] == '\0') {
+        return;
+    }
+    uint64_t ver = 0;
+    struct mesh_httpd_body *b = h->ws_doc(h->arg, &ver);
+    if (b == NULL) {
+        return;
+    }
+    if (h->ws_body != NULL && ver == h->ws_ver) {
+        mesh_httpd_body_unref(b);
+        return;
+    }
+    mesh_httpd_body_unref(h->ws_body);
+    h->ws_body = b;
+    h->ws_ver = ver;
+    for (int i = 0; i < h->nconns; i++) {
+        struct conn *c = &h->conns[i];
+        if (c->state == C_WS && c->body == NULL) {
+            lws_callback_on_writable(c->wsi);
+        }
+    }
+}
+
+/* Stop: every stream gets a close frame (1001) on its next writable. */
+static void ws_close_all(struct mesh_httpd *h)
+{
+    for (int i = 0; i < h->nconns; i++) {
+        struct conn *c = &h->conns[i];
+        if (c->state == C_WS && !c->ws_closing) {
+            c->ws_closing = true;
+            lws_close_reason(c->wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)"stopping", 8);
+            lws_callback_on_writable(c->wsi);
+        }
+    }
+}
+
+static int ws_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
+{
+    if (c->ws_closing) {
+        return -1; /* lws sends the close frame set by lws_close_reason */
+    }
+    if (c->body == NULL) {
+        if (h->ws_body == NULL || (c->ws_any && c->ws_ver == h->ws_ver)) {
+            return 0;
+        }
+        c->body = mesh_httpd_body_ref(h->ws_body);
+        c->ws_ver = h->ws_ver;
+        c->ws_any = true;
+        c->data = mesh_httpd_body_data(c->body);
+        c->len = mesh_httpd_body_len(c->body);
+        c->off = 0;
+        c->since_ms = mesh_sys_now_ms();
+    }
+    size_t n = c->len - c->off < CHUNK ? c->len - c->off : CHUNK;
+    bool first = c->off == 0, last = c->off + n == c->len;
+    int flags = lws_write_ws_flags(LWS_WRITE_TEXT, first, last);
+    memcpy(h->buf + LWS_PRE, c->data + c->off, n);
+    if (lws_write(wsi, h->buf + LWS_PRE, n, (enum lws_write_protocol)flags) < (int)n) {
+        return -1;
+    }
+    c->off += n;
+    c->since_ms = mesh_sys_now_ms();
+    if (last) {
+        release_response(h, c);
+        atomic_fetch_add(&h->n_ws_sent, 1);
+        if (c->ws_ver == h->ws_ver) {
+            return 0;
+        }
+    }
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+static int refuse_text(struct lws *wsi, unsigned status, const char *text, bool retry)
+{
+    struct mesh_httpd_resp r = {.status = status};
+    size_t len = strlen(text);
+    unsigned char buf[LWS_PRE + 256];
+    if (len > sizeof(buf) - LWS_PRE || write_headers(wsi, &r, len, false, retry) < 0) {
+        return -1;
+    }
+    memcpy(buf + LWS_PRE, text, len);
+    if (lws_write(wsi, buf + LWS_PRE, len, LWS_WRITE_HTTP_FINAL) < (int)len) {
+        return -1;
+    }
+    return 1; /* answered: lws completes the transaction */
+}
+
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: -1 hangs up, 1 = answered with an
+ * HTTP error, 0 = the upgrade proceeds (c becomes a stream client). */
+static int ws_upgrade(struct mesh_httpd *h, struct lws *wsi, const char *proto)
+{
+    struct conn *c = lws_get_opaque_user_data(wsi);
+    char path[PATH_MAX_LEN + 1];
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
+    if (c == NULL || c->state != C_WAIT || h->ws_path[0] == '\0' || proto == NULL ||
+        strcmp(proto, "websocket") != 0 || n <= 0 || n > PATH_MAX_LEN ||
+        lws_hdr_copy(wsi, path, sizeof(path), WSI_TOKEN_GET_URI) != n ||
+        strcmp(path, h->ws_path) != 0 || atomic_load(&h->draining)) {
+        /* Any other path, method or protocol (h2c): hang up. */
+        atomic_fetch_add(&h->n_upgrades, 1);
+        return -1;
+    }
+    if (h->ws_count >= h->lim.max_ws) {
+        atomic_fetch_add(&h->n_ws_busy, 1);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "busy: %d %s connected, the most served at once; retry later\n",
+                 h->ws_count, h->ws_name);
+        return refuse_text(wsi, 503, msg, true);
+    }
+    release_response(h, c);
+    set_state(h, c, C_WS);
+    c->ws_any = false;
+    c->ws_closing = false;
+    return 0;
+}
+
+static void sweep(lws_sorted_usec_list_t *sul)
+{
+    struct mesh_httpd *h = lws_container_of(sul, struct mesh_httpd, sweep);
+    int64_t now = mesh_sys_now_ms();
+    for (int i = 0; i < h->nconns; i++) {
+        struct conn *c = &h->conns[i];
+        int64_t limit_ms = c->state == C_WAIT   ? (int64_t)h->lim.header_timeout_s * 1000
+                           : c->state == C_SEND ? (int64_t)h->lim.send_timeout_s * 1000
+                           : c->state == C_WS && c->body != NULL
+                               ? (int64_t)h->lim.send_timeout_s * 1000
+                               : -1;
+        if (limit_ms >= 0 && now - c->since_ms > limit_ms) {
+            if (c->state == C_WS) {
+                mesh_debug(MOD, "%s: a client read nothing for %d s; closed", h->ws_name,
+                           h->lim.send_timeout_s);
+                atomic_fetch_add(&h->n_ws_dropped, 1);
+            }
+            conn_kill(h, c);
+            atomic_fetch_add(&h->n_timed_out, 1);
+        }
+    }
+    ws_refresh(h);
+    lws_sul_schedule(h->lws, 0, &h->sweep, sweep, LWS_US_PER_SEC);
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len)
 {
@@ -539,9 +706,40 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
         return attach(h, wsi);
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-        /* No WebSocket (or h2c) service here: hang up. */
-        atomic_fetch_add(&h->n_upgrades, 1);
+        /* A WebSocket on ws_path; anything else (h2c too): hang up. */
+        return ws_upgrade(h, wsi, in);
+    case LWS_CALLBACK_ESTABLISHED:
+        c = lws_get_opaque_user_data(wsi);
+        if (c == NULL || c->state != C_WS) {
+            return -1;
+        }
+        lws_callback_on_writable(wsi);
+        return 0;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        c = lws_get_opaque_user_data(wsi);
+        if (c == NULL || c->state != C_WS) {
+            return 0;
+        }
+        return ws_writable(h, wsi, c);
+    case LWS_CALLBACK_RECEIVE:
+        /* The stream is one-way: a client that sends a data frame (of any
+         * size: lws hands over its first bytes) is closed. Pings, pongs and
+         * close frames are answered by lws and never come here. */
+        c = lws_get_opaque_user_data(wsi);
+        if (c != NULL && c->state == C_WS) {
+            atomic_fetch_add(&h->n_ws_dropped, 1);
+            mesh_debug(MOD, "%s: a client sent a data frame; closed", h->ws_name);
+        }
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION,
+                         (unsigned char *)"this stream takes no messages", 29);
         return -1;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (atomic_load(&h->draining)) {
+            ws_close_all(h);
+        } else {
+            ws_refresh(h);
+        }
+        return 0;
     case LWS_CALLBACK_HTTP:
         c = lws_get_opaque_user_data(wsi);
         if (c == NULL || c->state == C_DYING) {
@@ -561,6 +759,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
          * timeout bounds how long a client may keep sending one. */
         return 0;
     case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_CLOSED:
     case LWS_CALLBACK_WSI_DESTROY:
         conn_free(h, wsi);
         return 0;
@@ -636,6 +835,11 @@ static void limits_defaults(struct mesh_httpd_limits *l)
     if (l->max_header_bytes > 65535) {
         l->max_header_bytes = 65535;
     }
+    l->max_ws = l->max_ws > 0 ? l->max_ws : 16;
+    l->ws_idle_s = l->ws_idle_s > 0 ? l->ws_idle_s : 30;
+    if (l->ws_idle_s > 16000) {
+        l->ws_idle_s = 16000;
+    }
 }
 
 struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out_port,
@@ -666,6 +870,17 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
             h->lim.max_per_peer = fit;
         }
     }
+    /* Stream clients are never evicted: they may take at most a quarter of
+     * the connections, the rest stays for probes and scrapes. */
+    if (h->lim.max_ws > h->lim.max_conns / 4) {
+        h->lim.max_ws = h->lim.max_conns / 4 > 0 ? h->lim.max_conns / 4 : 1;
+    }
+    if (opts->ws_path != NULL && opts->ws_doc != NULL) {
+        snprintf(h->ws_path, sizeof(h->ws_path), "%s", opts->ws_path);
+        snprintf(h->ws_name, sizeof(h->ws_name), "%s",
+                 opts->ws_name != NULL ? opts->ws_name : "stream clients");
+        h->ws_doc = opts->ws_doc;
+    }
     h->nconns = 2 * h->lim.max_conns;
     h->conns = mesh_calloc((size_t)h->nconns, sizeof(*h->conns));
     h->protocols[0] = (struct lws_protocols){"http", callback, 0, 0, 0, NULL, 0};
@@ -695,6 +910,11 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
      * limit lws sizes its fd tables by RLIMIT_NOFILE and zeroes them
      * (16 MiB at the 1,048,576 many container runtimes set). */
     info.fd_limit_per_thread = (unsigned)h->nconns + 8;
+    /* Stream clients: a ping after ws_idle_s without a pong (or other proof
+     * that the peer reads), hung up after twice that. */
+    h->idle_policy.secs_since_valid_ping = (uint16_t)h->lim.ws_idle_s;
+    h->idle_policy.secs_since_valid_hangup = (uint16_t)(2 * h->lim.ws_idle_s);
+    info.retry_and_idle_policy = &h->idle_policy;
     h->lws = lws_create_context(&info);
     if (h->lws == NULL) {
         mesh_free(h->conns);
@@ -724,6 +944,15 @@ void mesh_httpd_stop(struct mesh_httpd *h)
     if (h == NULL) {
         return;
     }
+    if (h->started && h->ws_path[0] != '\0') {
+        /* Close the streams with 1001 and give their clients up to 2 s to
+         * answer (lws waits for the client's close frame). */
+        atomic_store(&h->draining, 1);
+        lws_cancel_service(h->lws);
+        for (int i = 0; i < 200 && atomic_load(&h->n_ws_open) > 0; i++) {
+            usleep(10000);
+        }
+    }
     h->stop = 1;
     if (h->started) {
         lws_cancel_service(h->lws);
@@ -734,8 +963,16 @@ void mesh_httpd_stop(struct mesh_httpd *h)
     for (int i = 0; i < h->nconns; i++) {
         release_response(h, &h->conns[i]);
     }
+    mesh_httpd_body_unref(h->ws_body);
     mesh_free(h->conns);
     mesh_free(h);
+}
+
+void mesh_httpd_notify(struct mesh_httpd *h)
+{
+    if (h != NULL && h->lws != NULL) {
+        lws_cancel_service(h->lws);
+    }
 }
 
 void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out)
@@ -750,5 +987,9 @@ void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out)
     out->timed_out = atomic_load(&h->n_timed_out);
     out->upgrades = atomic_load(&h->n_upgrades);
     out->bulk_busy = atomic_load(&h->n_bulk_busy);
+    out->ws_busy = atomic_load(&h->n_ws_busy);
+    out->ws_sent = atomic_load(&h->n_ws_sent);
+    out->ws_dropped = atomic_load(&h->n_ws_dropped);
     out->open = atomic_load(&h->n_open);
+    out->ws_open = atomic_load(&h->n_ws_open);
 }

@@ -13,7 +13,15 @@
  *     complete request (then the oldest idle one, then the oldest slow
  *     reader), so the kubelet's probe, which sends its request at once,
  *     always gets a slot;
- *   - WebSocket upgrades are refused (the connection is closed);
+ *   - WebSocket upgrades are refused (the connection is closed), except on
+ *     the one stream path a program may name (ws_path, e.g. /watch): there
+ *     at most max_ws clients at once (the next gets 503 + Retry-After), each
+ *     sent the current document and then the latest one after each change,
+ *     never a queue: a client holds at most one reference to a shared
+ *     document, and one that stops reading is dropped after send_timeout_s;
+ *     idle clients are pinged and dropped when they stop answering; a
+ *     client that sends a data frame is closed (1008); stopping the server
+ *     closes every stream with 1001 (going away);
  *   - large documents are shared, reference-counted bodies
  *     (struct mesh_httpd_body) that connections read from in place, and at
  *     most max_bulk of them are in flight (503 + Retry-After beyond);
@@ -42,6 +50,8 @@ struct mesh_httpd_limits {
     int header_timeout_s; /* request headers complete within [5] s */
     int send_timeout_s;   /* a response stalled this long is dropped [10] s */
     int max_header_bytes; /* request line + headers [4096] */
+    int max_ws;           /* WebSocket stream clients at once [16; at most max_conns/4] */
+    int ws_idle_s;        /* ping a stream idle this long, drop it after twice as long [30] */
 };
 
 /* An immutable byte string shared by every connection sending it. Created
@@ -83,23 +93,37 @@ struct mesh_httpd_resp {
  * Server thread. */
 typedef void (*mesh_httpd_handler_fn)(void *arg, const char *path, struct mesh_httpd_resp *out);
 
+/* The current document of the stream and its version (a new reference,
+ * taken by the server), or NULL when there is none yet. The server asks at
+ * every mesh_httpd_notify and once a second, and sends a document to the
+ * stream clients whenever its version differs from the last one it sent.
+ * Server thread. */
+typedef struct mesh_httpd_body *(*mesh_httpd_doc_fn)(void *arg, uint64_t *out_version);
+
 struct mesh_httpd_opts {
     const char *addr; /* "[host]:port", "host:port", ":port"; port 0 = any free */
     struct mesh_httpd_limits limits;
     mesh_httpd_handler_fn handler;
-    void *arg;        /* borrowed, passed to handler */
-    const char *flag; /* the option that gave addr, for messages ("--http-addr") */
+    void *arg;                /* borrowed, passed to handler */
+    const char *flag;         /* the option that gave addr, for messages ("--http-addr") */
+    const char *ws_path;      /* the WebSocket stream's path, NULL = every upgrade refused */
+    mesh_httpd_doc_fn ws_doc; /* the stream's document (required with ws_path) */
+    const char *ws_name;      /* how messages name the stream ("/watch clients") */
 };
 
 /* Counters (the /metrics of the program using it). */
 struct mesh_httpd_stats {
-    uint64_t accepted;  /* connections accepted */
-    uint64_t evicted;   /* closed to make room for a new connection */
-    uint64_t refused;   /* closed at accept: no connection could be evicted */
-    uint64_t timed_out; /* closed for a header, idle or send timeout */
-    uint64_t upgrades;  /* WebSocket upgrades refused */
-    uint64_t bulk_busy; /* bulk responses answered 503 */
-    int open;           /* connections open now */
+    uint64_t accepted;   /* connections accepted */
+    uint64_t evicted;    /* closed to make room for a new connection */
+    uint64_t refused;    /* closed at accept: no connection could be evicted */
+    uint64_t timed_out;  /* closed for a header, idle or send timeout */
+    uint64_t upgrades;   /* WebSocket upgrades refused */
+    uint64_t bulk_busy;  /* bulk responses answered 503 */
+    uint64_t ws_busy;    /* stream upgrades answered 503 (max_ws reached) */
+    uint64_t ws_sent;    /* documents sent to stream clients */
+    uint64_t ws_dropped; /* stream clients closed for stalling or sending data */
+    int open;            /* connections open now */
+    int ws_open;         /* stream clients now */
 };
 
 struct mesh_httpd;
@@ -111,6 +135,9 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
                                     struct mesh_err *err);
 /* Stop the thread, close every connection, free. NULL does nothing. */
 void mesh_httpd_stop(struct mesh_httpd *h);
+/* The stream's document may have changed: the server asks ws_doc again at
+ * once (any thread; cheap; NULL does nothing). */
+void mesh_httpd_notify(struct mesh_httpd *h);
 /* A snapshot of the counters (any thread). */
 void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out);
 

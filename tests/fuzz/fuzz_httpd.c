@@ -7,7 +7,10 @@
  * aborts the run. The corpus holds the malformed inputs of issue 13 (TLS
  * ClientHello, absolute URI, OPTIONS/TRACE, header without a colon, 4 KB
  * request line, HTTP/2 preface, SSH banner, NUL in the path, an empty
- * connection, WebSocket and h2c upgrades, request bodies, ...).
+ * connection, WebSocket and h2c upgrades, request bodies, ...) and, for the
+ * WebSocket stream on /watch, handshakes followed by client frames (text,
+ * binary, huge and unmasked frames, pings, closes, reserved opcodes and
+ * bits, truncated headers).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +51,14 @@ static void handler(void *arg, const char *path, struct mesh_httpd_resp *r)
     }
 }
 
+/* The /watch stream's document: the 100,000-byte body, version 1. */
+static struct mesh_httpd_body *watch_doc(void *arg, uint64_t *out_version)
+{
+    (void)arg;
+    *out_version = 1;
+    return mesh_httpd_body_ref(big);
+}
+
 static void stop_server(void)
 {
     mesh_httpd_stop(srv);
@@ -67,7 +78,14 @@ static void start_server(void)
         .addr = "127.0.0.1:0",
         .flag = "addr",
         .handler = handler,
-        .limits = {.max_conns = 16, .max_per_peer = 8, .header_timeout_s = 2, .send_timeout_s = 2},
+        .limits = {.max_conns = 16,
+                   .max_per_peer = 8,
+                   .header_timeout_s = 2,
+                   .send_timeout_s = 2,
+                   .ws_idle_s = 2},
+        .ws_path = "/watch",
+        .ws_doc = watch_doc,
+        .ws_name = "/watch clients",
     };
     struct mesh_err err = {0};
     srv = mesh_httpd_start(&o, &port, &err);

@@ -3,10 +3,14 @@
  * small limits: eviction keeps room for a client that sends its request
  * at once, the header timeout closes slow clients, the bulk cap answers
  * 503 + Retry-After, upgrades are refused, HEAD has no body and 405 is
- * complete. Every read has a deadline (SO_RCVTIMEO).
+ * complete; the WebSocket stream sends the current document first and the
+ * latest after a change, caps its clients (503), pings idle ones and drops
+ * them without a pong, drops a client that stalls, and closes with 1001 on
+ * stop. Every read has a deadline (SO_RCVTIMEO).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -227,6 +231,292 @@ static void test_methods_and_upgrades(void **state)
     assert_non_null(strstr(buf, "not found"));
 }
 
+/* ---- WebSocket stream ---------------------------------------------------- */
+
+struct wsfix {
+    struct mesh_httpd *srv;
+    pthread_mutex_t mu;
+    struct mesh_httpd_body *doc; /* NULL = nothing published yet */
+    uint64_t ver;
+    int port;
+};
+
+static struct mesh_httpd_body *ws_doc(void *arg, uint64_t *out_version)
+{
+    struct wsfix *w = arg;
+    pthread_mutex_lock(&w->mu);
+    struct mesh_httpd_body *b = mesh_httpd_body_ref(w->doc);
+    *out_version = w->ver;
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+static void ws_set(struct wsfix *w, const char *text, size_t len)
+{
+    struct mesh_httpd_body *b = mesh_httpd_body_from_bytes(text, len);
+    pthread_mutex_lock(&w->mu);
+    mesh_httpd_body_unref(w->doc);
+    w->doc = b;
+    w->ver++;
+    pthread_mutex_unlock(&w->mu);
+    mesh_httpd_notify(w->srv);
+}
+
+static int ws_start(void **state, int idle_s)
+{
+    mesh_log_setup(MESH_LOG_ERROR, MESH_LOG_TEXT);
+    struct wsfix *w = mesh_calloc(1, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    struct mesh_httpd_opts o = {
+        .addr = "127.0.0.1:0",
+        .flag = "addr",
+        .handler = handler,
+        .arg = w,
+        .limits = {.max_conns = 16,
+                   .header_timeout_s = 1,
+                   .send_timeout_s = 2,
+                   .max_ws = 2,
+                   .ws_idle_s = idle_s},
+        .ws_path = "/watch",
+        .ws_doc = ws_doc,
+        .ws_name = "/watch clients",
+    };
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    w->srv = mesh_httpd_start(&o, &w->port, &err);
+    assert_non_null(w->srv);
+    *state = w;
+    return 0;
+}
+
+/* Pings after 1 s idle. */
+static int ws_setup(void **state)
+{
+    return ws_start(state, 1);
+}
+
+/* Pings only after 30 s: stalls are caught by the send timeout. */
+static int ws_setup_no_ping(void **state)
+{
+    return ws_start(state, 30);
+}
+
+static int ws_teardown(void **state)
+{
+    struct wsfix *w = *state;
+    mesh_httpd_stop(w->srv);
+    mesh_httpd_body_unref(w->doc);
+    pthread_mutex_destroy(&w->mu);
+    mesh_free(w);
+    return 0;
+}
+
+/* Exactly n bytes (false on EOF, error or the 3 s timeout). */
+static bool get_exact(int fd, unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = recv(fd, buf + got, n - got, 0);
+        if (k < 0 && errno == EINTR) {
+            continue;
+        }
+        if (k <= 0) {
+            return false;
+        }
+        got += (size_t)k;
+    }
+    return true;
+}
+
+/* A handshake on /watch; the status code of the answer (its head read whole). */
+static int ws_open(int port, int rcvbuf, int *out_fd)
+{
+    int fd = dial(port, rcvbuf);
+    put(fd, "GET /watch HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    char head[2048];
+    size_t n = 0;
+    while (n + 1 < sizeof(head) && (n < 4 || memcmp(head + n - 4, "\r\n\r\n", 4) != 0)) {
+        if (!get_exact(fd, (unsigned char *)head + n, 1)) {
+            break;
+        }
+        n++;
+    }
+    head[n] = '\0';
+    *out_fd = fd;
+    if (n < 12 || strncmp(head, "HTTP/1.", 7) != 0) {
+        return 0;
+    }
+    return (head[9] - '0') * 100 + (head[10] - '0') * 10 + (head[11] - '0');
+}
+
+/* One server frame (unmasked): its opcode, payload in buf (cap bytes at
+ * most, the rest skipped), *len its full length. -1 on EOF or timeout. */
+static int ws_frame(int fd, unsigned char *buf, size_t cap, size_t *len)
+{
+    unsigned char h[8];
+    if (!get_exact(fd, h, 2)) {
+        return -1;
+    }
+    uint64_t n = h[1] & 0x7f;
+    if (n == 126 || n == 127) {
+        size_t k = n == 126 ? 2 : 8;
+        if (!get_exact(fd, h, k)) {
+            return -1;
+        }
+        n = 0;
+        for (size_t i = 0; i < k; i++) {
+            n = n << 8 | h[i];
+        }
+    }
+    *len = (size_t)n;
+    for (uint64_t off = 0; off < n;) {
+        unsigned char skip[4096];
+        size_t want = n - off < sizeof(skip) ? (size_t)(n - off) : sizeof(skip);
+        if (!get_exact(fd, off < cap ? buf + off : skip,
+                       off < cap && want > cap - off ? cap - off : want)) {
+            return -1;
+        }
+        off += off < cap && want > cap - off ? cap - off : want;
+    }
+    return h[0] & 0x0f;
+}
+
+/* The next text message as a string (the test's documents fit in one frame). */
+static int ws_text(int fd, char *out, size_t cap)
+{
+    size_t len = 0;
+    int op = ws_frame(fd, (unsigned char *)out, cap - 1, &len);
+    out[len < cap - 1 ? len : cap - 1] = '\0';
+    return op;
+}
+
+/* Nothing published: no message; then the current document first, the latest
+ * after changes, and a second client gets the current one. */
+static void test_ws_stream(void **state)
+{
+    struct wsfix *w = *state;
+    int fd = -1;
+    assert_int_equal(ws_open(w->port, 0, &fd), 101);
+    ws_set(w, "{\"generation\":1}", 16);
+    char msg[256];
+    assert_int_equal(ws_text(fd, msg, sizeof(msg)), 1);
+    assert_string_equal(msg, "{\"generation\":1}");
+    ws_set(w, "{\"generation\":2}", 16);
+    assert_int_equal(ws_text(fd, msg, sizeof(msg)), 1);
+    assert_string_equal(msg, "{\"generation\":2}");
+    int fd2 = -1;
+    assert_int_equal(ws_open(w->port, 0, &fd2), 101);
+    assert_int_equal(ws_text(fd2, msg, sizeof(msg)), 1);
+    assert_string_equal(msg, "{\"generation\":2}");
+    struct mesh_httpd_stats st;
+    mesh_httpd_get_stats(w->srv, &st);
+    assert_int_equal(st.ws_open, 2);
+    assert_true(st.ws_sent >= 3);
+    close(fd);
+    close(fd2);
+}
+
+/* max_ws = 2: the third client gets 503 with Retry-After; a slot freed is
+ * usable again; another path is still refused. */
+static void test_ws_cap(void **state)
+{
+    struct wsfix *w = *state;
+    ws_set(w, "{}", 2);
+    int a = -1, b = -1, c = -1;
+    assert_int_equal(ws_open(w->port, 0, &a), 101);
+    assert_int_equal(ws_open(w->port, 0, &b), 101);
+    assert_int_equal(ws_open(w->port, 0, &c), 503);
+    close(c);
+    close(a);
+    struct mesh_httpd_stats st;
+    for (int i = 0; i < 100; i++) {
+        mesh_httpd_get_stats(w->srv, &st);
+        if (st.ws_open == 1) {
+            break;
+        }
+        mesh_sys_sleep_ms(20);
+    }
+    assert_int_equal(st.ws_open, 1);
+    assert_true(st.ws_busy >= 1);
+    assert_int_equal(ws_open(w->port, 0, &a), 101);
+    close(a);
+    close(b);
+    int fd = dial(w->port, 0);
+    put(fd, "GET /readyz HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    char buf[256];
+    assert_int_equal(get(fd, buf, sizeof(buf)), 0);
+    close(fd);
+}
+
+/* ws_idle_s = 1: an idle client is pinged, and closed when it never answers. */
+static void test_ws_idle_ping(void **state)
+{
+    struct wsfix *w = *state;
+    ws_set(w, "{}", 2);
+    int fd = -1;
+    assert_int_equal(ws_open(w->port, 0, &fd), 101);
+    char msg[64];
+    assert_int_equal(ws_text(fd, msg, sizeof(msg)), 1);
+    unsigned char buf[256];
+    size_t len = 0;
+    assert_int_equal(ws_frame(fd, buf, sizeof(buf), &len), 9); /* a ping */
+    int op = 0;
+    while ((op = ws_frame(fd, buf, sizeof(buf), &len)) == 9) {
+    }
+    assert_int_equal(op, -1); /* then the server hangs up */
+    close(fd);
+}
+
+/* A client that reads nothing of a 4 MiB document is dropped after
+ * send_timeout_s, and holds no more than its one reference meanwhile. */
+static void test_ws_stall(void **state)
+{
+    struct wsfix *w = *state;
+    size_t n = 4u << 20;
+    char *fill = mesh_malloc(n);
+    memset(fill, 'x', n);
+    ws_set(w, fill, n);
+    mesh_free(fill);
+    int fd = -1;
+    assert_int_equal(ws_open(w->port, 4096, &fd), 101);
+    ws_set(w, "{}", 2); /* a newer version while the first is stuck */
+    struct mesh_httpd_stats st;
+    for (int i = 0; i < 300; i++) {
+        mesh_httpd_get_stats(w->srv, &st);
+        if (st.ws_dropped >= 1) {
+            break;
+        }
+        mesh_sys_sleep_ms(20);
+    }
+    assert_int_equal(st.ws_dropped, 1);
+    assert_true(st.timed_out >= 1);
+    close(fd);
+}
+
+/* Stopping the server closes a client with 1001 (going away). */
+static void test_ws_stop_closes(void **state)
+{
+    struct wsfix *w = *state;
+    ws_set(w, "{}", 2);
+    int fd = -1;
+    assert_int_equal(ws_open(w->port, 0, &fd), 101);
+    char msg[64];
+    assert_int_equal(ws_text(fd, msg, sizeof(msg)), 1);
+    mesh_httpd_stop(w->srv);
+    w->srv = NULL;
+    unsigned char buf[128];
+    size_t len = 0;
+    int op = 0;
+    while ((op = ws_frame(fd, buf, sizeof(buf), &len)) == 9) {
+    }
+    assert_int_equal(op, 8);
+    assert_true(len >= 2);
+    assert_int_equal(buf[0] << 8 | buf[1], 1001);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +524,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bulk_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_methods_and_upgrades, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ws_stream, ws_setup, ws_teardown),
+        cmocka_unit_test_setup_teardown(test_ws_cap, ws_setup, ws_teardown),
+        cmocka_unit_test_setup_teardown(test_ws_idle_ping, ws_setup, ws_teardown),
+        cmocka_unit_test_setup_teardown(test_ws_stall, ws_setup_no_ping, ws_teardown),
+        cmocka_unit_test_setup_teardown(test_ws_stop_closes, ws_setup, ws_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,10 @@
  *                  "waiting for the first list of pods" before the first LIST)
  *   GET /metrics   Prometheus text format 0.0.4
  *   GET /topology  the published topology.json (503 before the first publish)
+ *   GET /watch     WebSocket: topology.json as one text message, first the
+ *                  current one, then each published generation; a client
+ *                  that falls behind gets the latest, never a backlog; at
+ *                  most --watch-max-clients at once (503 beyond)
  *   anything else  404 naming the paths served
  *
  * These answer kubelet probes (User-Agent kube-probe/<v>: success is any
@@ -19,7 +23,8 @@
  * a response never waits for a recompute. /topology is served from one
  * shared copy of the file per generation (a reference-counted body): slow
  * readers share it instead of holding a copy each, and at most
- * MESH_SIDECAR_TOPOLOGY_TRANSFERS transfers run at once.
+ * MESH_SIDECAR_TOPOLOGY_TRANSFERS transfers run at once. /watch sends the
+ * same shared copy.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,7 +65,9 @@ static void readyz(struct mesh_sidecar *ctx, struct mesh_httpd_resp *r)
     r->text = mesh_asprintf("%s\n", why);
 }
 
-static void topology(struct mesh_sidecar_http *h, struct mesh_httpd_resp *r)
+/* The shared copy of the published topology.json (-1: none published yet,
+ * -2: the file cannot be read). Server thread. */
+static int load_topology(struct mesh_sidecar_http *h)
 {
     struct mesh_sidecar *ctx = h->ctx;
     pthread_mutex_lock(&ctx->mu);
@@ -68,9 +75,7 @@ static void topology(struct mesh_sidecar_http *h, struct mesh_httpd_resp *r)
     uint64_t gen = ctx->st.generation;
     pthread_mutex_unlock(&ctx->mu);
     if (!have) {
-        r->status = 503;
-        r->text = mesh_strdup("no topology published yet\n");
-        return;
+        return -1;
     }
     if (h->topo == NULL || h->topo_gen != gen) {
         /* The file itself: renames replace it whole, so one open sees one
@@ -81,19 +86,40 @@ static void topology(struct mesh_sidecar_http *h, struct mesh_httpd_resp *r)
         struct mesh_err err = {0};
         struct mesh_httpd_body *b = mesh_httpd_body_from_file(path, TOPOLOGY_MAX, &err);
         if (b == NULL) {
-            mesh_debug(MOD, "/topology: %s", err.msg);
-            r->status = 503;
-            r->text = mesh_strdup("cannot read topology.json; retry\n");
-            return;
+            mesh_debug(MOD, "topology.json: %s", err.msg);
+            return -2;
         }
         mesh_httpd_body_unref(h->topo);
         h->topo = b;
         h->topo_gen = gen;
     }
+    return 0;
+}
+
+static void topology(struct mesh_sidecar_http *h, struct mesh_httpd_resp *r)
+{
+    int rc = load_topology(h);
+    if (rc < 0) {
+        r->status = 503;
+        r->text = mesh_strdup(rc == -1 ? "no topology published yet\n"
+                                       : "cannot read topology.json; retry\n");
+        return;
+    }
     r->status = 200;
     r->type = "application/json";
     r->body = mesh_httpd_body_ref(h->topo);
     r->bulk = true;
+}
+
+/* /watch's document: the same shared copy, versioned by generation. */
+static struct mesh_httpd_body *watch_doc(void *arg, uint64_t *out_version)
+{
+    struct mesh_sidecar_http *h = arg;
+    if (load_topology(h) < 0) {
+        return NULL;
+    }
+    *out_version = h->topo_gen;
+    return mesh_httpd_body_ref(h->topo);
 }
 
 static void route(void *arg, const char *path, struct mesh_httpd_resp *r)
@@ -120,10 +146,27 @@ static void route(void *arg, const char *path, struct mesh_httpd_resp *r)
             "# HELP tpumesh_http_busy_total /topology requests answered 503 because "
             "%d transfers were in flight.\n"
             "# TYPE tpumesh_http_busy_total counter\n"
-            "tpumesh_http_busy_total %llu\n",
+            "tpumesh_http_busy_total %llu\n"
+            "# HELP tpumesh_watch_clients WebSocket /watch clients connected now.\n"
+            "# TYPE tpumesh_watch_clients gauge\n"
+            "tpumesh_watch_clients %d\n"
+            "# HELP tpumesh_watch_busy_total /watch upgrades answered 503 (--watch-max-clients "
+            "reached).\n"
+            "# TYPE tpumesh_watch_busy_total counter\n"
+            "tpumesh_watch_busy_total %llu\n"
+            "# HELP tpumesh_watch_messages_total topology.json documents sent to /watch "
+            "clients.\n"
+            "# TYPE tpumesh_watch_messages_total counter\n"
+            "tpumesh_watch_messages_total %llu\n"
+            "# HELP tpumesh_watch_dropped_total /watch clients closed for reading nothing "
+            "while a document waited, or for sending a message.\n"
+            "# TYPE tpumesh_watch_dropped_total counter\n"
+            "tpumesh_watch_dropped_total %llu\n",
             m, hs.open, (unsigned long long)hs.evicted, (unsigned long long)hs.refused,
             (unsigned long long)hs.timed_out, (unsigned long long)hs.upgrades,
-            MESH_SIDECAR_TOPOLOGY_TRANSFERS, (unsigned long long)hs.bulk_busy);
+            MESH_SIDECAR_TOPOLOGY_TRANSFERS, (unsigned long long)hs.bulk_busy, hs.ws_open,
+            (unsigned long long)hs.ws_busy, (unsigned long long)hs.ws_sent,
+            (unsigned long long)hs.ws_dropped);
         r->type = "text/plain; version=0.0.4; charset=utf-8";
         return;
     }
@@ -137,7 +180,9 @@ static void route(void *arg, const char *path, struct mesh_httpd_resp *r)
         readyz(ctx, r);
     } else {
         r->status = 404;
-        r->text = mesh_strdup("not found: try /healthz /readyz /metrics /topology\n");
+        r->text = mesh_strdup(strcmp(path, "/watch") == 0
+                                  ? "/watch is a WebSocket: send Upgrade: websocket\n"
+                                  : "not found: try /healthz /readyz /metrics /topology /watch\n");
     }
 }
 
@@ -151,7 +196,11 @@ struct mesh_sidecar_http *mesh_sidecar_http_start(struct mesh_sidecar *ctx, cons
         .flag = "--http-addr",
         .handler = route,
         .arg = h,
-        .limits = {.max_bulk = MESH_SIDECAR_TOPOLOGY_TRANSFERS},
+        .limits = {.max_bulk = MESH_SIDECAR_TOPOLOGY_TRANSFERS,
+                   .max_ws = ctx->opts.watch_max_clients},
+        .ws_path = "/watch",
+        .ws_doc = watch_doc,
+        .ws_name = "/watch clients",
     };
     struct mesh_httpd *srv = mesh_httpd_start(&o, out_port, err);
     if (srv == NULL) {
@@ -160,6 +209,13 @@ struct mesh_sidecar_http *mesh_sidecar_http_start(struct mesh_sidecar *ctx, cons
     }
     atomic_store(&h->srv, srv);
     return h;
+}
+
+void mesh_sidecar_http_notify(struct mesh_sidecar_http *h)
+{
+    if (h != NULL) {
+        mesh_httpd_notify(atomic_load(&h->srv));
+    }
 }
 
 void mesh_sidecar_http_stop(struct mesh_sidecar_http *h)

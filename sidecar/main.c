@@ -234,6 +234,10 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
             (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
         }
         mesh_sidecar_grpc_update(ctx);
+        if (ctx->http != NULL && ctx->generation != ctx->http_gen) {
+            ctx->http_gen = ctx->generation;
+            mesh_sidecar_http_notify(ctx->http);
+        }
     }
 }
 
@@ -267,7 +271,8 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     if (*out_http == NULL) {
         return err->code != 0 ? -err->code : -MESH_E_IO; /* a bad address is a config error */
     }
-    mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology on %s (port %d)",
+    ctx->http = *out_http;
+    mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology /watch on %s (port %d)",
               ctx->opts.http_addr, port);
     struct mesh_grpc_server_opts go = {
         .addr = ctx->opts.grpc_addr,
@@ -400,6 +405,7 @@ out:
         mesh_info(MOD, "watch stopped in %lld ms; files stay at generation %llu",
                   (long long)(now_ms(CLOCK_MONOTONIC) - t0), (unsigned long long)ctx.generation);
     }
+    ctx.http = NULL;
     mesh_sidecar_http_stop(http);
     mesh_grpc_server_stop(ctx.grpc);
     ctx.grpc = NULL;

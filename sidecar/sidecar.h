@@ -73,9 +73,10 @@ struct mesh_sidecar_opts {
     int stall_timeout_s;  /* watch with no byte for this long is reconnected, default 90 */
     int stuck_limit_s;    /* /healthz fails after this long without API progress, default 900 */
     enum mesh_addr_mode address_mode;
-    int watch_mode;       /* MESH_SIDECAR_WATCH_*, default auto */
-    int relay_fanout;     /* default 64 */
-    int relay_fallback_s; /* default 10 */
+    int watch_mode;        /* MESH_SIDECAR_WATCH_*, default auto */
+    int relay_fanout;      /* default 64 */
+    int relay_fallback_s;  /* default 10 */
+    int watch_max_clients; /* WebSocket /watch clients at once, default 16 */
     bool verify_dns;
     /* Given by flag or TPUMESH_* variable (not the default): then the own
      * pod's tpumesh.dev/port / tpumesh.dev/address-mode annotations do not
@@ -242,8 +243,10 @@ struct mesh_sidecar {
 
     /* gRPC server (grpc.c; NULL until started) and what it was last given. */
     struct mesh_grpc_server *grpc;
-    uint64_t grpc_gen;          /* generation of the topology it serves, 0 = none */
-    uint64_t grpc_pods_changes; /* `changes` when the pod set was last handed over */
+    struct mesh_sidecar_http *http; /* HTTP server (NULL until started) */
+    uint64_t http_gen;              /* generation /watch was last told about */
+    uint64_t grpc_gen;              /* generation of the topology it serves, 0 = none */
+    uint64_t grpc_pods_changes;     /* `changes` when the pod set was last handed over */
     bool grpc_pods_set;
 
     pthread_mutex_t mu;
@@ -398,8 +401,12 @@ struct mesh_sidecar_http;
  * or -MESH_E_IO (cannot listen). ctx borrowed for the server's life. */
 struct mesh_sidecar_http *mesh_sidecar_http_start(struct mesh_sidecar *ctx, const char *addr,
                                                   int *out_port, struct mesh_err *err);
-/* Stop the server thread and free it. NULL does nothing. */
+/* Stop the server thread (closing /watch clients with 1001) and free it.
+ * NULL does nothing. */
 void mesh_sidecar_http_stop(struct mesh_sidecar_http *h);
+/* A new generation may be published: /watch clients get it now instead of
+ * at the server's next one-second check. Any thread; NULL does nothing. */
+void mesh_sidecar_http_notify(struct mesh_sidecar_http *h);
 
 /* Render the Prometheus text of /metrics into a new string (owned,
  * mesh_free). Takes ctx->mu itself. */

@@ -14,7 +14,7 @@ PKGS="gcc make clang libclang-rt-14-dev llvm openssl curl ca-certificates
 gpgv debian-archive-keyring
 libcurl4-openssl-dev libcjson-dev libyaml-dev libgrpc-dev libprotobuf-c-dev
 protobuf-c-compiler protobuf-compiler libwebsockets-dev libssl-dev libcmocka-dev
-python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml python3-jsonpatch
+python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml python3-jsonpatch python3-websocket
 valgrind cppcheck clang-format clang-tidy pmccabe iproute2 procps psmisc
 nodejs npm debootstrap"
 

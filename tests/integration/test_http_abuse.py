@@ -4,10 +4,14 @@ kube-apiserver simulator. Traffic goes to 127.0.0.1 only; attackers connect from
 
   1. malformed-input corpus (tests/fuzz/corpus/httpd): one connection each; the sidecar
      survives and answers /readyz within 1 s after each
-  2. 300 slowloris clients + 100 WebSocket upgrades held on the port: >= 28 of 30 /readyz
-     probes (1 s timeout, one per second) succeed, and a pod change is published within 2 s
+  2. 300 slowloris clients + 100 WebSocket upgrades (on a path other than /watch) held on the
+     port: >= 28 of 30 /readyz probes (1 s timeout, one per second) succeed, and a pod change is
+     published within 2 s
   3. 60 clients that never read /topology at 16,384 workers: VmHWM grows <= 24 MiB, and the
      memory comes back when they leave
+  3b. /watch: 16 WebSocket clients that never read (the cap), 40 more refused with 503; pod
+     changes while they are held add <= 24 MiB to VmHWM, probes keep succeeding, the stalled
+     clients are dropped and their slots come back
   4. RFC 9110: HEAD without body, complete 405 with Allow, 404 with a body, 503 from /readyz with
      `waiting for the first list of pods`, /healthz saying why it fails
   5. secrets: the token never reaches logs, /metrics, error messages or /proc/<pid>/environ;
@@ -226,7 +230,7 @@ def corpus(car):
             data = f.read()
         first = send_raw(car.port, data)
         if first.startswith(b"HTTP/1.1 101"):
-            upgraded.append(os.path.basename(path))
+            upgraded.append((os.path.basename(path), data.startswith(b"GET /watch HTTP/1.1\r\n")))
         if not car.alive() or not probe(car.port, timeout=3.0 if SLOW else 1.0):
             bad.append(os.path.basename(path))
             if not car.alive():
@@ -234,7 +238,10 @@ def corpus(car):
     check("corpus: %d malformed inputs, one connection each; the sidecar survives and answers "
           "/readyz within 1 s after each" % len(files), len(files) >= 40 and not bad,
           "failed after: %s" % bad)
-    check("corpus: no WebSocket or h2c upgrade is accepted (no 101)", not upgraded, upgraded)
+    # /watch is the one WebSocket served: a well-formed handshake there may get 101.
+    wrong = [n for n, watch in upgraded if not watch]
+    check("corpus: no upgrade but a WebSocket handshake on /watch is accepted (no 101 for the "
+          "others; %d to /watch)" % (len(upgraded) - len(wrong)), not wrong, wrong)
 
 
 # ---- 2. slowloris + upgrades -----------------------------------------------------------------
@@ -244,7 +251,7 @@ class Attack:
     and n_upg WebSocket upgrades, each reopened when the server closes it, spread over 20
     source addresses in 127.64.0.0/16."""
 
-    UPGRADE = (b"GET /watch HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    UPGRADE = (b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 
     def __init__(self, port, n_slow, n_upg):
@@ -400,6 +407,94 @@ def no_readers(car):
           m is not None and int(m.group(1)) >= 1)
 
 
+# ---- 3b. /watch clients that never read --------------------------------------------------------
+
+WATCH_MAX = 16
+
+
+def watch_open(port, src):
+    """A /watch handshake from src with a small receive window; returns (socket, status line)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    s.settimeout(5)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(Attack.UPGRADE.replace(b"/ws ", b"/watch "))
+    data = b""
+    while b"\r\n" not in data:
+        try:
+            chunk = s.recv(1)  # the status line only: the rest stays unread
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return s, data.decode("latin-1").strip()
+
+
+def metric(port, name):
+    r = http(port, "/metrics", timeout=5)
+    m = re.search(rb"^%s (\d+)" % name.encode(), r[2], re.M) if r else None
+    return int(m.group(1)) if m else None
+
+
+def watch_abuse(car, sim, pod_names):
+    pid = car.proc.pid
+    time.sleep(0.5)
+    can_reset = reset_hwm(pid)
+    before = proc_status(pid)
+    held = []
+    for i in range(WATCH_MAX):
+        s, st = watch_open(car.port, "127.64.1.%d" % (1 + i % 8))
+        held.append((s, st))
+    refused = []
+    for i in range(40):
+        s, st = watch_open(car.port, "127.64.2.%d" % (1 + i % 8))
+        refused.append(st)
+        s.close()
+    check("/watch: %d clients admitted (101), the cap" % WATCH_MAX,
+          all(st.endswith("101 Switching Protocols") for _, st in held), [st for _, st in held])
+    check("/watch: 40 more refused with 503 (%s)" % sorted(set(refused)),
+          all(re.match(r"HTTP/1\.[01] 503 ", st) for st in refused), refused)
+    gen0 = generation(car.out) or 0
+    probes = []
+    for i in range(2):
+        sim.client.set_ip(name=pod_names[7 + i], ip="10.98.%d.%d" % (i, random.randrange(1, 250)))
+        wait(lambda: (generation(car.out) or 0) > gen0 + i, 10, 0.05)
+        probes.append(probe(car.port, timeout=1.0))
+    for _ in range(6):
+        t0 = time.monotonic()
+        probes.append(probe(car.port, timeout=1.0))
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+    during = proc_status(pid)
+    check("/watch: 2 pod changes published while they are held (generation %d -> %s)"
+          % (gen0, generation(car.out)), (generation(car.out) or 0) >= gen0 + 2)
+    check("/watch: %d of %d /readyz probes answered while they are held" % (sum(probes), len(probes)),
+          sum(probes) >= len(probes) - 1, probes)
+    grown = (during["VmHWM"] - before["VmHWM"]) * 1024
+    if SLOW:
+        ok("/watch no-read: memory figures skipped under %s # SKIP" % (WRAP[0] if WRAP else "ASan"))
+    else:
+        check("/watch no-read: %d clients that never read, 2 changes of a %d-worker topology add "
+              "%.1f MiB to VmHWM (<= 24 MiB; hwm reset %s)" % (WATCH_MAX, PODS, grown / MiB, can_reset),
+              grown <= 24 * MiB, (before, during))
+    # A stalled client is dropped once a document made no progress for the send timeout (10 s).
+    dropped = wait(lambda: (metric(car.port, "tpumesh_watch_clients") == 0) or None, 40 if SLOW else 25, 0.5)
+    check("/watch: the clients that never read are dropped (tpumesh_watch_clients 0, dropped_total %s)"
+          % metric(car.port, "tpumesh_watch_dropped_total"), dropped)
+    for s, _ in held:
+        s.close()
+    s, st = watch_open(car.port, "127.64.3.1")
+    s.close()
+    check("/watch: their slots come back (a new client gets 101)", st.endswith("101 Switching Protocols"), st)
+    if not SLOW:
+        time.sleep(1)
+        after = proc_status(pid)
+        check("/watch no-read: the memory comes back (RSS %+.1f MiB)" % ((after["VmRSS"] - before["VmRSS"]) / 1024),
+              (after["VmRSS"] - before["VmRSS"]) * 1024 <= 4 * MiB, (before, after))
+    check("/watch: the sidecar is alive", car.alive())
+
+
 # ---- 4. HTTP semantics ------------------------------------------------------------------------
 
 def semantics(car):
@@ -536,6 +631,7 @@ def main():
         semantics(car)
         slowloris(car, sim, names)
         no_readers(car)
+        watch_abuse(car, sim, names)
         secrets(car, sim, pid)
         fds = wait(lambda: (lambda n: n if n <= base_fds else None)(nfds(pid)), 20 if SLOW else 12, 0.2)
         check("fd count back to its baseline (%d, now %s)" % (base_fds, fds or nfds(pid)), fds is not None)

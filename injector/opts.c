@@ -16,60 +16,43 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "core/names.h"
+#include "io/cliopts.h"
 #include "injector.h"
-
-enum kind { K_STR, K_INT, K_LEVEL, K_FORMAT };
-
-struct def {
-    const char *flag; /* without "--" */
-    enum kind kind;
-    size_t off;
-    long long min, max;
-    const char *def; /* default text, NULL = none */
-    const char *arg; /* placeholder for --help */
-    const char *help;
-};
 
 #define OFF(f) offsetof(struct mesh_injector_opts, f)
 
-static const struct def defs[] = {
-    {"listen", K_STR, OFF(listen), 0, 0, ":9443", "[HOST]:PORT",
+static const struct mesh_cliopt defs[] = {
+    {"listen", MESH_CLIOPT_STR, OFF(listen), 0, 0, ":9443", "[HOST]:PORT",
      "HTTPS address of POST /mutate (the webhook's Service points here)"},
-    {"tls-cert-file", K_STR, OFF(tls_cert), 0, 0, NULL, "FILE",
+    {"tls-cert-file", MESH_CLIOPT_STR, OFF(tls_cert), 0, 0, NULL, "FILE",
      "serving certificate (PEM, chain allowed); re-read when it changes"},
-    {"tls-key-file", K_STR, OFF(tls_key), 0, 0, NULL, "FILE",
+    {"tls-key-file", MESH_CLIOPT_STR, OFF(tls_key), 0, 0, NULL, "FILE",
      "its private key (PEM); re-read when it changes"},
-    {"image", K_STR, OFF(image), 0, 0, NULL, "REF",
+    {"image", MESH_CLIOPT_STR, OFF(image), 0, 0, NULL, "REF",
      "image of the injected containers (else the config's, else tpumesh:" MESH_VERSION ")"},
-    {"config", K_STR, OFF(config), 0, 0, NULL, "FILE",
+    {"config", MESH_CLIOPT_STR, OFF(config), 0, 0, NULL, "FILE",
      "YAML: initContainer, sidecar, volumes, volumeMounts to inject (else the built-in\n"
      "      defaults, equal to the chart's)"},
-    {"http-addr", K_STR, OFF(http_addr), 0, 0, ":9431", "[HOST]:PORT",
+    {"http-addr", MESH_CLIOPT_STR, OFF(http_addr), 0, 0, ":9431", "[HOST]:PORT",
      "plain HTTP: /healthz /readyz /metrics"},
-    {"apiserver", K_STR, OFF(apiserver), 0, 0, NULL, "URL",
+    {"apiserver", MESH_CLIOPT_STR, OFF(apiserver), 0, 0, NULL, "URL",
      "API server for the service-account check (else in-cluster; without either it is "
      "skipped)"},
-    {"token-file", K_STR, OFF(token_file), 0, 0, NULL, "FILE", "bearer token for --apiserver"},
-    {"ca-file", K_STR, OFF(ca_file), 0, 0, NULL, "FILE", "CA bundle for --apiserver"},
-    {"check-namespace", K_STR, OFF(check_ns), 0, 0, NULL, "NS",
+    {"token-file", MESH_CLIOPT_STR, OFF(token_file), 0, 0, NULL, "FILE",
+     "bearer token for --apiserver"},
+    {"ca-file", MESH_CLIOPT_STR, OFF(ca_file), 0, 0, NULL, "FILE", "CA bundle for --apiserver"},
+    {"check-namespace", MESH_CLIOPT_STR, OFF(check_ns), 0, 0, NULL, "NS",
      "do not serve: create a labelled pod in NS as a dry run through the API server and\n"
      "      check that it was injected (exit 0 yes, 1 no); the chart's helm test runs this"},
-    {"cert-check-interval", K_INT, OFF(cert_check_s), 1, 3600, "5", "SECONDS",
+    {"cert-check-interval", MESH_CLIOPT_INT, OFF(cert_check_s), 1, 3600, "5", "SECONDS",
      "how often the certificate files are checked for a change"},
-    {"log-format", K_FORMAT, OFF(log_format), 0, 0, "text", "text|json", "log line format"},
-    {"log-level", K_LEVEL, OFF(log_level), 0, 0, "info", "debug|info|warn|error", "log level"},
+    {"log-format", MESH_CLIOPT_FORMAT, OFF(log_format), 0, 0, "text", "text|json",
+     "log line format"},
+    {"log-level", MESH_CLIOPT_LEVEL, OFF(log_level), 0, 0, "info", "debug|info|warn|error",
+     "log level"},
 };
 
 #define NDEFS (sizeof(defs) / sizeof(defs[0]))
-
-static void env_name(const char *flag, char *out, size_t cap)
-{
-    size_t n = (size_t)snprintf(out, cap, "TPUMESH_");
-    for (const char *p = flag; *p != '\0' && n + 1 < cap; p++) {
-        out[n++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
-    }
-    out[n] = '\0';
-}
 
 static void usage(void)
 {
@@ -80,125 +63,24 @@ static void usage(void)
            "volumes and the read-only mounts. Invalid tpumesh.dev/* annotations are denied\n"
            "with the rule. SIGTERM/SIGINT: stop serving, exit 0.\n\n"
            "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n");
-    for (size_t i = 0; i < NDEFS; i++) {
-        char env[64];
-        env_name(defs[i].flag, env, sizeof(env));
-        char left[64];
-        snprintf(left, sizeof(left), "--%s %s", defs[i].flag, defs[i].arg ? defs[i].arg : "");
-        printf("  %-34s %s%s%s\n      %s\n", left, env, defs[i].def ? "  default " : "",
-               defs[i].def ? defs[i].def : "", defs[i].help);
-    }
-    printf("  --help, --version\n");
-}
-
-static int apply(struct mesh_injector_opts *o, const struct def *d, const char *text,
-                 const char *where, struct mesh_err *err)
-{
-    char *base = (char *)o;
-    switch (d->kind) {
-    case K_STR: {
-        char **slot = (char **)(base + d->off);
-        mesh_free(*slot);
-        *slot = mesh_strdup(text);
-        return 0;
-    }
-    case K_INT: {
-        long long v = 0;
-        if (mesh_parse_ll(text, strlen(text), d->min, d->max, &v, NULL) < 0) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%s' is not an integer in %lld..%lld",
-                                where, text, d->min, d->max);
-        }
-        *(int *)(base + d->off) = (int)v;
-        return 0;
-    }
-    case K_LEVEL:
-        if (mesh_logfmt_parse_level(text, (enum mesh_log_level *)(base + d->off)) < 0) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%s' is not debug|info|warn|error",
-                                where, text);
-        }
-        return 0;
-    case K_FORMAT:
-        if (mesh_logfmt_parse_format(text, (enum mesh_log_format *)(base + d->off)) < 0) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: '%s' is not text|json", where, text);
-        }
-        return 0;
-    }
-    return mesh_err_set(err, MESH_E_CONFIG, 0, "%s: unsupported option kind", where);
-}
-
-static const struct def *find(const char *flag, size_t len)
-{
-    for (size_t i = 0; i < NDEFS; i++) {
-        if (strlen(defs[i].flag) == len && strncmp(defs[i].flag, flag, len) == 0) {
-            return &defs[i];
-        }
-    }
-    return NULL;
-}
-
-/* Collect "--flag value" / "--flag=value" into given[]. 1 = help/version. */
-static int collect(int argc, char **argv, const char **given, struct mesh_err *err)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage();
-            return 1;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("tpumesh-injector %s\nlibwebsockets %s\n", MESH_VERSION,
-                   lws_get_library_version());
-            return 1;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "unexpected argument '%s'; options start with -- (see --help)", a);
-        }
-        const char *name = a + 2, *eq = strchr(name, '=');
-        const struct def *d = find(name, eq ? (size_t)(eq - name) : strlen(name));
-        if (d == NULL) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0, "unknown option '%s' (see --help)", a);
-        }
-        const char *val = eq ? eq + 1 : NULL;
-        if (val == NULL) {
-            if (i + 1 >= argc) {
-                return mesh_err_set(err, MESH_E_CONFIG, 0, "--%s needs a value (%s)", d->flag,
-                                    d->arg);
-            }
-            val = argv[++i];
-        }
-        given[d - defs] = val;
-    }
-    return 0;
+    mesh_cliopts_usage(defs, NDEFS);
 }
 
 int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *out,
                              struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
-    const char *given[NDEFS] = {0};
-    int rc = collect(argc, argv, given, err);
-    if (rc != 0) {
-        return rc;
+    int rc = mesh_cliopts_parse(defs, NDEFS, argc, argv, out, NULL, err);
+    if (rc == MESH_CLIOPT_HELP) {
+        usage();
+        return 1;
     }
-    for (size_t i = 0; i < NDEFS; i++) {
-        char env[64], where[80];
-        env_name(defs[i].flag, env, sizeof(env));
-        const char *ev = getenv(env);
-        const char *text = given[i];
-        if (text != NULL) {
-            snprintf(where, sizeof(where), "--%s", defs[i].flag);
-        } else if (ev != NULL && ev[0] != '\0') {
-            text = ev;
-            snprintf(where, sizeof(where), "%s", env);
-        } else {
-            text = defs[i].def;
-            snprintf(where, sizeof(where), "default of --%s", defs[i].flag);
-        }
-        if (text != NULL && apply(out, &defs[i], text, where, err) < 0) {
-            mesh_injector_opts_cleanup(out);
-            return -MESH_E_CONFIG;
-        }
+    if (rc == MESH_CLIOPT_VERSION) {
+        printf("tpumesh-injector %s\nlibwebsockets %s\n", MESH_VERSION, lws_get_library_version());
+        return 1;
+    }
+    if (rc < 0) {
+        return rc;
     }
     if (out->check_ns != NULL && !mesh_names_is_dns_label(out->check_ns, strlen(out->check_ns))) {
         rc = mesh_err_set(err, MESH_E_CONFIG, 0, "--check-namespace: '%.64s' is not a namespace",
@@ -218,13 +100,7 @@ int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *o
 
 void mesh_injector_opts_cleanup(struct mesh_injector_opts *o)
 {
-    for (size_t i = 0; i < NDEFS; i++) {
-        if (defs[i].kind == K_STR) {
-            char **slot = (char **)((char *)o + defs[i].off);
-            mesh_free(*slot);
-            *slot = NULL;
-        }
-    }
+    mesh_cliopts_cleanup(defs, NDEFS, o);
 }
 
 int mesh_injector_parse_addr(const char *flag, const char *addr, char *iface, size_t cap,

@@ -1,0 +1,183 @@
+/*
+ * test_cliopts.c - the shared command-line engine: precedence (flag,
+ * TPUMESH_ variable, default; an empty variable is unset), "--flag=value"
+ * and "--flag value", bare booleans, choices, errors naming where a value
+ * came from, --help / --version, and the strings released on failure.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/logfmt.h"
+#include "io/cliopts.h"
+
+struct opts {
+    char *dir;
+    int port;
+    bool verbose;
+    int mode;
+    enum mesh_log_level level;
+};
+
+#define OFF(f) offsetof(struct opts, f)
+
+static const struct mesh_cliopt defs[] = {
+    {"out-dir", MESH_CLIOPT_STR, OFF(dir), 0, 0, "/var/run/x", "DIR", "dir"},
+    {"port", MESH_CLIOPT_INT, OFF(port), 1, 65535, "10000", "PORT", "port"},
+    {"verbose", MESH_CLIOPT_BOOL, OFF(verbose), 0, 0, "false", NULL, "more"},
+    {"mode", MESH_CLIOPT_CHOICE, OFF(mode), 0, 0, "auto", "auto|dns|ip", "mode"},
+    {"log-level", MESH_CLIOPT_LEVEL, OFF(level), 0, 0, "info", "debug|info|warn|error", "lvl"},
+};
+#define NDEFS (sizeof(defs) / sizeof(defs[0]))
+
+static void test_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args[4];
+        const char *env_port, *env_dir;
+        int rc;
+        const char *dir;
+        int port, mode;
+        bool verbose, port_explicit;
+        const char *msg;
+    } rows[] = {
+        {{NULL}, NULL, NULL, 0, "/var/run/x", 10000, 0, false, false, NULL},
+        {{"--port", "9"}, "7", NULL, 0, "/var/run/x", 9, 0, false, true, NULL},
+        {{"--port=9"}, NULL, NULL, 0, "/var/run/x", 9, 0, false, true, NULL},
+        {{NULL}, "7", "/d", 0, "/d", 7, 0, false, true, NULL},
+        {{NULL}, "", NULL, 0, "/var/run/x", 10000, 0, false, false, NULL},
+        {{"--verbose", "--mode", "ip"}, NULL, NULL, 0, "/var/run/x", 10000, 2, true, false, NULL},
+        {{"--verbose=no", "--mode=dns"}, NULL, NULL, 0, "/var/run/x", 10000, 1, false, false, NULL},
+        {{NULL},
+         "0",
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "TPUMESH_PORT: '0' is not an integer in 1..65535"},
+        {{"--port", "x"},
+         NULL,
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "--port: 'x' is not an integer"},
+        {{"--mode", "fqdn"},
+         NULL,
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "--mode: 'fqdn' is not auto|dns|ip"},
+        {{"--verbose=maybe"},
+         NULL,
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "is not true|false"},
+        {{"--port"}, NULL, NULL, -MESH_E_CONFIG, NULL, 0, 0, false, false, "--port needs a value"},
+        {{"--nope"},
+         NULL,
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "unknown option '--nope'"},
+        {{"stray"}, NULL, NULL, -MESH_E_CONFIG, NULL, 0, 0, false, false, "unexpected argument"},
+        {{"--out-dir", "/e", "--log-level", "loud"},
+         NULL,
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "--log-level: 'loud'"},
+        {{"--port", "x", "--help"}, NULL, NULL, MESH_CLIOPT_HELP, NULL, 0, 0, false, false, NULL},
+        {{"--version"}, NULL, NULL, MESH_CLIOPT_VERSION, NULL, 0, 0, false, false, NULL},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        char *argv[6] = {"prog"};
+        int argc = 1;
+        for (int k = 0; k < 4 && rows[r].args[k] != NULL; k++) {
+            argv[argc++] = (char *)rows[r].args[k];
+        }
+        if (rows[r].env_port != NULL) {
+            setenv("TPUMESH_PORT", rows[r].env_port, 1);
+        } else {
+            unsetenv("TPUMESH_PORT");
+        }
+        if (rows[r].env_dir != NULL) {
+            setenv("TPUMESH_OUT_DIR", rows[r].env_dir, 1);
+        } else {
+            unsetenv("TPUMESH_OUT_DIR");
+        }
+        struct opts o;
+        memset(&o, 0, sizeof(o));
+        bool expl[NDEFS];
+        struct mesh_err err = {0};
+        print_message("row %zu\n", r);
+        int rc = mesh_cliopts_parse(defs, NDEFS, argc, argv, &o, expl, &err);
+        assert_int_equal(rc, rows[r].rc);
+        if (rc == 0) {
+            assert_string_equal(o.dir, rows[r].dir);
+            assert_int_equal(o.port, rows[r].port);
+            assert_int_equal(o.mode, rows[r].mode);
+            assert_int_equal(o.verbose, rows[r].verbose);
+            assert_int_equal(expl[1], rows[r].port_explicit);
+            assert_int_equal(o.level, MESH_LOG_INFO);
+        }
+        if (rows[r].msg != NULL) {
+            assert_non_null(strstr(err.msg, rows[r].msg));
+        }
+        if (rc < 0) {
+            assert_null(o.dir); /* released on failure */
+        }
+        mesh_cliopts_cleanup(defs, NDEFS, &o);
+        assert_null(o.dir);
+    }
+    unsetenv("TPUMESH_PORT");
+    unsetenv("TPUMESH_OUT_DIR");
+}
+
+static void test_env_name(void **state)
+{
+    (void)state;
+    char out[64];
+    mesh_cliopts_env_name("relay-fallback", out, sizeof(out));
+    assert_string_equal(out, "TPUMESH_RELAY_FALLBACK");
+    mesh_cliopts_env_name("relay-fallback", out, 12);
+    assert_string_equal(out, "TPUMESH_REL");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_env_name),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

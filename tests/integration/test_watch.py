@@ -4,18 +4,26 @@ the first message is the published topology.json, each pod change yields a messa
 generation, --watch-max-clients is enforced with a 503 (Retry-After), upgrades on other paths are
 refused, a client that sends a message is closed with 1008, the server answers pings and close
 frames, /readyz is unchanged, and SIGTERM closes every client with 1001 before the sidecar exits 0.
-Traffic stays on 127.0.0.1."""
+Traffic stays on 127.0.0.1.
+
+Env: BUILD (build dir, e.g. build-asan), WRAP (a command the sidecar runs under)."""
 import json
-import re
 import os
+import re
+import shlex
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
 
+ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, wait  # noqa: E402
 from tap import check, done  # noqa: E402
 
 import websocket  # noqa: E402  (python3-websocket)
@@ -23,7 +31,76 @@ import websocket  # noqa: E402  (python3-websocket)
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 from simctl import start_sim  # noqa: E402
 
+BUILD = os.environ.get("BUILD", "build")
+if not os.path.isabs(BUILD):
+    BUILD = os.path.join(ROOT, BUILD)
+SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
+WRAP = shlex.split(os.environ.get("WRAP", ""))
+SLOW = bool(WRAP) or "asan" in os.path.basename(BUILD)
 MAX = 3
+TO = 15 if SLOW else 5  # seconds a read may wait
+
+
+def wait(pred, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + (timeout * 3 if SLOW else timeout)
+    while True:
+        try:
+            v = pred()
+        except Exception:  # noqa: BLE001 - not answering yet
+            v = None
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+class Sidecar:
+    """One tpumesh-sidecar process; its stderr lines are collected in .lines."""
+
+    def __init__(self, name, sim_url, token_file, pod, out_dir, extra=()):
+        self.name, self.out, self.lines = name, out_dir, []
+        cmd = WRAP + [SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
+                      "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0",
+                      "--grpc-addr", "127.0.0.1:0"] + list(extra)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TPUMESH_")}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     errors="replace", env=env)
+        threading.Thread(target=self._read, daemon=True).start()
+        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
+                               if "http: serving" in l), None), 20)
+        self.port = int(m.group(1)) if m else None
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def http(self, path):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path),
+                                     headers={"User-Agent": "kube-probe/1.35"})
+        try:
+            with urllib.request.urlopen(req, timeout=TO) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def readyz(self):
+        return self.http("/readyz")
+
+    def metric(self, name):
+        _, body = self.http("/metrics")
+        for line in body.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return None
+
+    def stop(self):
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
 
 
 def topology_file(out):
@@ -31,7 +108,7 @@ def topology_file(out):
         return f.read()
 
 
-def connect(port, path="/watch", timeout=5):
+def connect(port, path="/watch", timeout=TO):
     return websocket.create_connection("ws://127.0.0.1:%d%s" % (port, path), timeout=timeout)
 
 
@@ -40,7 +117,7 @@ def recv_json(ws):
     return op, json.loads(data)
 
 
-def close_code(ws, timeout=5):
+def close_code(ws, timeout=TO):
     """Read frames until a close frame; its status code (None when the connection ends
     without one)."""
     ws.settimeout(timeout)
@@ -56,7 +133,7 @@ def close_code(ws, timeout=5):
 def raw_upgrade(port, path):
     """A WebSocket handshake by hand; the first bytes of the answer (b"" when the server hangs
     up without one)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s = socket.create_connection(("127.0.0.1", port), timeout=TO)
     try:
         s.sendall(("GET %s HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -161,7 +238,7 @@ def run(sim, tmp, tok, cars):
 
     # 7. Pings are answered; a client that sends a message is closed with 1008.
     w2.ping("are-you-there")
-    w2.settimeout(5)
+    w2.settimeout(TO)
     f = w2.recv_frame()
     check("ping answered with a pong carrying the payload",
           f.opcode == websocket.ABNF.OPCODE_PONG and f.data == b"are-you-there", (f.opcode, f.data))
@@ -186,7 +263,7 @@ def run(sim, tmp, tok, cars):
     wait(lambda: "127.64.8.19" in topology_file(out).decode(), 10)
     last = json.loads(topology_file(out))
     seen = []
-    w4.settimeout(5)
+    w4.settimeout(TO)
     while not seen or seen[-1]["generation"] < last["generation"]:
         try:
             seen.append(recv_json(w4)[1])
@@ -199,7 +276,7 @@ def run(sim, tmp, tok, cars):
           [x["generation"] for x in seen])
 
     # 9. SIGTERM: every client gets a close frame with 1001, and the sidecar exits 0.
-    w1.settimeout(5)
+    w1.settimeout(TO)
     while True:  # drain what the burst left for w1
         try:
             if recv_json(w1)[1]["generation"] >= last["generation"]:
@@ -207,10 +284,10 @@ def run(sim, tmp, tok, cars):
         except (websocket.WebSocketException, OSError):
             break
     rc_box = []
-    a.proc.send_signal(15)
+    a.proc.send_signal(signal.SIGTERM)
     codes = [close_code(w1), close_code(w4)]
     try:
-        rc_box.append(a.proc.wait(timeout=10))
+        rc_box.append(a.proc.wait(timeout=30))
     except subprocess.TimeoutExpired:
         rc_box.append(None)
     check("SIGTERM: both clients get a close frame with 1001 (going away): %s" % codes,

@@ -211,6 +211,13 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
             if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
                 mesh_info(MOD, "received %s: stopping the watch", strsignal((int)si.ssi_signo));
             }
+            if (ctx->hold_until_ms > 0 && mesh_sidecar_source_synced(ctx)) {
+                /* Nothing held back is lost: publish the last state now. */
+                mesh_info(MOD, "publishing the %llu change%s held back before stopping",
+                          (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s");
+                ctx->flush = true;
+                (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
+            }
             return 0;
         }
         for (int i = 1; i < 3; i++) {

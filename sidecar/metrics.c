@@ -122,10 +122,16 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_total %llu\n",
                           (unsigned long long)st.publishes);
     METRIC("tpumesh_publishes_coalesced_total", "counter",
-           "Publishes held back while the topology was incomplete (then at most one per 100 ms) "
-           "and folded into the next one.");
+           "Publishes held back and folded into the next one: while the topology was incomplete "
+           "(then at most one per 100 ms), or when a complete topology changed only peers' "
+           "readiness (then at most one per second).");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_coalesced_total %llu\n",
                           (unsigned long long)st.publishes_coalesced);
+    METRIC("tpumesh_publishes_coalesced_readiness_total", "counter",
+           "Of tpumesh_publishes_coalesced_total, the readiness-only changes of a complete "
+           "topology.");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_coalesced_readiness_total %llu\n",
+                          (unsigned long long)st.publishes_coalesced_ready);
     METRIC("tpumesh_publish_errors_total", "counter", "Failed renders or publishes.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_errors_total %llu\n",
                           (unsigned long long)st.publish_errors);

@@ -44,6 +44,13 @@
  * that makes it complete, and the change that makes a complete one
  * incomplete are published at once. */
 #define MESH_SIDECAR_COALESCE_MS 100
+/* A complete topology whose only change is peers' readiness ("ready" in
+ * topology.json; the env files do not change) is published at most once
+ * per this many milliseconds: the flag is informational (trainers never
+ * wait on it) and a job start flips every peer's. The last state goes out
+ * when the window ends (and on SIGTERM); an address or membership change,
+ * and becoming complete or incomplete, are published at once. */
+#define MESH_SIDECAR_READY_COALESCE_MS 1000
 #define MESH_SIDECAR_LAT_RING 1024
 
 /* --watch-mode (docs/DESIGN.md §9). */
@@ -111,9 +118,11 @@ struct mesh_sidecar_status {
     uint64_t generation;
     uint64_t publishes; /* publishes that replaced at least one file */
     uint64_t publish_errors;
-    uint64_t publishes_coalesced; /* recomputes whose publish was held back (see
-                                     MESH_SIDECAR_COALESCE_MS) */
-    double last_publish_time;     /* seconds since the epoch, 0 = never */
+    uint64_t publishes_coalesced;       /* recomputes whose publish was held back (see
+                                           MESH_SIDECAR_COALESCE_MS) */
+    uint64_t publishes_coalesced_ready; /* of them, readiness-only changes of a complete
+                                           topology (MESH_SIDECAR_READY_COALESCE_MS) */
+    double last_publish_time;           /* seconds since the epoch, 0 = never */
     int expected, present, ready_workers, addressed;
     int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
     int64_t loop_tick_ms;     /* CLOCK_MONOTONIC ms of the main loop's last tick */
@@ -178,6 +187,8 @@ struct mesh_sidecar {
     int64_t hold_until_ms; /* a publish is held back until then: recompute; 0 = none */
     uint64_t held;         /* recomputes held back since the last publish */
     int64_t held_since_ms; /* when the first of them was */
+    bool ready_held;       /* a readiness-only change of a complete topology is held back */
+    bool flush;            /* publish whatever is held back (SIGTERM) */
     uint64_t *dns_ok;      /* --verify-dns: hashes of (host, ip) pairs seen resolving, sorted */
     size_t ndns_ok;
 

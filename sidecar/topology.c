@@ -15,8 +15,12 @@
  * changes every peer several times, and until the last one is known each
  * publish only rewrites topology.json. Then at most one publish per
  * MESH_SIDECAR_COALESCE_MS goes out (the others are held back, counted and
- * folded into it); a complete topology, and every change into or out of
- * completeness, is published at once.
+ * folded into it); every change into or out of completeness is published
+ * at once. A complete topology is published at once too, unless the change
+ * is readiness-only (only peers' "ready" in topology.json): those go out at
+ * most once per MESH_SIDECAR_READY_COALESCE_MS, the last state when the
+ * window ends. A held-back readiness change leaves topology.json out of
+ * ctx->known, so the next recompute compares it with the disk.
  *
  * The worker list is kept between recomputes. The informer callbacks note
  * which pods were updated (with the record the list was built from); when
@@ -433,6 +437,7 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     int rc = mesh_render_cache_set_generation(ctx->cache, in, &err);
     if (rc < 0) {
         ctx->known = 0;
+        ctx->ready_held = false;
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
@@ -488,6 +493,35 @@ static int slice_count(const struct mesh_sidecar *ctx, const struct mesh_workers
     return (int)((n + w->per_slice - 1) / w->per_slice);
 }
 
+/* Hold this publish back (true) when it is a readiness-only change of a
+ * complete topology whose last publish, also complete, was less than
+ * MESH_SIDECAR_READY_COALESCE_MS ago: only topology.json differs, and this
+ * update changed only "ready" values (or nothing, on top of a change
+ * already held). The main loop recomputes when the window ends. */
+static bool hold_ready(struct mesh_sidecar *ctx, unsigned todo, unsigned changed,
+                       bool readiness_only, bool complete)
+{
+    int64_t now = mono_us() / 1000;
+    bool ready_change = readiness_only || (ctx->ready_held && changed == 0);
+    if (ctx->flush || !complete || !ctx->pub_complete || ctx->last_pub_ms == 0 ||
+        ctx->publish_pending || todo != TOPO_BIT || !ready_change ||
+        now - ctx->last_pub_ms >= MESH_SIDECAR_READY_COALESCE_MS) {
+        ctx->ready_held = false;
+        return false;
+    }
+    if (ctx->held == 0) {
+        ctx->held_since_ms = now;
+    }
+    ctx->held++;
+    ctx->ready_held = true;
+    ctx->hold_until_ms = ctx->last_pub_ms + MESH_SIDECAR_READY_COALESCE_MS;
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.publishes_coalesced++;
+    ctx->st.publishes_coalesced_ready++;
+    pthread_mutex_unlock(&ctx->mu);
+    return true;
+}
+
 /* "Changed" is decided by the render cache (core/render.h): it is brought to
  * the new input at the current generation, and reports which files' bytes
  * differ from the last ones it rendered. For files whose last bytes are on
@@ -527,6 +561,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
     int rc = mesh_render_cache_update(ctx->cache, &in, &changed, &err);
     if (rc < 0) {
         ctx->known = 0;
+        ctx->ready_held = false;
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
@@ -547,6 +582,14 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
     }
     ctx->cost_render_us = mono_us() - t0;
     bool readiness_only = mesh_render_cache_is_readiness_only(ctx->cache);
+    if (hold_ready(ctx, todo, changed, readiness_only, complete)) {
+        ctx->known &= ~TOPO_BIT;
+        char line[sizeof(ctx->st.reason)];
+        snprintf(line, sizeof(line), "ok: generation %llu, %zu workers, %d ready",
+                 (unsigned long long)ctx->generation, w->nworkers, w->ready);
+        set_status(ctx, true, line, w, false, now_ms);
+        return 0;
+    }
     bool published = false;
     size_t written = 0;
     if (todo != 0) {
@@ -669,8 +712,8 @@ static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_op
 static bool hold_back(struct mesh_sidecar *ctx, bool complete)
 {
     int64_t now = mono_us() / 1000;
-    if (complete || ctx->pub_complete || ctx->last_pub_ms == 0 || ctx->publish_pending ||
-        now - ctx->last_pub_ms >= MESH_SIDECAR_COALESCE_MS) {
+    if (ctx->flush || complete || ctx->pub_complete || ctx->last_pub_ms == 0 ||
+        ctx->publish_pending || now - ctx->last_pub_ms >= MESH_SIDECAR_COALESCE_MS) {
         return false;
     }
     if (ctx->held == 0) {
@@ -793,8 +836,10 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
             ctx->last_pub_ms = mono_us() / 1000;
             ctx->pub_complete = complete;
         }
-        ctx->held = 0;
-        ctx->hold_until_ms = 0;
+        if (!ctx->ready_held) {
+            ctx->held = 0;
+            ctx->hold_until_ms = 0;
+        }
     }
     ctx->have_cur = true;
     return rc;

@@ -426,8 +426,54 @@ def job_start(sim, sc_tok, out, cars):
           os.readlink(os.path.join(out, "..data")).startswith("..")
           and len([e for e in os.listdir(out) if e.startswith("..") and e != "..data"]) <= 2,
           sorted(os.listdir(out)))
+    ready_burst(s, c, names, ips)
     rc, _ = s.stop()
     check("job start: SIGTERM exit 0", rc == 0, rc)
+
+
+def ready_burst(s, c, names, ips):
+    """On a complete topology, peers' readiness flips (each pod turning Ready) are published at
+    most once per second and the last state always goes out; an address change is never held."""
+    n = len(names)
+    p0 = s.metric("tpumesh_publishes_total")
+    r0 = s.metric("tpumesh_publishes_coalesced_readiness_total")
+    t0 = time.monotonic()
+    for i in range(1, n):
+        c.ready(name=names[i], ready=False)
+    for i in range(1, n):
+        c.ready(name=names[i], ready=True)
+    for i in range(1, n // 2):
+        c.ready(name=names[i], ready=False)
+
+    def settled():
+        t = s.topology()
+        return [w["ready"] for w in t["workers"]] == [True] + [False] * (n // 2 - 1) + [True] * (n - n // 2)
+    ok = wait(settled, 20)
+    elapsed = time.monotonic() - t0
+    check("ready burst: the last readiness state is published", ok, s.topology().get("workers"))
+    check("ready burst: still complete and ready", s.readyz()[0] == 200 and s.topology()["complete"] is True,
+          s.readyz())
+    pubs = s.metric("tpumesh_publishes_total") - p0
+    held = s.metric("tpumesh_publishes_coalesced_readiness_total") - r0
+    # At most one publish per second, plus a partial window at each end; unlimited it would be one
+    # per flip (%d flips).
+    bound = int(elapsed / 1.0) + 2
+    check("ready burst: at most one publish per second for %d readiness flips (%d publishes, "
+          "%.2f s)" % (2 * (n - 1) + n // 2 - 1, pubs, elapsed), 1 <= pubs <= bound, (pubs, bound))
+    check("ready burst: coalesced readiness changes counted in /metrics", held >= 1, held)
+    check("ready burst: env files unchanged by readiness",
+          s.sourced("DTENSOR_JOBS") == ",".join("%s:10000" % ip for ip in ips), s.sourced("DTENSOR_JOBS"))
+    # An address change right after a publish (within its window) is published, not held back.
+    r1 = s.metric("tpumesh_publishes_coalesced_readiness_total")
+    c.set_ip(name=names[n - 1], ip="10.65.1.1")
+    ok = wait(lambda: s.topology()["workers"][n - 1]["ip"] == "10.65.1.1", 20)
+    check("ready burst: an address change of a complete topology is published", ok,
+          s.topology()["workers"][n - 1])
+    check("ready burst: the address change was not held back as a readiness change",
+          s.metric("tpumesh_publishes_coalesced_readiness_total") == r1,
+          (s.metric("tpumesh_publishes_coalesced_readiness_total"), r1))
+    check("ready burst: DTENSOR_JOBS has the new address",
+          s.sourced("DTENSOR_JOBS").endswith(",10.65.1.1:10000"), s.sourced("DTENSOR_JOBS"))
 
 
 if __name__ == "__main__":

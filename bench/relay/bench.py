@@ -62,6 +62,7 @@ class Car:
         self.complete_at = None
         self.on_complete = on_complete
         self.lines = []
+        self.pubs_incomplete = 0  # publish log lines of an incomplete topology
         cmd = [SIDECAR, "--apiserver", sim_url, "--token-file", tok, "--namespace", "default",
                "--pod-name", name, "--out-dir", self.out, "--address-mode", "ip",
                "--http-addr", "%s:%d" % (ip_of(i), port), "--grpc-addr", "%s:%d" % (ip_of(i), port + 1),
@@ -74,6 +75,8 @@ class Car:
         for line in self.proc.stderr:
             if len(self.lines) < 2000:
                 self.lines.append(line.rstrip("\n"))
+            if "published generation" in line and "incomplete, env files keep" in line:
+                self.pubs_incomplete += 1
             if self.complete_at is None and "topology complete with" in line:
                 self.complete_at = time.monotonic()
                 self.on_complete(self)
@@ -156,6 +159,7 @@ def run_one(args, mode, n, tmp, kill=None):
 
     cars = []
     t_last_ip = None
+    t_first_ip = time.monotonic()
     for i in range(n):
         c.set_ip(name=names[i], ip=ip_of(i))
         t_last_ip = time.monotonic()
@@ -200,6 +204,15 @@ def run_one(args, mode, n, tmp, kill=None):
     pubs = [m.get("tpumesh_publishes_total", 0) for m in mets]
     r["publishes_mean"] = round(sum(pubs) / max(1, len(pubs)), 1)
     r["publishes_max"] = int(max(pubs or [0]))
+    # Which phase the publishes come from: while incomplete (at most one per 100 ms, so bounded by
+    # how long the IP assignment takes: the first sidecar waits for every other IP) or after
+    # (readiness-only changes of a complete topology, at most one per second).
+    r["ip_phase_s"] = round(t_last_ip - t_first_ip, 3)
+    inc = [car.pubs_incomplete for car in alive]
+    r["publishes_incomplete_max"] = int(max(inc or [0]))
+    r["publishes_complete_max"] = int(max((p - q for p, q in zip(pubs, inc)), default=0))
+    r["readiness_coalesced_mean"] = round(
+        sum(m.get("tpumesh_publishes_coalesced_readiness_total", 0) for m in mets) / max(1, len(mets)), 1)
     r["fallbacks"] = int(sum(m.get("tpumesh_relay_fallbacks_total", 0) for m in mets))
     if kill == "after":
         r.update(kill_after(c, cars, names, n, port))
@@ -278,7 +291,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="relay-bench-tok.")
     res = []
     hdr = ("mode", "n", "api_bytes", "events", "requests", "peak_watches", "sidecar_bytes",
-           "last_ip_to_last_ready_s", "cpu_s", "publishes_mean", "publishes_max", "files_correct")
+           "last_ip_to_last_ready_s", "cpu_s", "publishes_mean", "publishes_max", "files_correct",
+           "ip_phase_s", "publishes_incomplete_max", "publishes_complete_max", "readiness_coalesced_mean")
     print(" ".join("%14s" % h[:14] for h in hdr), flush=True)
     for n in sizes:
         for mode in args.modes.split(","):

@@ -5,7 +5,7 @@
  * The slice structs are plain values with fixed-size strings. A worker
  * borrows its strings (see struct mesh_worker for who owns them), so a
  * worker list of 16,384 entries costs its string bytes plus 40 B a worker.
- * Facts: ../shared/spec/tpu-and-tensorflow.md §5.5, §8; docs/DESIGN.md §4-§5.
+ * The files built from it: docs/DESIGN.md §4-§5.
  */
 #ifndef MESH_MODEL_H
 #define MESH_MODEL_H

@@ -138,8 +138,13 @@ def raw_upgrade(port, path):
         s.sendall(("GET %s HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
                    % path).encode())
+        # A refusal is read to its end (the server closes after it); a 101 keeps the connection
+        # open, so its headers are enough. Bounded by the per-read timeout and 3 x TO overall.
         data = b""
-        while b"\r\n\r\n" not in data or len(data) < 400:
+        deadline = time.monotonic() + 3 * TO
+        while time.monotonic() < deadline:
+            if b"\r\n\r\n" in data and data.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"101"]:
+                break
             try:
                 chunk = s.recv(4096)
             except OSError:

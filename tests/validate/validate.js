@@ -26,7 +26,11 @@
  *    test chart tests/helm/parent (tpumesh as a dependency) linted and rendered, its pods
  *    using the parent's release and tpumesh's values, the README's include lines rendered;
  *  - k8s/ agrees with `helm template` at default values (the tpumesh containers, volumes,
- *    mounts and ServiceAccount of each example; k8s/rbac.yaml);
+ *    mounts and ServiceAccount of each example; k8s/rbac.yaml; k8s/injector.yaml and
+ *    k8s/injector-cert-manager.yaml = the injector's objects rendered for namespace
+ *    tpumesh-system with injector.certManager.enabled=true, without Helm's labels); the
+ *    label-only example is job-v5litepod-16.yaml without tpumesh's parts; cluster-wide
+ *    objects only for the injector;
  *  - the validator itself rejects every fixtures/bad-manifests/ file for the stated reason.
  */
 const fs = require('fs');
@@ -189,8 +193,49 @@ for (const f of fs.readdirSync(K8S).filter((x) => /\.ya?ml$/.test(x)).sort()) {
     checkObjects(objs, `k8s/${f}`);
 }
 const allK8s = Object.values(manifests).flat();
-check('k8s/: no ClusterRole or ClusterRoleBinding anywhere',
-    allK8s.filter((o) => /^Cluster/.test(o.kind)).map((o) => `${label(o)} is cluster-wide`));
+/* Cluster-wide: only tpumesh-injector's ClusterRole (create subjectaccessreviews, checked by
+ * rbacErrors above), its binding, its webhook configuration and its namespace. */
+check('k8s/: cluster-wide objects only in k8s/injector.yaml (the injector\'s namespace, ClusterRole, ClusterRoleBinding, webhook)',
+    Object.entries(manifests).flatMap(([f, objs]) => objs
+        .filter((o) => /^Cluster|^MutatingWebhook|^ValidatingWebhook|^Namespace$/.test(o.kind))
+        .filter((o) => f !== 'injector.yaml' || !['ClusterRole', 'ClusterRoleBinding', 'MutatingWebhookConfiguration', 'Namespace'].includes(o.kind)
+            || !(o.metadata.name === 'tpumesh-injector' || o.metadata.name === 'tpumesh-system' || o.metadata.name === 'tpumesh-injector-tpumesh-system'))
+        .map((o) => `k8s/${f}: ${label(o)} is cluster-wide`)));
+check('k8s/injector.yaml: the namespace enforces the restricted Pod Security profile; every other object is in it',
+    guard(() => {
+        const objs = (manifests['injector.yaml'] || []).concat(manifests['injector-cert-manager.yaml'] || []);
+        const e = [];
+        const ns = objs.find((o) => o.kind === 'Namespace');
+        if (!ns) return ['no Namespace'];
+        if ((ns.metadata.labels || {})['pod-security.kubernetes.io/enforce'] !== 'restricted') e.push('Namespace: pod-security.kubernetes.io/enforce is not restricted');
+        for (const o of objs) {
+            if (['Namespace', 'ClusterRole', 'ClusterRoleBinding', 'MutatingWebhookConfiguration'].includes(o.kind)) continue;
+            if (o.metadata.namespace !== ns.metadata.name) e.push(`${label(o)}: metadata.namespace ${o.metadata.namespace}, want ${ns.metadata.name} (kubectl apply would put it in the current namespace)`);
+        }
+        return e;
+    }));
+function exampleInjected() {
+    /* The label-only example is job-v5litepod-16.yaml without tpumesh's parts. */
+    const errs = [];
+    const [job] = find(manifests['injected-job-v5litepod-16.yaml'] || [], 'Job');
+    const [full] = find(manifests['job-v5litepod-16.yaml'] || [], 'Job');
+    if (!job || !full) return ['needs a Job in both files'];
+    const tpl = job.spec.template;
+    const pod = tpl.spec;
+    if ((tpl.metadata.labels || {})['tpumesh.dev/inject'] !== 'true') errs.push('the pod template has no label tpumesh.dev/inject: "true"');
+    const added = (pod.initContainers || []).map((c) => c.name).concat((pod.volumes || []).map((v) => v.name),
+        pod.containers.flatMap((c) => (c.volumeMounts || []).map((m) => m.name))).filter((x) => x.startsWith('tpumesh'));
+    if (added.length) errs.push(`the pod template spells out what the injector adds: ${[...new Set(added)].join(', ')}`);
+    const want = JSON.parse(JSON.stringify(full.spec.template.spec));
+    delete want.initContainers;
+    want.volumes = want.volumes.filter((v) => !v.name.startsWith('tpumesh'));
+    want.containers.forEach((c) => { c.volumeMounts = (c.volumeMounts || []).filter((m) => !m.name.startsWith('tpumesh')); });
+    want.subdomain = pod.subdomain;
+    diffPaths(pod, want, 'pod template (vs job-v5litepod-16.yaml without tpumesh)', errs);
+    if (pod.subdomain !== job.metadata.name) errs.push('the subdomain is not the Job\'s headless Service');
+    if (pod.serviceAccountName !== 'tpumesh') errs.push('serviceAccountName must be tpumesh (k8s/rbac.yaml)');
+    return errs;
+}
 
 /* Slice facts of the examples. */
 function find(objs, kind) {
@@ -269,6 +314,7 @@ function exampleLegacy() {
 check('k8s/job-v5litepod-16.yaml: v5litepod-16 slice, 4 pods x 4 chips, Indexed Job + headless Service', guard(exampleJob));
 check('k8s/jobset-multislice.yaml: two slices, DNS hostnames, one node pool per slice', guard(exampleJobSet));
 check('k8s/legacy-tpu-node.yaml: tf-version annotation and cloud-tpus.google.com/v3', guard(exampleLegacy));
+check('k8s/injected-job-v5litepod-16.yaml: job-v5litepod-16.yaml with only the label tpumesh.dev/inject: "true" in place of tpumesh\'s parts', guard(exampleInjected));
 
 /* ---- 2. the chart ---------------------------------------------------------------------- */
 const chartMeta = YAML.parse(fs.readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8'));
@@ -570,6 +616,14 @@ for (const h of HELMS) {
             rendered[h.version] = { chart: objs };
         }
     }
+    /* What k8s/injector*.yaml must equal (section 3). */
+    if (rendered[h.version]) {
+        check(`${tag} template charts/tpumesh --namespace tpumesh-system --set injector.certManager.enabled=true (k8s/injector.yaml's source)`, guard(() => {
+            rendered[h.version].injector = parseYamlText(helmlib.template(h.bin, CHART,
+                { namespace: 'tpumesh-system', sets: ['injector.certManager.enabled=true'] }), 'helm template');
+            return [];
+        }));
+    }
     const d = rendered[h.version];
     if (d) {
         const kinds = d.chart.map((o) => o.kind).sort().join(',');
@@ -721,6 +775,34 @@ for (const [ver, d] of Object.entries(rendered)) {
             return e;
         });
         check(`k8s/${f} has exactly the tpumesh parts of helm ${ver} template at default values`, errs);
+    }
+    if (d.injector) {
+        check(`k8s/injector.yaml and k8s/injector-cert-manager.yaml equal helm ${ver} template's injector objects (namespace tpumesh-system, injector.certManager.enabled=true; without Helm labels and the config checksum)`, guard(() => {
+            const e = [];
+            const mine = (manifests['injector.yaml'] || []).concat(manifests['injector-cert-manager.yaml'] || [])
+                .filter((o) => o.kind !== 'Namespace');
+            const strip = (o, ns) => {
+                const c = JSON.parse(JSON.stringify(o));
+                delete c.metadata.labels['helm.sh/chart'];
+                delete c.metadata.labels['app.kubernetes.io/managed-by'];
+                if (ns && !['ClusterRole', 'ClusterRoleBinding', 'MutatingWebhookConfiguration'].includes(c.kind)) c.metadata.namespace = ns;
+                if (c.kind === 'Deployment') {
+                    delete c.spec.template.metadata.annotations['checksum/config'];
+                    if (!Object.keys(c.spec.template.metadata.annotations).length) delete c.spec.template.metadata.annotations;
+                }
+                return c;
+            };
+            const theirs = d.injector.filter((o) => ((o.metadata || {}).labels || {})['app.kubernetes.io/component'] === 'injector');
+            for (const o of theirs) {
+                const m = mine.find((x) => x.kind === o.kind && x.metadata.name === o.metadata.name);
+                if (!m) e.push(`k8s/ has no ${label(o)}`);
+                else diffPaths(m, strip(o, 'tpumesh-system'), `k8s/ ${label(o)}`, e);
+            }
+            for (const m of mine) {
+                if (!theirs.some((o) => o.kind === m.kind && o.metadata.name === m.metadata.name)) e.push(`${label(m)} is in k8s/ but not in the chart`);
+            }
+            return e;
+        }));
     }
     check(`k8s/rbac.yaml equals helm ${ver} template's ServiceAccount, Role and RoleBinding (without Helm labels)`, guard(() => {
         const e = [];

@@ -18,7 +18,10 @@
  *      an admission warning when the pod's service account may not watch pods (the
  *      injector's SubjectAccessReview), unlabelled pods untouched, reinvocation (IfNeeded)
  *      after a later webhook changed the pod, timeoutSeconds with failurePolicy Ignore, and
- *      failurePolicy Fail when the injector is down.
+ *      failurePolicy Fail when the injector is down;
+ *   5. k8s/ without Helm: the k8s/README.md openssl recipe's certificate, k8s/injector.yaml's
+ *      webhook configuration, Deployment command/env and ConfigMap, and the label-only pod of
+ *      k8s/injected-job-v5litepod-16.yaml injected into what k8s/job-v5litepod-16.yaml has.
  *
  *   BUILD=build node tests/validate/injected.js     (tests/integration/test_injector_sim.sh)
  */
@@ -349,8 +352,133 @@ async function main() {
             ? [] : [`exit ${r.status}`, r.stderr]);
     }
 
+    await plainManifests(sim, create, getPod, env, tokenFile, wh.metadata.name);
+
     simp.kill('SIGTERM');
     await Promise.race([simp.exited, pr.sleep(5000)]);
+}
+
+/* 5. k8s/ without Helm: the README's openssl recipe makes the certificate (its kubectl lines
+ * recorded, not run: the patch is applied here), k8s/injector.yaml's webhook configuration
+ * and the injector run with its Deployment's command and env and its ConfigMap, and the pod
+ * template of k8s/injected-job-v5litepod-16.yaml comes back with what
+ * k8s/job-v5litepod-16.yaml spells out. */
+async function plainManifests(sim, create, getPod, env, tokenFile, chartWebhook) {
+    const readYaml = (f) => YAML.parseAllDocuments(fs.readFileSync(path.join(ROOT, 'k8s', f), 'utf8')).map((d) => d.toJS()).filter(Boolean);
+    const objs = readYaml('injector.yaml');
+    const ns = objs.find((o) => o.kind === 'Namespace').metadata.name;
+    const dep = objs.find((o) => o.kind === 'Deployment');
+    const svc = objs.find((o) => o.kind === 'Service');
+    const cm = objs.find((o) => o.kind === 'ConfigMap');
+    const wh = objs.find((o) => o.kind === 'MutatingWebhookConfiguration');
+    const readme = fs.readFileSync(path.join(ROOT, 'k8s', 'README.md'), 'utf8');
+    const m = /### Certificates without cert-manager[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme);
+    if (!check('k8s/README.md has the openssl recipe (### Certificates without cert-manager, a sh block)', m ? [] : ['not found'])) {
+        return;
+    }
+    const dir = path.join(TMP, 'k8s-recipe');
+    fs.mkdirSync(dir, { recursive: true });
+    const rec = 'n=0; kubectl() { n=$((n+1)); for a in "$@"; do printf \'%s\\0\' "$a"; done > "kubectl.$n"; }\n';
+    let r = spawnSync('sh', ['-eu', '-c', rec + m[1]], { cwd: dir, encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } });
+    const calls = fs.readdirSync(dir).filter((f) => /^kubectl\.\d+$/.test(f)).sort()
+        .map((f) => fs.readFileSync(path.join(dir, f), 'utf8').split('\0').slice(0, -1));
+    const secretVol = dep.spec.template.spec.volumes.find((v) => v.secret).secret.secretName;
+    const patchCall = calls.find((c) => c[0] === 'patch');
+    check('the openssl recipe runs: a serving certificate for the Service that verifies against its CA, the Secret the Deployment mounts, a caBundle patch of k8s/injector.yaml\'s webhook',
+        (() => {
+            const e = [];
+            if (r.status !== 0) return [`exit ${r.status}: ${r.stderr}`];
+            const v = spawnSync('openssl', ['verify', '-CAfile', 'ca.crt', 'tls.crt'], { cwd: dir, encoding: 'utf8' });
+            if (v.status !== 0) e.push(`openssl verify: ${v.stdout}${v.stderr}`);
+            const text = execFileSync('openssl', ['x509', '-in', 'tls.crt', '-noout', '-text'], { cwd: dir, encoding: 'utf8' });
+            if (!text.includes(`DNS:${svc.metadata.name}.${ns}.svc`)) e.push(`tls.crt has no DNS:${svc.metadata.name}.${ns}.svc`);
+            const sec = calls.find((c) => c.includes('secret'));
+            if (!sec || JSON.stringify(sec) !== JSON.stringify(['-n', ns, 'create', 'secret', 'tls', secretVol, '--cert=tls.crt', '--key=tls.key'])) {
+                e.push(`secret: ${JSON.stringify(sec)}, want the Deployment's Secret ${secretVol} in ${ns}`);
+            }
+            if (!patchCall || patchCall[1] !== 'mutatingwebhookconfiguration' || patchCall[2] !== wh.metadata.name) {
+                e.push(`patch: ${JSON.stringify(patchCall)}, want mutatingwebhookconfiguration ${wh.metadata.name}`);
+            }
+            return e;
+        })());
+    if (!patchCall) return;
+    /* The JSON patch, applied as the API server would (add: the member is created). */
+    const ops = JSON.parse(patchCall[patchCall.indexOf('-p') + 1]);
+    for (const op of ops) {
+        const keys = op.path.split('/').slice(1);
+        let o = wh;
+        for (const k of keys.slice(0, -1)) o = o[k];
+        o[keys[keys.length - 1]] = op.value;
+    }
+    r = spawnSync('kubectl', ['delete', 'mutatingwebhookconfiguration', chartWebhook], { env, encoding: 'utf8' });
+    r = create(wh, ns);
+    check('kubectl create -f k8s/injector.yaml\'s MutatingWebhookConfiguration with the recipe\'s caBundle', r.status === 0 ? [] : [r.stderr]);
+
+    const c = dep.spec.template.spec.containers[0];
+    const cfgDir = path.join(TMP, 'k8s-config');
+    fs.mkdirSync(cfgDir, { recursive: true });
+    fs.writeFileSync(path.join(cfgDir, 'config.yaml'), cm.data['config.yaml']);
+    const mounts = Object.fromEntries(c.volumeMounts.map((x) => [x.name, x.mountPath]));
+    const injEnv = { PATH: '/usr/bin:/bin' };
+    for (const e of c.env) {
+        injEnv[e.name] = String(e.value).split(mounts.tls).join(dir).split(mounts.config).join(cfgDir);
+    }
+    /* The Deployment's ports become free loopback ports (flags win over TPUMESH_ variables). */
+    const inj = pr.start(path.join(BUILD, 'bin', c.args[0]), ['--listen', '127.0.0.1:0', '--http-addr', '127.0.0.1:0',
+        '--apiserver', sim.url, '--token-file', tokenFile], injEnv);
+    const port = await pr.waitFor(() => {
+        const l = inj.lines.find((x) => /https port (\d+)/.test(x));
+        return l ? Number(/https port (\d+)/.exec(l)[1]) : null;
+    }, 10000);
+    if (!check('tpumesh-injector runs with k8s/injector.yaml\'s command, env and ConfigMap and the recipe\'s certificate', port ? [] : inj.lines.slice(-5))) {
+        return;
+    }
+    await sim.ctl('webhook-service', { service: `${ns}/${svc.metadata.name}`, address: `127.0.0.1:${port}` });
+
+    const [job] = readYaml('injected-job-v5litepod-16.yaml').filter((o) => o.kind === 'Job');
+    const tpl = job.spec.template;
+    const name = `${job.metadata.name}-0-q8z4m`;
+    const pod = { apiVersion: 'v1', kind: 'Pod',
+        metadata: { name, labels: { ...tpl.metadata.labels, 'batch.kubernetes.io/job-name': job.metadata.name,
+            'batch.kubernetes.io/job-completion-index': '0' },
+        annotations: { ...tpl.metadata.annotations, 'batch.kubernetes.io/job-completion-index': '0' } },
+        spec: { ...tpl.spec, hostname: `${job.metadata.name}-0` } };
+    r = create(pod);
+    const got = r.status === 0 ? getPod(name) : null;
+    if (!check('kubectl create -f the pod of k8s/injected-job-v5litepod-16.yaml: injected through k8s/injector.yaml\'s webhook',
+        got && (got.spec.initContainers || []).map((x) => x.name).join(',') === 'tpumesh-init,tpumesh-sidecar' ? [] : [r.stderr])) {
+        inj.kill('SIGTERM');
+        return;
+    }
+    check('the injected pod: Kubernetes schema, restricted profile, tpumesh wiring',
+        [...k8s.schemaErrors(got, 'pod'), ...k8s.restrictedErrors(got.spec, 'pod'), ...tpm.podErrors(got.spec, got.metadata, 'pod')]);
+    check('... with exactly the containers, volumes and trainer mount k8s/job-v5litepod-16.yaml spells out (its sidecar\'s TPUMESH_SELECTOR aside)', (() => {
+        const [full] = readYaml('job-v5litepod-16.yaml').filter((o) => o.kind === 'Job');
+        const want = JSON.parse(JSON.stringify(full.spec.template.spec));
+        const side = want.initContainers.find((x) => x.name === 'tpumesh-sidecar');
+        side.env = side.env.filter((x) => x.name !== 'TPUMESH_SELECTOR');
+        const e = [];
+        /* Quantities as the API server returns them (strings); mounts in any order. */
+        const norm = (v) => JSON.stringify(canon(v)).replace(/"google\.com\/tpu":(\d+)/g, '"google.com/tpu":"$1"');
+        const same = (a, b, what) => {
+            if (norm(a) !== norm(b)) e.push(`${what}: ${norm(a)} != ${norm(b)}`);
+        };
+        const byName = (l) => [...(l || [])].sort((x, y) => x.name.localeCompare(y.name));
+        same(got.spec.initContainers, want.initContainers, 'initContainers');
+        for (const v of want.volumes.filter((x) => x.name.startsWith('tpumesh'))) {
+            same(got.spec.volumes.find((x) => x.name === v.name), v, `volume ${v.name}`);
+        }
+        same(byName(got.spec.containers[0].volumeMounts), byName(want.containers[0].volumeMounts), 'trainer volumeMounts');
+        return e;
+    })());
+    inj.kill('SIGTERM');
+    await Promise.race([inj.exited, pr.sleep(10000)]);
+}
+
+function canon(v) {
+    if (Array.isArray(v)) return v.map(canon);
+    if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])]));
+    return v;
 }
 
 main().catch((e) => check('injected.js completes', [e.stack || String(e)])).finally(pr.done);

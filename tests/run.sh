@@ -8,7 +8,12 @@
 # Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration"), WRAP (e.g. valgrind; also
 #      exported to integration tests, which start the programs under it when they support it),
 #      FILTER (substring of test names to run), INTEGRATION_ONLY (space-separated substrings: run
-#      only the integration tests matching one), TEST_TIMEOUT (seconds per program, default 600).
+#      only the integration tests matching one), TEST_TIMEOUT (seconds per program, default
+#      300 x TPUMESH_TEST_SLOWDOWN, at least 600), TPUMESH_TEST_SLOWDOWN (a whole number, default
+#      1: how many times slower than the plain build the programs under test run; tests/sanitize.sh
+#      sets it for valgrind and ASan. Exported: every bound a test waits on a program is scaled by
+#      it - tests/integration/tap.py's wait/scaled, lib.sh's wait_for/scaled, the unit tests' own
+#      waits - so a slowed-down program is waited for and only a hang fails).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,8 +23,15 @@ ONLY=${ONLY:-unit fuzz integration}
 WRAP=${WRAP:-}
 FILTER=${FILTER:-}
 INTEGRATION_ONLY=${INTEGRATION_ONLY:-}
-TEST_TIMEOUT=${TEST_TIMEOUT:-600}
-export ROOT BUILD PY WRAP
+TPUMESH_TEST_SLOWDOWN=${TPUMESH_TEST_SLOWDOWN:-1}
+case "$TPUMESH_TEST_SLOWDOWN" in
+'' | *[!0-9]* | 0)
+    echo "TPUMESH_TEST_SLOWDOWN=$TPUMESH_TEST_SLOWDOWN: expected a whole number >= 1 (e.g. 10 under valgrind)" >&2
+    exit 2
+    ;;
+esac
+TEST_TIMEOUT=${TEST_TIMEOUT:-$((300 * TPUMESH_TEST_SLOWDOWN < 600 ? 600 : 300 * TPUMESH_TEST_SLOWDOWN))}
+export ROOT BUILD PY WRAP TPUMESH_TEST_SLOWDOWN
 LOGDIR=$BUILD/test-logs
 mkdir -p "$LOGDIR"
 

@@ -19,7 +19,14 @@
 # test_init_tpunode.py (which phase of tpumesh-init's one --timeout runs out, and its
 # message) and test_injector.py (200 concurrent TLS reviews answered within 10 s). Both run
 # under ASan + UBSan.
-# Env: BUILD, PY, FILTER (as tests/run.sh), SAN_SKIP (space-separated test file names).
+# Slowdown: the checked programs run about 3x (ASan) or 10-50x (valgrind) slower than the plain
+# build, and on a loaded CI machine slower still. TPUMESH_TEST_SLOWDOWN (default 3 for asan, 10
+# for valgrind) is exported to every test (see tests/run.sh): each bound a test puts on waiting
+# for a program is multiplied by it, and a check about how the program behaves over time is
+# made so that it holds for a slowed-down program too (the test driver is made faster than the
+# program by construction, or the bound is scaled) while still failing a program that misbehaves.
+# Env: BUILD, PY, FILTER (as tests/run.sh), SAN_SKIP (space-separated test file names),
+# TPUMESH_TEST_SLOWDOWN (a whole number, see above).
 # Prints tests/run.sh's "N passed, N failed" lines and, last, "sanitizer-reports: 1 passed,
 # 0 failed" (or "0 passed, 1 failed" with the reports).
 set -u
@@ -33,7 +40,11 @@ case "$MODE" in
 valgrind) SAN_SKIP=${SAN_SKIP:-test_image.sh test_init_tpunode.py test_injector.py} ;;
 *) SAN_SKIP=${SAN_SKIP:-test_image.sh} ;;
 esac
-export PY
+case "$MODE" in
+valgrind) TPUMESH_TEST_SLOWDOWN=${TPUMESH_TEST_SLOWDOWN:-10} ;;
+*) TPUMESH_TEST_SLOWDOWN=${TPUMESH_TEST_SLOWDOWN:-3} ;;
+esac
+export PY TPUMESH_TEST_SLOWDOWN
 rc=0
 
 skip_filter() { # prints the integration test files that are not skipped, as a FILTER list
@@ -64,7 +75,7 @@ run_integration() { # build-dir [real-build wrap]
     [ "$f" -eq 0 ]
 }
 
-echo "== not run with $MODE (see the header): $SAN_SKIP"
+echo "== not run with $MODE (see the header): $SAN_SKIP; TPUMESH_TEST_SLOWDOWN=$TPUMESH_TEST_SLOWDOWN"
 case "$MODE" in
 asan)
     LOGS=$BUILD/sanitizer-logs

@@ -15,7 +15,9 @@ if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 DRIVER = os.environ.get("K8S_DRIVER") or os.path.join(BUILD, "tests", "tools", "k8s_driver")
 sys.path.insert(0, os.path.join(ROOT, "tests", "sim", "kube-apiserver"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from simctl import start_sim, SimClient  # noqa: E402,F401
+from tap import scaled  # noqa: E402
 
 
 class ReplayError(Exception):
@@ -104,8 +106,9 @@ class Driver:
                 self.cond.notify_all()
 
     def wait(self, pred, timeout=15.0):
-        """Wait (bounded) until pred(self) is true; returns whether it became true."""
-        end = time.time() + timeout
+        """Wait up to scaled(timeout) seconds (tap.py) until pred(self) is true; returns whether it
+        became true."""
+        end = time.time() + scaled(timeout)
         with self.cond:
             while True:
                 if pred(self):
@@ -135,12 +138,12 @@ class Driver:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=scaled(10))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        self._t1.join(5)
-        self._t2.join(5)
+        self._t1.join(scaled(5))
+        self._t2.join(scaled(5))
         # Sanitizer builds (BUILD=build-asan): any report is a failure of the scenario.
         for line in self.err_lines:
             if "Sanitizer" in line or "runtime error:" in line:

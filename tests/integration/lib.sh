@@ -1,12 +1,17 @@
 # tests/integration/lib.sh - TAP helpers for shell integration tests.
 # Source it; then `check "name" cmd...`, `ok name`, `fail name why`, and `done_testing`.
 # Every check prints "ok N - name" or "not ok N - name"; tests/run.sh counts them.
+# SLOWDOWN is TPUMESH_TEST_SLOWDOWN (a whole number; tests/sanitize.sh sets about 10 under
+# valgrind, 3 under ASan; 1 otherwise): `scaled SECONDS` prints SECONDS stretched by it, and
+# wait_for's bound is scaled, so a bound on a hang never fails a program that is only slowed down.
 set -u
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 BUILD=${BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 PY=${PY:-/usr/bin/python3}
 BIN=$BUILD/bin
+SLOWDOWN=${TPUMESH_TEST_SLOWDOWN:-1}
+case "$SLOWDOWN" in '' | *[!0-9]* | 0) SLOWDOWN=1 ;; esac
 TAP_N=0
 TAP_FAILED=0
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tpumesh-test.XXXXXX")
@@ -35,9 +40,11 @@ check() {
 check_eq() {
     if [ "$2" == "$3" ]; then ok "$1"; else fail "$1" "expected: $2" "actual:   $3"; fi
 }
-# wait_for SECONDS CMD... : poll CMD every 50 ms until it succeeds
+# scaled SECONDS : SECONDS of the plain build's time, stretched by SLOWDOWN
+scaled() { echo $(($1 * SLOWDOWN)); }
+# wait_for SECONDS CMD... : poll CMD every 50 ms until it succeeds, for up to `scaled SECONDS`
 wait_for() {
-    local deadline=$(( $(date +%s%N) / 1000000 + $1 * 1000 )); shift
+    local deadline=$(( $(date +%s%N) / 1000000 + $1 * SLOWDOWN * 1000 )); shift
     while ! "$@" 2>/dev/null; do
         [ $(( $(date +%s%N) / 1000000 )) -ge $deadline ] && return 1
         sleep 0.05

@@ -10,11 +10,12 @@ import re
 import signal
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 
 import grpc
+
+from tap import scaled, wait  # noqa: F401 - wait is shared with the tests that import it here
 
 ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("BUILD", "build")
@@ -59,13 +60,13 @@ class Client:
             response_deserializer=T.WatchResponse.FromString)
 
     def check(self, service="", timeout=5):
-        return self._check(health_pb2.HealthCheckRequest(service=service), timeout=timeout).status
+        return self._check(health_pb2.HealthCheckRequest(service=service), timeout=scaled(timeout)).status
 
     def health_watch(self, service="", timeout=None):
         return self._hwatch(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
 
     def get(self, timeout=5):
-        return self._get(topo_pb2.GetRequest(), timeout=timeout)
+        return self._get(topo_pb2.GetRequest(), timeout=scaled(timeout))
 
     def watch(self, view=0, namespace="", selector="", subscriber="test", timeout=None):
         return self._twatch(topo_pb2.WatchRequest(view=view, namespace=namespace, selector=selector,
@@ -99,20 +100,6 @@ def snapshot_as_json(s):
     out["workers"] = [{"index": w.index, "pod": n(w.pod), "host": n(w.host), "ip": n(w.ip),
                          "address": n(w.address), "ready": w.ready} for w in s.workers]
     return out
-
-
-def wait(pred, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except Exception:  # noqa: BLE001 - not answering yet
-            v = None
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
 
 
 class Sidecar:
@@ -150,7 +137,7 @@ class Sidecar:
         req = urllib.request.Request("http://%s:%d%s" % (self.host, self.port, path),
                                      headers={"User-Agent": "kube-probe/1.35", "Accept": "*/*"})
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
+            with urllib.request.urlopen(req, timeout=scaled(5)) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -177,7 +164,7 @@ class Sidecar:
             return self.proc.returncode
         self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout=10)
+            return self.proc.wait(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()

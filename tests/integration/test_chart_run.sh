@@ -13,4 +13,4 @@ if ! command -v node >/dev/null 2>&1 || [ ! -d "$V/node_modules/yaml" ]; then
     done_testing
     exit
 fi
-BUILD=$BUILD PY=$PY timeout 300 node "$V/podrun.js"
+BUILD=$BUILD PY=$PY timeout "$(scaled 300)" node "$V/podrun.js"

@@ -16,7 +16,7 @@ run() {
     mkdir -p "$TMP/$name/out"
     env -i PATH="$PATH" HOME="${RUN_HOME:-$TMP/home}" TPUMESH_LOCK_DIR="$TMP/lock" \
         TPUMESH_SYS_DIR="${RUN_SYS:-$TMP/sys-empty}" \
-        timeout 20 "$INIT" --out-dir "$TMP/$name/out" --annotations-file /dev/null "$@" \
+        timeout "$(scaled 20)" "$INIT" --out-dir "$TMP/$name/out" --annotations-file /dev/null "$@" \
         2>"$TMP/$name/err"
     RC=$?
     LAST=$(grep -v '^$' "$TMP/$name/err" | tail -n 1)

@@ -15,13 +15,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import jsonpatch
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import check, done, ok  # noqa: E402
+from tap import check, done, ok, scaled, wait  # noqa: E402
 
 ROOT = os.environ.get("ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
 BUILD = os.environ.get("BUILD", "build")
@@ -143,17 +142,13 @@ def inject(config_text, pod):
                           "--tls-cert-file", crt, "--tls-key-file", key, "--config", cfg],
                          stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
     try:
-        port = None
-        for _ in range(200):
+        def listening():
             text = open(log).read()
-            if "https port" in text:
-                w = text.split("https port ")[1]
-                port = int(w.split(",")[0])
-                break
-            time.sleep(0.05)
+            return int(text.split("https port ")[1].split(",")[0]) if "https port" in text else None
+        port = wait(listening, 10)
         import http.client
         import ssl
-        c = http.client.HTTPSConnection("127.0.0.1", port, timeout=10,
+        c = http.client.HTTPSConnection("127.0.0.1", port, timeout=scaled(10),
                                         context=ssl.create_default_context(cafile=crt))
         c.request("POST", "/mutate", body=json.dumps({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -164,7 +159,7 @@ def inject(config_text, pod):
         return jsonpatch.JsonPatch(ops).apply(copy.deepcopy(pod))
     finally:
         p.terminate()
-        p.wait(10)
+        p.wait(scaled(10))
 
 
 bins = helm_bins()

@@ -17,4 +17,4 @@ if ! command -v kubectl >/dev/null 2>&1; then
     done_testing
     exit
 fi
-BUILD=$BUILD PY=$PY timeout 300 node "$V/injected.js"
+BUILD=$BUILD PY=$PY timeout "$(scaled 300)" node "$V/injected.js"

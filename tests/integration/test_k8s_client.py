@@ -10,7 +10,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from k8s_harness import Driver, converged, diff, model_view, sanitizer_reports, start_sim, stop_all, truth  # noqa: E402
-from tap import check, done, fail, ok  # noqa: E402
+from tap import check, done, fail, ok, scaled, wait  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="k8s-client-")
 SIM_TOKEN_FILE = os.path.join(TMP, "sim-token")
@@ -44,12 +44,7 @@ def ready(d, timeout=20.0):
     """Synced, and its watch is registered at the simulator (so injected stream faults reach it)."""
     if not d.wait_synced(timeout=timeout):
         return False
-    end = time.time() + timeout
-    while time.time() < end:
-        if S.stats()["watchesTotal"] > d.watches_before:
-            return True
-        time.sleep(0.05)
-    return False
+    return bool(wait(lambda: S.stats()["watchesTotal"] > d.watches_before, timeout))
 
 
 def reset():
@@ -340,7 +335,7 @@ def t_expired_continue(name):
     d = Driver(["--apiserver", sim.url, "--token-file", TOKEN_FILE, "--ca-file", sim.ca,
                 "--namespace", "paged", "--limit", "1", "--backoff-ms", "100"])
     # Keep expiring continue tokens while the 600-page list runs (etcd compaction).
-    end = time.time() + 60
+    end = time.time() + scaled(60)
     i = 0
     while not d.synced and time.time() < end and d.proc.poll() is None:
         S.make(name="tick-%d" % i, index=i, namespace="other")

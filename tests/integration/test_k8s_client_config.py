@@ -13,7 +13,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from k8s_harness import DRIVER, Driver, converged, diff, model_view, sanitizer_reports, start_sim, stop_all  # noqa: E402
-from tap import check, done, fail  # noqa: E402
+from tap import check, done, fail, scaled  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="k8s-config-")
 SIM_TOKEN = os.path.join(TMP, "sim-token")
@@ -35,7 +35,7 @@ def run(args, env=None, timeout=20):
         e.pop(k, None)
     e["HOME"] = TMP  # no ~/.kube/config
     e.update(env or {})
-    p = subprocess.run([DRIVER] + args, capture_output=True, text=True, env=e, timeout=timeout)
+    p = subprocess.run([DRIVER] + args, capture_output=True, text=True, env=e, timeout=scaled(timeout))
     STDERRS.append(p.stderr)
     return p.returncode, p.stdout, p.stderr
 

@@ -13,9 +13,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sidecar import Sidecar, wait  # noqa: E402
+from test_sidecar import Sidecar  # noqa: E402
 from simctl import start_sim  # noqa: E402
-from tap import check, done, fail  # noqa: E402
+from tap import check, done, fail, scaled, wait  # noqa: E402
 import tfconfig_check  # noqa: E402
 
 
@@ -30,13 +30,13 @@ def run_init(out, s, w, hps, slices, extra_env):
            "MEGASCALE_COORDINATOR_ADDRESS": "ms21-slice-0-0.ms21"}
     env.update(extra_env)
     return subprocess.run([exe, "--skip-init", "--out-dir", out, "--annotations-file", "/dev/null"],
-                          env=env, capture_output=True, text=True, timeout=60)
+                          env=env, capture_output=True, text=True, timeout=scaled(60))
 
 
 def sourced(out, f):
     """Every variable of env file f after `set -a; . ./f` in sh."""
     r = subprocess.run(["sh", "-c", "env -i sh -c 'set -a; . ./%s; set +a; env'" % f], cwd=out,
-                       capture_output=True, text=True, timeout=10)
+                       capture_output=True, text=True, timeout=scaled(10))
     return dict(l.split("=", 1) for l in r.stdout.splitlines()
                 if "=" in l and l.split("=", 1)[0] not in ("PWD", "SHLVL", "_", "OLDPWD"))
 
@@ -171,7 +171,7 @@ def main():
             bad = Sidecar("bad-port", sim.url, tok, by[("ms22", 0, 0)], os.path.join(tmp, "bad"))
         finally:
             del os.environ["MEGASCALE_PORT"]
-        rc = bad.proc.wait(20)
+        rc = bad.proc.wait(scaled(20))
         check("bad MEGASCALE_PORT: the sidecar exits 2 naming it",
               rc == 2 and any("MEGASCALE_PORT='80a' is not a port" in l for l in bad.lines[-3:]),
               (rc, bad.lines[-3:]))

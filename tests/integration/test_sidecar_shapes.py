@@ -12,9 +12,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sidecar import Sidecar, wait  # noqa: E402
+from test_sidecar import Sidecar  # noqa: E402
 from simctl import start_sim  # noqa: E402
-from tap import check, done, fail  # noqa: E402
+from tap import check, done, fail, wait  # noqa: E402
 
 
 def jobset(c):

@@ -145,7 +145,7 @@ def check_blocks(msg, block):
 
 
 def ours(*args):
-    r = subprocess.run([TOOL] + list(args), capture_output=True, timeout=30)
+    r = subprocess.run([TOOL] + list(args), capture_output=True, timeout=tap.scaled(30))
     line = r.stdout.decode().strip().splitlines()
     return r.returncode, (json.loads(line[-1]) if line and line[-1].startswith("{") else None), r
 
@@ -154,7 +154,7 @@ def part1(pb2, tmp):
     dump = os.path.join(tmp, "dump")
     os.makedirs(dump)
     r = subprocess.run([TEST_TOPO], env=dict(os.environ, MESH_TOPO_DUMP_DIR=dump), capture_output=True,
-                       timeout=120)
+                       timeout=tap.scaled(120))
     tap.check("test_topo dumps TopologyProtos (exit 0)", r.returncode == 0, r.stdout.decode()[-2000:])
     files = sorted(f[:-3] for f in os.listdir(dump) if f.endswith(".pb"))
     missing = sorted(set(EXPECT) - set(files))
@@ -311,7 +311,7 @@ def part2(pb2, tmp):
               % accepted, not disagree and 10 < accepted < 140, "\n".join(disagree[:5]))
 
     # Our own encoder through the tool, decoded by Google's library.
-    r = subprocess.run([TOOL, "build", "v6e-16"], capture_output=True, timeout=30)
+    r = subprocess.run([TOOL, "build", "v6e-16"], capture_output=True, timeout=tap.scaled(30))
     msg = pb2.TopologyProto.FromString(r.stdout) if r.returncode == 0 else None
     tap.check("topo_pb build v6e-16 decodes as mesh [4,4,1,1], 4 tasks x 4 devices",
               msg is not None and list(msg.mesh_shape) == [4, 4, 1, 1] and msg.num_tasks == 4

@@ -24,7 +24,7 @@ import urllib.request
 
 ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import check, done  # noqa: E402
+from tap import check, done, scaled, wait  # noqa: E402
 
 import websocket  # noqa: E402  (python3-websocket)
 
@@ -36,21 +36,8 @@ if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
 WRAP = shlex.split(os.environ.get("WRAP", ""))
-SLOW = bool(WRAP) or "asan" in os.path.basename(BUILD)
 MAX = 3
-TO = 15 if SLOW else 5  # seconds a read may wait
-
-
-def wait(pred, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + (timeout * 3 if SLOW else timeout)
-    while True:
-        try:
-            v = pred()
-        except Exception:  # noqa: BLE001 - not answering yet
-            v = None
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
+TO = scaled(5)  # seconds a read may wait
 
 
 class Sidecar:
@@ -97,7 +84,7 @@ class Sidecar:
             return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=scaled(30))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
@@ -292,7 +279,7 @@ def run(sim, tmp, tok, cars):
     a.proc.send_signal(signal.SIGTERM)
     codes = [close_code(w1), close_code(w4)]
     try:
-        rc_box.append(a.proc.wait(timeout=30))
+        rc_box.append(a.proc.wait(timeout=scaled(30)))
     except subprocess.TimeoutExpired:
         rc_box.append(None)
     check("SIGTERM: both clients get a close frame with 1001 (going away): %s" % codes,

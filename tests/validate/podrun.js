@@ -57,6 +57,11 @@ function check(name, errs) {
     return !errs.length;
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/* TPUMESH_TEST_SLOWDOWN (tests/run.sh: about 10 under valgrind, 3 under ASan): every bound on
+ * waiting for a program is the plain build's, multiplied by it (scaled), so that a program
+ * slowed down by the checks is waited for and only one that hangs fails. */
+const SLOWDOWN = Math.max(1, Number(process.env.TPUMESH_TEST_SLOWDOWN) || 1);
+const scaled = (ms) => ms * SLOWDOWN;
 
 function cleanup() {
     for (const c of children) {
@@ -94,8 +99,9 @@ function start(cmd, args, env) {
     p.stderr.on('data', take);
     return p;
 }
+/* Polls fn until it returns a true value, for up to scaled(ms). */
 async function waitFor(fn, ms, step = 100) {
-    const end = Date.now() + ms;
+    const end = Date.now() + scaled(ms);
     for (;;) {
         const v = await fn();
         if (v || Date.now() >= end) {
@@ -107,7 +113,7 @@ async function waitFor(fn, ms, step = 100) {
 function request(method, url, body, headers = {}) {
     return new Promise((res) => {
         const data = body === undefined ? null : Buffer.from(JSON.stringify(body));
-        const req = http.request(url, { method, timeout: 5000,
+        const req = http.request(url, { method, timeout: scaled(5000),
             headers: { ...headers, ...(data ? { 'Content-Type': 'application/json', 'Content-Length': data.length } : {}) } }, (r) => {
             let b = '';
             r.on('data', (d) => { b += d; });
@@ -224,7 +230,7 @@ async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit 
     const ip = program(init);
     const ienv = containerEnv(pod, init, dir, { ...gkeEnv, ...(skipInit ? { TPUMESH_SKIP_INIT: 'true' } : {}) });
     const ip1 = start(ip.bin, ip.argv, ienv);
-    const r = await Promise.race([ip1.exited, sleep(30000).then(() => ({ code: 'timeout' }))]);
+    const r = await Promise.race([ip1.exited, sleep(scaled(30000)).then(() => ({ code: 'timeout' }))]);
     const sharedMount = init.volumeMounts.find((m) => spec.volumes.find((v) => v.name === m.name && v.emptyDir));
     const out = path.join(dir, sharedMount.name);
     check(`${label}: tpumesh-init with the manifest's env exits 0 and publishes`,
@@ -281,7 +287,7 @@ async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit 
             .split(`127.0.0.1:${side.ports[0].containerPort}`).join(`127.0.0.1:${port}`);
         script = script.replace(/exec python3 \S+/, 'env');
         const tr = start('/bin/sh', ['-c', script], { PATH: '/usr/bin:/bin' });
-        const res = await Promise.race([tr.exited, sleep(20000).then(() => ({ code: 'timeout' }))]);
+        const res = await Promise.race([tr.exited, sleep(scaled(20000)).then(() => ({ code: 'timeout' }))]);
         const envOut = Object.fromEntries(tr.lines.filter((l) => /^[A-Z_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
         const e = [];
         if (res.code !== 0) e.push(`exit ${res.code}`, ...tr.lines.slice(-5));
@@ -304,7 +310,7 @@ async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit 
         check(`${label}: readinessProbe passes again when the peer is back`, back ? [] : ['not 200']);
     }
     sc.kill('SIGTERM');
-    const t = await Promise.race([sc.exited, sleep(10000).then(() => ({ code: 'timeout' }))]);
+    const t = await Promise.race([sc.exited, sleep(scaled(10000)).then(() => ({ code: 'timeout' }))]);
     check(`${label}: SIGTERM ends tpumesh-sidecar with exit 0`, t.code === 0 ? [] : [`exit ${t.code} ${t.sig || ''}`]);
 }
 
@@ -471,15 +477,15 @@ async function main() {
                 });
             }
             tfm.kill('SIGTERM');
-            await Promise.race([tfm.exited, sleep(5000)]);
+            await Promise.race([tfm.exited, sleep(scaled(5000))]);
         }
     }
     simp.kill('SIGTERM');
-    await Promise.race([simp.exited, sleep(5000)]);
+    await Promise.race([simp.exited, sleep(scaled(5000))]);
 }
 
 /* Used as a module (tests/validate/injected.js runs a webhook-injected pod the same way). */
-module.exports = { runPod, start, request, waitFor, sleep, check, TMP, done: () => {
+module.exports = { runPod, start, request, waitFor, sleep, scaled, SLOWDOWN, check, TMP, done: () => {
     console.log(`1..${n}`);
     process.exitCode = failed ? 1 : 0;
 } };

@@ -15,8 +15,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from meshgrpc import (NOT_SERVING, ROOT, SERVING, SERVICE_UNKNOWN, Client, Sidecar,  # noqa: E402
-                      snapshot_as_json, topo_pb2, wait)
-from tap import check, done  # noqa: E402
+                      snapshot_as_json, topo_pb2)
+from tap import check, done, scaled, wait  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -57,7 +57,7 @@ def frame(ftype, flags, stream, payload):
 
 def hostile_subscriber(host, port):
     """HTTP/2 by hand: a Topology/Watch whose stream window is 0, then silence."""
-    s = socket.create_connection((host, port), timeout=5)
+    s = socket.create_connection((host, port), timeout=scaled(5))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
     s.sendall(frame(4, 0, 0, struct.pack(">HI", 4, 0)))  # SETTINGS_INITIAL_WINDOW_SIZE = 0
@@ -183,13 +183,13 @@ def run(sim, tmp, tok, cars):
           wait(lambda: len(pw.items) > n + 1, 8) and pw.items[-1].resource_version.isdigit())
     pw.cancel()
     bad = Collector(cl.watch(view=1, namespace="default", selector="app=other"))
-    bad.t.join(5)
+    bad.t.join(scaled(5))
     check("Watch VIEW_PODS with another selector: FAILED_PRECONDITION",
           bad.error is not None and bad.error.code() == grpc.StatusCode.FAILED_PRECONDITION, bad.error)
 
     # Unknown method: UNIMPLEMENTED.
     try:
-        cl.channel.unary_unary("/tpumesh.v1.Topology/Nope")(b"", timeout=5)
+        cl.channel.unary_unary("/tpumesh.v1.Topology/Nope")(b"", timeout=scaled(5))
         check("unknown method: UNIMPLEMENTED", False)
     except grpc.RpcError as e:
         check("unknown method: UNIMPLEMENTED", e.code() == grpc.StatusCode.UNIMPLEMENTED, e)
@@ -203,7 +203,7 @@ def run(sim, tmp, tok, cars):
     check("hostile subscriber: dropped for not reading (logged)",
           wait(lambda: a.log_count("dropping subscriber hostile") == 1, 20), a.lines[-5:])
     check("hostile subscriber: a well-behaved watcher kept getting changes",
-          len(ok_watch.items) >= 2 and ok_watch.error is None, len(ok_watch.items))
+          wait(lambda: len(ok_watch.items) >= 2) and ok_watch.error is None, len(ok_watch.items))
     check("hostile subscriber: health still answers", cl.check("") == SERVING)
     check("/metrics: tpumesh_grpc_streams_dropped_total 1",
           a.metric("tpumesh_grpc_streams_dropped_total") == 1, a.metric("tpumesh_grpc_streams_dropped_total"))

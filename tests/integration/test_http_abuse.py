@@ -7,6 +7,8 @@ kube-apiserver simulator. Traffic goes to 127.0.0.1 only; attackers connect from
   2. 300 slowloris clients + 100 WebSocket upgrades (on a path other than /watch) held on the
      port: >= 28 of 30 /readyz probes (1 s timeout, one per second) succeed, and a pod change is
      published within 2 s
+  (Every time here is the plain build's: under valgrind or ASan each is multiplied by
+  TPUMESH_TEST_SLOWDOWN, see tap.py; http() scales its own timeout.)
   3. 60 clients that never read /topology at 16,384 workers: VmHWM grows <= 24 MiB, and the
      memory comes back when they leave
   3b. /watch: 16 WebSocket clients that never read (the cap), 40 more refused with 503; pod
@@ -46,33 +48,21 @@ if not os.path.isabs(BUILD):
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 from simctl import start_sim  # noqa: E402
-from tap import check, done, fail, ok  # noqa: E402
+from tap import SLOW, check, done, fail, ok, scaled, wait  # noqa: E402
 
 SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
 CORPUS = os.path.join(ROOT, "tests/fuzz/corpus/httpd")
 WRAP = shlex.split(os.environ.get("WRAP", ""))
 ASAN = "asan" in os.path.basename(BUILD)
-SLOW = bool(WRAP) or ASAN
 PODS = 2048 if WRAP else 16384
 TOKEN = "tpumesh-test-token-%08x" % random.getrandbits(32)
 MiB = 1 << 20
 
 
-def wait(pred, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except Exception:  # noqa: BLE001 - not answering yet
-            v = None
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
-
-
 def http(port, path, method="GET", headers=(), body=b"", timeout=2.0, raw=None):
     """One request on a new connection (Connection: close). Returns (status, headers dict, body)
-    or None when there is no complete answer within timeout."""
+    or None when there is no complete answer within scaled(timeout)."""
+    timeout = scaled(timeout)
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         if raw is None:
@@ -152,7 +142,7 @@ class Sidecar:
         self.status = None
         threading.Thread(target=self._read, daemon=True).start()
         m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
-                               if "serving /healthz" in l), None), 60 if SLOW else 10)
+                               if "serving /healthz" in l), None), 10)
         self.port = int(m.group(1)) if m else None
 
     def _read(self):
@@ -179,7 +169,7 @@ class Sidecar:
             return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30 if SLOW else 10)
+            return self.proc.wait(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -231,12 +221,12 @@ def corpus(car):
         first = send_raw(car.port, data)
         if first.startswith(b"HTTP/1.1 101"):
             upgraded.append((os.path.basename(path), data.startswith(b"GET /watch HTTP/1.1\r\n")))
-        if not car.alive() or not probe(car.port, timeout=3.0 if SLOW else 1.0):
+        if not car.alive() or not probe(car.port):
             bad.append(os.path.basename(path))
             if not car.alive():
                 break
     check("corpus: %d malformed inputs, one connection each; the sidecar survives and answers "
-          "/readyz within 1 s after each" % len(files), len(files) >= 40 and not bad,
+          "/readyz within %g s after each" % (len(files), scaled(1.0)), len(files) >= 40 and not bad,
           "failed after: %s" % bad)
     # /watch is the one WebSocket served: a well-formed handshake there may get 101.
     wrong = [n for n, watch in upgraded if not watch]
@@ -285,7 +275,7 @@ class Attack:
         self.next_open[i] = now + (0.5 if self.kinds[i] == "upg" else 0.2)
 
     def run(self):
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while not self.stop.is_set() and time.monotonic() < deadline:
             now = time.monotonic()
             for i, s in enumerate(self.socks):
@@ -354,11 +344,12 @@ def slowloris(car, sim, pod_names):
     check("slowloris: the attack held connections (at most %d fds open, %d connects, %d closed by "
           "the server)" % (held, atk.opened, atk.closed), held >= 200 and atk.closed > 0,
           "fds %d" % held)
-    check("slowloris: %d of 30 /readyz probes (1 s timeout, 1/s) answered with 300 slow clients "
-          "and 100 upgrades held (>= 28)" % good, good >= 28, results)
+    check("slowloris: %d of 30 /readyz probes (%g s timeout, 1/s) answered with 300 slow clients "
+          "and 100 upgrades held (>= 28)" % (good, scaled(1.0)), good >= 28, results)
     check("slowloris: no WebSocket upgrade answered 101", atk.got_101 == 0, atk.got_101)
-    check("slowloris: a pod change is published within 2 s during the attack (%.2f s)"
-          % (published if published is not None else -1), published is not None and published <= 2.0)
+    check("slowloris: a pod change is published within %g s during the attack (%.2f s)"
+          % (scaled(2.0), published if published is not None else -1),
+          published is not None and published <= scaled(2.0))
     check("slowloris: the sidecar is alive after the attack", car.alive())
 
 
@@ -378,7 +369,7 @@ def no_readers(car):
     for _ in range(60):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
-        s.settimeout(2)
+        s.settimeout(scaled(2))
         s.connect(("127.0.0.1", car.port))
         s.sendall(b"GET /topology HTTP/1.1\r\nHost: a\r\n\r\n")
         socks.append(s)
@@ -416,7 +407,7 @@ def watch_open(port, src):
     """A /watch handshake from src with a small receive window; returns (socket, status line)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
-    s.settimeout(5)
+    s.settimeout(scaled(5))
     s.bind((src, 0))
     s.connect(("127.0.0.1", port))
     s.sendall(Attack.UPGRADE.replace(b"/ws ", b"/watch "))
@@ -480,8 +471,8 @@ def watch_abuse(car, sim, pod_names):
               grown <= 24 * MiB, (before, during))
     # A stalled client is dropped once a document made no progress for the send timeout (10 s).
     # Under valgrind the sidecar pushes the 16 documents into the sockets many times slower, so
-    # the last stall begins much later: allow it 120 s there.
-    dropped = wait(lambda: (metric(car.port, "tpumesh_watch_clients") == 0) or None, 120 if SLOW else 25, 0.5)
+    # the last stall begins much later: the wait is scaled.
+    dropped = wait(lambda: (metric(car.port, "tpumesh_watch_clients") == 0) or None, 25, 0.5)
     check("/watch: the clients that never read are dropped (tpumesh_watch_clients 0, dropped_total %s)"
           % metric(car.port, "tpumesh_watch_dropped_total"), dropped)
     for s, _ in held:
@@ -511,7 +502,7 @@ def semantics(car):
     check("POST with a body: complete 405 with Allow: GET, HEAD and a body, connection closed "
           "(%.2f s)" % took,
           post is not None and post[0] == 405 and post[1].get("allow") == "GET, HEAD"
-          and len(post[2]) == int(post[1].get("content-length", -1)) > 0 and took < 5, post)
+          and len(post[2]) == int(post[1].get("content-length", -1)) > 0 and took < scaled(5), post)
     opt = http(car.port, "/readyz", method="OPTIONS")
     check("OPTIONS: 405 with Allow", opt is not None and opt[0] == 405 and "GET" in opt[1].get("allow", ""),
           opt)
@@ -543,7 +534,7 @@ def early_and_health(sim2, tmp, tok):
         sim2.client.fail(code=503, count=3, match="list")
         sim2.client.make(name="late-0", index=0)
         seen = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while time.monotonic() < deadline:
             x = http(b.port, "/readyz")
             if x is not None:
@@ -559,14 +550,14 @@ def early_and_health(sim2, tmp, tok):
         check("pod appears: /readyz 200", wait(lambda: http(b.port, "/readyz")[0] == 200, 30), b.lines[-5:])
         sim2.stop()
         h = wait(lambda: (lambda x: x if x and x[0] == 503 else None)(http(b.port, "/healthz")),
-                 40 if SLOW else 25, 0.5)
+                 25, 0.5)
         check("/healthz fails with the reason when the API is gone", h is not None
               and h[2].startswith(b"stuck: no progress from the Kubernetes API"), h)
         if WRAP:
             ok("no core dump: skipped under %s # SKIP" % WRAP[0])
             return b
         os.kill(b.proc.pid, signal.SIGSEGV)
-        st = b.reap(10)
+        st = b.reap(scaled(10))
         ctl_dir = os.path.join(tmp, "cwd-ctl")
         os.mkdir(ctl_dir)
         ctl = subprocess.Popen([sys.executable, "-c", "import os,signal; os.kill(os.getpid(), signal.SIGSEGV)"],
@@ -624,7 +615,7 @@ def main():
         if not check("sidecar serves HTTP", car.port is not None, car.lines[-10:]):
             return done()
         if not check("%d-pod topology complete" % PODS,
-                     wait(lambda: probe(car.port), 240 if SLOW else 60, 0.2), car.lines[-10:]):
+                     wait(lambda: probe(car.port), 60, 0.2), car.lines[-10:]):
             return done()
         pid = car.proc.pid
         time.sleep(0.5)
@@ -635,7 +626,7 @@ def main():
         no_readers(car)
         watch_abuse(car, sim, names)
         secrets(car, sim, pid)
-        fds = wait(lambda: (lambda n: n if n <= base_fds else None)(nfds(pid)), 20 if SLOW else 12, 0.2)
+        fds = wait(lambda: (lambda n: n if n <= base_fds else None)(nfds(pid)), 12, 0.2)
         check("fd count back to its baseline (%d, now %s)" % (base_fds, fds or nfds(pid)), fds is not None)
         sim2_tok = os.path.join(tmp, "token2")
         with open(sim2_tok, "w") as f:

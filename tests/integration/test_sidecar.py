@@ -24,25 +24,11 @@ if not os.path.isabs(BUILD):
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 from simctl import start_sim  # noqa: E402
-from tap import check, done, fail, ok  # noqa: E402
+from tap import check, done, fail, ok, scaled, wait  # noqa: E402
 
 SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
 FILES = ("dtensor.env", "tf_config.json", "tpu.env", "jax.env", "topology.json")
 ENV_FILES = FILES[:4]
-
-
-def wait(pred, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except Exception:  # noqa: BLE001 - a probe that is not answering yet
-            v = None
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
 
 
 class Sidecar:
@@ -67,7 +53,7 @@ class Sidecar:
         req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path),
                                      headers={"User-Agent": "kube-probe/1.35", "Accept": "*/*"})
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
+            with urllib.request.urlopen(req, timeout=scaled(5)) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -93,7 +79,7 @@ class Sidecar:
         """Value of var after `. ./dtensor.env` (or another env file) in sh, in the out dir."""
         f = "dtensor.env" if var.startswith("DTENSOR") else ("tpu.env" if var.startswith("TPU") else "jax.env")
         r = subprocess.run(["sh", "-c", '. ./%s && printf %%s "$%s"' % (f, var)], cwd=self.out,
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=scaled(10))
         return r.stdout
 
     def stats(self):
@@ -108,7 +94,7 @@ class Sidecar:
         t0 = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout=5)
+            rc = self.proc.wait(timeout=scaled(5))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
@@ -189,7 +175,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     ev0 = a.metric('tpumesh_watch_events_total{type="object"}')
     c.labels(name=names[2], set={"team": "infra"})
     wait(lambda: a.metric('tpumesh_watch_events_total{type="object"}') > ev0)
-    time.sleep(0.3)
+    time.sleep(scaled(0.3))  # time for a wrong rewrite to happen
     check("irrelevant change: every file keeps its inode and mtime", a.stats() == before)
     check("irrelevant change: generation unchanged", a.topology()["generation"] == 1)
 
@@ -270,7 +256,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
           [l for l in a.lines if "left out" in l])
     check("hostile pods: still complete and ready", a.readyz()[0] == 200, a.readyz())
     for f in ENV_FILES:
-        subprocess.run(["sh", "-c", ". ./%s" % f], cwd=a.out, capture_output=True, timeout=10)
+        subprocess.run(["sh", "-c", ". ./%s" % f], cwd=a.out, capture_output=True, timeout=scaled(10))
     check("sourcing every env file runs nothing", not os.path.exists(pwned))
     check("DTENSOR_JOBS still the 4 workers", a.sourced("DTENSOR_JOBS") == jobs_dns(4))
 
@@ -303,10 +289,11 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     c.fail(code=429, count=2, retry_after=1, match="watch")
     c.call("cut", mode="clean")
     converges("429 with Retry-After: converges", "10.99.0.12", 30)
-    c.stall(seconds=40)
+    c.stall(seconds=scaled(40))  # every watch stream is silent for that long; LISTs answer
     t0 = time.monotonic()
     converges("stalled stream: reconnected after --stall-timeout and converges", "10.99.0.13", 30)
-    check("stalled stream: detected well before the stall ends", time.monotonic() - t0 < 30)
+    check("stalled stream: detected well before the stall ends", time.monotonic() - t0 < scaled(30),
+          "%.1f s" % (time.monotonic() - t0))
     c.call("stall", seconds=0)
     c.call("malformed")
     converges("malformed line: relists and converges", "10.99.0.14")
@@ -329,7 +316,7 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     n = a.metric("tpumesh_publish_latency_seconds_count")
     p50 = a.metric('tpumesh_publish_latency_seconds{quantile="0.5"}')
     check("/metrics: publish latency from event arrival recorded",
-          n is not None and n >= 10 and p50 is not None and 0 < p50 < 5, (n, p50))
+          n is not None and n >= 10 and p50 is not None and 0 < p50 < scaled(5), (n, p50))
     check("/metrics: latency HELP says from event arrival",
           "arrival of the earliest change" in body)
     patched = a.metric('tpumesh_worker_list_updates_total{how="patched"}')
@@ -350,11 +337,11 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     shown = {w["index"]: (w["pod"], w["ip"], w["ready"]) for w in a.topology()["workers"]}
     check("patched worker list equals the pods in the apiserver", shown == live, (shown, live))
 
-    # 9. SIGTERM: exit 0 within a second, files stay.
+    # 9. SIGTERM: exit 0 within a second (of the plain build's time), files stay.
     gen = a.topology()["generation"]
     rc, secs = a.stop()
     check("SIGTERM: exit 0", rc == 0, rc)
-    check("SIGTERM: within a second", secs < 1.0, "%.3fs" % secs)
+    check("SIGTERM: within a second", secs < scaled(1.0), "%.3fs" % secs)
     check("SIGTERM: files stay", all(os.path.exists(a.path(f)) for f in FILES)
           and a.topology()["generation"] == gen)
     check("one info line per transition, not per event",

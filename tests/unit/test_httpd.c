@@ -28,6 +28,7 @@
 #include "io/httpd.h"
 #include "io/log.h"
 #include "io/sys.h"
+#include "slowdown.h"
 
 struct fixture {
     struct mesh_httpd *srv;
@@ -91,7 +92,8 @@ static int dial(int port, int rcvbuf)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 3};
+    /* Every read gives up after 3 s of the plain build's time. */
+    struct timeval tv = {.tv_sec = (time_t)(test_scaled_ms(3000) / 1000)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (rcvbuf > 0) {
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
@@ -107,7 +109,7 @@ static void put(int fd, const char *s)
     assert_int_equal(send(fd, s, strlen(s), MSG_NOSIGNAL), (ssize_t)strlen(s));
 }
 
-/* Read up to cap-1 bytes until EOF or the 3 s receive timeout. */
+/* Read up to cap-1 bytes until EOF or the (scaled) 3 s receive timeout. */
 static size_t get(int fd, char *buf, size_t cap)
 {
     size_t got = 0;
@@ -180,7 +182,8 @@ static void test_header_timeout(void **state)
     int64_t took = mesh_sys_now_ms() - t0;
     close(fd);
     assert_int_equal(n, 0);
-    assert_true(took < 3000); /* closed by the server, not by our receive timeout */
+    /* Closed by the server, not by our receive timeout. */
+    assert_true(took < test_scaled_ms(3000));
     struct mesh_httpd_stats after;
     mesh_httpd_get_stats(f->srv, &after);
     assert_true(after.timed_out > before.timed_out);
@@ -192,12 +195,12 @@ static void test_bulk_cap(void **state)
     struct fixture *f = *state;
     int held = dial(f->port, 4096);
     put(held, "GET /big HTTP/1.1\r\nHost: a\r\n\r\n");
-    mesh_sys_sleep_ms(200); /* the server has started sending /big and stalled */
+    mesh_sys_sleep_ms(test_scaled_ms(200)); /* the server has started sending /big and stalled */
     char buf[4096];
     assert_int_equal(probe(f->port, "GET", "/big", buf, sizeof(buf)), 503);
     assert_non_null(strcasestr(buf, "retry-after: 1"));
     close(held);
-    mesh_sys_sleep_ms(200);
+    mesh_sys_sleep_ms(test_scaled_ms(200));
     assert_int_equal(probe(f->port, "HEAD", "/big", buf, sizeof(buf)), 200);
     assert_non_null(strcasestr(buf, "content-length: 4194304"));
     assert_non_null(strstr(buf, "\r\n\r\n"));
@@ -311,7 +314,7 @@ static int ws_teardown(void **state)
     return 0;
 }
 
-/* Exactly n bytes (false on EOF, error or the 3 s timeout). */
+/* Exactly n bytes (false on EOF, error or the (scaled) 3 s timeout). */
 static bool get_exact(int fd, unsigned char *buf, size_t n)
 {
     size_t got = 0;
@@ -430,9 +433,10 @@ static void test_ws_cap(void **state)
     close(c);
     close(a);
     struct mesh_httpd_stats st;
-    for (int i = 0; i < 100; i++) {
+    int64_t until = mesh_sys_now_ms() + test_scaled_ms(2000);
+    for (;;) {
         mesh_httpd_get_stats(w->srv, &st);
-        if (st.ws_open == 1) {
+        if (st.ws_open == 1 || mesh_sys_now_ms() >= until) {
             break;
         }
         mesh_sys_sleep_ms(20);
@@ -483,11 +487,13 @@ static void test_ws_stall(void **state)
     assert_int_equal(ws_open(w->port, 4096, &fd), 101);
     ws_set(w, "{}", 2); /* a newer version while the first is stuck */
     struct mesh_httpd_stats st;
-    /* The drop comes send_timeout_s (2 s) after the stall began; up to 30 s
-     * leaves room for valgrind, which runs the server many times slower. */
-    for (int i = 0; i < 1500; i++) {
+    /* The drop comes send_timeout_s (2 s) after the stall began, and the
+     * stall begins once the server has filled the socket: up to 10 s, scaled
+     * (valgrind runs the server many times slower). */
+    int64_t until = mesh_sys_now_ms() + test_scaled_ms(10000);
+    for (;;) {
         mesh_httpd_get_stats(w->srv, &st);
-        if (st.ws_dropped >= 1) {
+        if (st.ws_dropped >= 1 || mesh_sys_now_ms() >= until) {
             break;
         }
         mesh_sys_sleep_ms(20);

@@ -473,7 +473,7 @@ async function plainManifests(sim, create, getPod, env, tokenFile, chartWebhook)
         return e;
     })());
     inj.kill('SIGTERM');
-    await Promise.race([inj.exited, pr.sleep(10000)]);
+    await Promise.race([inj.exited, pr.sleep(pr.scaled(10000))]);
 }
 
 function canon(v) {

@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -37,6 +36,7 @@
 #include "core/mem.h"
 #include "core/topo_msg.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "io/grpc_util.h"
 #include "io/grpc_server.h"
 #include "io/log.h"
 #include "io/sys.h"
@@ -575,23 +575,6 @@ static enum kind kind_of(const grpc_slice *method)
     return K_UNKNOWN;
 }
 
-/* The request message's bytes (copied; owned, mesh_free). */
-static uint8_t *request_bytes(grpc_byte_buffer *bb, size_t *out_len)
-{
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, bb)) {
-        return NULL;
-    }
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    size_t n = GRPC_SLICE_LENGTH(all);
-    uint8_t *p = mesh_malloc(n ? n : 1);
-    memcpy(p, GRPC_SLICE_START_PTR(all), n);
-    grpc_slice_unref(all);
-    *out_len = n;
-    return p;
-}
-
 static void handle_health(struct call *c, const uint8_t *req, size_t len)
 {
     struct mesh_grpc_server *s = c->s;
@@ -677,11 +660,10 @@ static void on_recv(struct call *c, bool success)
         return;
     }
     size_t len = 0;
-    uint8_t *req = request_bytes(c->recv, &len);
+    uint8_t *req = mesh_grpc_util_copy_message(c->recv, REQUEST_MAX, &len, NULL);
     grpc_byte_buffer_destroy(c->recv);
     c->recv = NULL;
-    if (req == NULL || len > REQUEST_MAX) {
-        mesh_free(req);
+    if (req == NULL) {
         finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request too large");
         return;
     }

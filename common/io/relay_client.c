@@ -19,13 +19,13 @@
 #include <string.h>
 
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
 
 #include "core/mem.h"
+#include "io/grpc_util.h"
 #include "io/relay_client.h"
 #include "io/sys.h"
 
@@ -262,22 +262,6 @@ static gpr_timespec in_ms(int64_t ms)
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
-static uint8_t *bb_bytes(grpc_byte_buffer *bb, size_t *out_len)
-{
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, bb)) {
-        return NULL;
-    }
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    size_t n = GRPC_SLICE_LENGTH(all);
-    uint8_t *p = mesh_malloc(n ? n : 1);
-    memcpy(p, GRPC_SLICE_START_PTR(all), n);
-    grpc_slice_unref(all);
-    *out_len = n;
-    return p;
-}
-
 static void set_state(struct mesh_relay_store *s, bool connected, const char *error)
 {
     pthread_mutex_lock(&s->mu);
@@ -422,7 +406,7 @@ static int stream(struct session *se, struct mesh_err *err)
                                 why);
         }
         size_t len = 0;
-        uint8_t *buf = bb_bytes(se->msg, &len);
+        uint8_t *buf = mesh_grpc_util_copy_message(se->msg, MESH_TOPO_MSG_MAX, &len, NULL);
         grpc_byte_buffer_destroy(se->msg);
         se->msg = NULL;
         bool changed = false;

@@ -13,7 +13,6 @@
 #include <time.h>
 
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -23,6 +22,7 @@
 
 #include "core/mem.h"
 #include "core/tf_graph.h"
+#include "io/grpc_util.h"
 #include "io/log.h"
 #include "io/sys.h"
 #include "tf_master.h"
@@ -200,25 +200,6 @@ static const char *short_method(const char *method)
     return method;
 }
 
-/* Copy a byte buffer's bytes into a fresh allocation. */
-static uint8_t *byte_buffer_copy(grpc_byte_buffer *bb, size_t *out_len)
-{
-    grpc_byte_buffer_reader reader;
-    if (!grpc_byte_buffer_reader_init(&reader, bb)) {
-        return NULL;
-    }
-    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
-    size_t n = GRPC_SLICE_LENGTH(all);
-    uint8_t *p = mesh_malloc(n > 0 ? n : 1);
-    if (n > 0) {
-        memcpy(p, GRPC_SLICE_START_PTR(all), n);
-    }
-    grpc_slice_unref(all);
-    *out_len = n;
-    return p;
-}
-
 int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint8_t *req,
                         size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
                         struct mesh_err *err)
@@ -305,7 +286,8 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
                               m->target);
             goto out;
         }
-        out->response = byte_buffer_copy(recv_bb, &out->response_len);
+        out->response =
+            mesh_grpc_util_copy_message(recv_bb, MESH_TF_MAX_RESPONSE, &out->response_len, NULL);
         if (out->response == NULL) {
             rc = mesh_err_set(err, MESH_E_API, 0, "cannot read the %s reply from %s", method,
                               m->target);

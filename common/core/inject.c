@@ -23,15 +23,36 @@
 
 /* ---- built-in config --------------------------------------------------------
  * The chart's default values rendered through its named templates
- * (tests/integration/test_injector_config.sh renders the chart with Helm and
+ * (tests/integration/test_injector_config.py renders the chart with Helm and
  * compares). The image tag is the program's version, as the chart's is its
  * appVersion. */
 /* clang-format off */
+/* The chart's tpumesh.image, its log settings and tpumesh.securityContext
+ * (restricted Pod Security profile), the same in both containers. */
+#define IMAGE \
+    "  image: \"tpumesh:" MESH_VERSION "\"\n" \
+    "  imagePullPolicy: IfNotPresent\n"
+#define LOG_ENV \
+    "    - name: TPUMESH_LOG_FORMAT\n" \
+    "      value: \"text\"\n" \
+    "    - name: TPUMESH_LOG_LEVEL\n" \
+    "      value: \"info\"\n"
+#define SECURITY_CONTEXT \
+    "  securityContext:\n" \
+    "    runAsNonRoot: true\n" \
+    "    runAsUser: 65532\n" \
+    "    runAsGroup: 65532\n" \
+    "    allowPrivilegeEscalation: false\n" \
+    "    readOnlyRootFilesystem: true\n" \
+    "    capabilities:\n" \
+    "      drop:\n" \
+    "        - ALL\n" \
+    "    seccompProfile:\n" \
+    "      type: RuntimeDefault\n"
 const char mesh_inject_default_config[] =
     "initContainer:\n"
     "  name: tpumesh-init\n"
-    "  image: \"tpumesh:" MESH_VERSION "\"\n"
-    "  imagePullPolicy: IfNotPresent\n"
+    IMAGE
     "  args:\n"
     "    - tpumesh-init\n"
     "  env:\n"
@@ -39,10 +60,7 @@ const char mesh_inject_default_config[] =
     "      value: \"/var/run/tpumesh\"\n"
     "    - name: TPUMESH_ANNOTATIONS_FILE\n"
     "      value: \"/etc/podinfo/annotations\"\n"
-    "    - name: TPUMESH_LOG_FORMAT\n"
-    "      value: \"text\"\n"
-    "    - name: TPUMESH_LOG_LEVEL\n"
-    "      value: \"info\"\n"
+    LOG_ENV
     "  resources:\n"
     "    requests:\n"
     "      cpu: 50m\n"
@@ -50,17 +68,7 @@ const char mesh_inject_default_config[] =
     "    limits:\n"
     "      cpu: 500m\n"
     "      memory: 128Mi\n"
-    "  securityContext:\n"
-    "    runAsNonRoot: true\n"
-    "    runAsUser: 65532\n"
-    "    runAsGroup: 65532\n"
-    "    allowPrivilegeEscalation: false\n"
-    "    readOnlyRootFilesystem: true\n"
-    "    capabilities:\n"
-    "      drop:\n"
-    "        - ALL\n"
-    "    seccompProfile:\n"
-    "      type: RuntimeDefault\n"
+    SECURITY_CONTEXT
     "  volumeMounts:\n"
     "    - name: tpumesh\n"
     "      mountPath: /var/run/tpumesh\n"
@@ -69,8 +77,7 @@ const char mesh_inject_default_config[] =
     "      readOnly: true\n"
     "sidecar:\n"
     "  name: tpumesh-sidecar\n"
-    "  image: \"tpumesh:" MESH_VERSION "\"\n"
-    "  imagePullPolicy: IfNotPresent\n"
+    IMAGE
     "  restartPolicy: Always\n"
     "  args:\n"
     "    - tpumesh-sidecar\n"
@@ -89,10 +96,7 @@ const char mesh_inject_default_config[] =
     "      value: \":9431\"\n"
     "    - name: TPUMESH_GRPC_ADDR\n"
     "      value: \":9432\"\n"
-    "    - name: TPUMESH_LOG_FORMAT\n"
-    "      value: \"text\"\n"
-    "    - name: TPUMESH_LOG_LEVEL\n"
-    "      value: \"info\"\n"
+    LOG_ENV
     "  ports:\n"
     "    - name: tpumesh-http\n"
     "      containerPort: 9431\n"
@@ -128,17 +132,7 @@ const char mesh_inject_default_config[] =
     "    requests:\n"
     "      cpu: 10m\n"
     "      memory: 32Mi\n"
-    "  securityContext:\n"
-    "    runAsNonRoot: true\n"
-    "    runAsUser: 65532\n"
-    "    runAsGroup: 65532\n"
-    "    allowPrivilegeEscalation: false\n"
-    "    readOnlyRootFilesystem: true\n"
-    "    capabilities:\n"
-    "      drop:\n"
-    "        - ALL\n"
-    "    seccompProfile:\n"
-    "      type: RuntimeDefault\n"
+    SECURITY_CONTEXT
     "  volumeMounts:\n"
     "    - name: tpumesh\n"
     "      mountPath: /var/run/tpumesh\n"
@@ -161,6 +155,9 @@ const char mesh_inject_default_config[] =
     "    mountPath: /var/run/tpumesh\n"
     "    readOnly: true\n";
 /* clang-format on */
+#undef IMAGE
+#undef LOG_ENV
+#undef SECURITY_CONTEXT
 
 /* ---- YAML -> cJSON ------------------------------------------------------------ */
 

@@ -9,8 +9,11 @@
  *
  * The admission server is one lws context on one service thread: a review
  * takes about a tenth of a millisecond of CPU (parse, decide, print), so one
- * thread serves thousands a second; only a service-account check that misses
- * its cache waits for the API (access.c). The probes are served by
+ * thread serves thousands a second. A review whose service account is not in
+ * access.c's cache is parked (the thread goes on serving the others) until
+ * the check's thread has the answer or --access-check-timeout has passed,
+ * then answered with a warning that the permission could not be verified;
+ * a parked review holds its connection, nothing else. The probes are served by
  * common/io/httpd on a thread of their own, with its connection limits and
  * eviction, so a flood of admission connections never takes the kubelet's
  * probes with it; /healthz fails when the admission thread stopped ticking. Every connection has
@@ -71,11 +74,13 @@ struct mesh_injector_server {
     lws_sorted_usec_list_t sul; /* certificate check timer, also the liveness tick */
     struct file_id cert_id, key_id, bad_cert_id, bad_key_id;
     char https_iface[128];
-    size_t inflight; /* request body bytes held by all sessions (service thread) */
+    size_t inflight;        /* request body bytes held by all sessions (service thread) */
+    struct session *parked; /* reviews waiting for the service-account check (service thread) */
     /* Written by the service thread, read by the probe thread. */
     atomic_int_fast64_t tick_ms; /* last run of the timer (CLOCK_MONOTONIC ms) */
     atomic_uint_fast64_t reviews[OUT__N];
     atomic_uint_fast64_t warnings, cert_reloads, cert_reload_failures, too_big;
+    atomic_uint_fast64_t access_waits, access_unverified, access_wait_us;
     atomic_uint_fast64_t lat_count, lat_bucket[NBUCKETS], lat_sum_us;
 };
 
@@ -87,6 +92,18 @@ struct session {
     int64_t start_us;
     char *out; /* owned: LWS_PRE bytes, then the response body */
     size_t out_len, out_off;
+    /* Headers not yet sent (a parked review answered outside a callback of its own). */
+    bool hdr_pending;
+    unsigned hdr_code;
+    const char *hdr_type;
+    /* A review parked while its service account is checked (access.c). */
+    bool parked;
+    int64_t parked_us;
+    struct mesh_inject_review rv;
+    struct mesh_inject_decision d;
+    struct lws *wsi;
+    lws_sorted_usec_list_t deadline;
+    struct session *pnext, *pprev;
 };
 
 static int64_t mono_us(void)
@@ -96,8 +113,32 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static void unpark(struct mesh_injector_server *srv, struct session *s)
+{
+    if (!s->parked) {
+        return;
+    }
+    lws_sul_cancel(&s->deadline);
+    if (s->pprev != NULL) {
+        s->pprev->pnext = s->pnext;
+    } else if (srv != NULL) {
+        srv->parked = s->pnext;
+    }
+    if (s->pnext != NULL) {
+        s->pnext->pprev = s->pprev;
+    }
+    s->pnext = s->pprev = NULL;
+    s->parked = false;
+}
+
 static void session_reset(struct mesh_injector_server *srv, struct session *s)
 {
+    if (s->parked) {
+        unpark(srv, s);
+        mesh_inject_decision_cleanup(&s->d);
+        mesh_inject_review_cleanup(&s->rv);
+    }
+    s->hdr_pending = false;
     if (srv != NULL) {
         srv->inflight -= s->body.len <= srv->inflight ? s->body.len : srv->inflight;
     }
@@ -108,8 +149,7 @@ static void session_reset(struct mesh_injector_server *srv, struct session *s)
     s->post = s->closing = false;
 }
 
-/* Send status + headers now and the body (owned text) when writable. */
-static int respond(struct lws *wsi, struct session *s, unsigned code, const char *type, char *text)
+static void set_body(struct session *s, char *text)
 {
     size_t n = strlen(text);
     s->out = mesh_malloc(LWS_PRE + n + 1);
@@ -117,6 +157,11 @@ static int respond(struct lws *wsi, struct session *s, unsigned code, const char
     mesh_free(text);
     s->out_len = n;
     s->out_off = 0;
+}
+
+static int send_headers(struct lws *wsi, struct session *s, unsigned code, const char *type)
+{
+    size_t n = s->out_len;
     unsigned char buf[LWS_PRE + 512];
     unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
     if (lws_add_http_common_headers(wsi, code, type, n, &p, end) != 0 ||
@@ -132,10 +177,32 @@ static int respond(struct lws *wsi, struct session *s, unsigned code, const char
     return 0;
 }
 
+/* Send status + headers now and the body (owned text) when writable. */
+static int respond(struct lws *wsi, struct session *s, unsigned code, const char *type, char *text)
+{
+    set_body(s, text);
+    return send_headers(wsi, s, code, type);
+}
+
+/* The same from outside the connection's own callbacks: everything when writable. */
+static void respond_later(struct lws *wsi, struct session *s, unsigned code, const char *type,
+                          char *text)
+{
+    set_body(s, text);
+    s->hdr_pending = true;
+    s->hdr_code = code;
+    s->hdr_type = type;
+    lws_callback_on_writable(wsi);
+}
+
 static int write_body(struct lws *wsi, struct session *s)
 {
     if (s->out == NULL) {
         return 0;
+    }
+    if (s->hdr_pending) {
+        s->hdr_pending = false;
+        return send_headers(wsi, s, s->hdr_code, s->hdr_type);
     }
     size_t n = s->out_len - s->out_off < CHUNK ? s->out_len - s->out_off : CHUNK;
     bool last = s->out_off + n == s->out_len;
@@ -184,39 +251,21 @@ static const char *pod_name(const struct mesh_inject_review *rv)
     return n ? n : "";
 }
 
-/* Answer one review: *out_code, *out_text (owned). */
-static enum outcome review(struct mesh_injector_server *srv, const char *buf, size_t len,
-                           unsigned *out_code, char **out_text)
+/* The answer to a decided review with warning (owned, may be NULL):
+ * *out_code, *out_text (owned). Frees warning. */
+static enum outcome finish(struct mesh_injector_server *srv, struct mesh_inject_review *rv,
+                           struct mesh_inject_decision *d, char *warning, unsigned *out_code,
+                           char **out_text)
 {
     struct mesh_err err = {0};
-    struct mesh_inject_review rv;
-    if (mesh_inject_review_parse(buf, len, &rv, &err) < 0) {
-        mesh_debug(MOD, "400 to a body that is not an AdmissionReview: %s", err.msg);
-        *out_code = 400;
-        *out_text = mesh_asprintf("tpumesh-injector: %s\n", err.msg);
-        return OUT_BAD;
-    }
-    struct mesh_inject_decision d;
-    if (mesh_inject_decide(srv->cfg, &rv, &d, &err) < 0) {
-        mesh_error(MOD, "review %s: %s", rv.uid, err.msg);
-        *out_code = 500;
-        *out_text = mesh_asprintf("tpumesh-injector: %s\n", err.msg);
-        mesh_inject_review_cleanup(&rv);
-        return OUT_ERROR;
-    }
-    char *warning = NULL;
-    if (d.verdict == MESH_INJECT_PATCH && d.sidecar) {
-        warning =
-            mesh_injector_access_check(srv->access, rv.ns, d.service_account, mono_us() / 1000);
-    }
     const char *w = warning;
     size_t n = 0;
-    char *text = mesh_inject_response(rv.uid, &d, &w, warning ? 1 : 0, &n, &err);
-    enum outcome o = d.verdict == MESH_INJECT_PATCH  ? OUT_PATCHED
-                     : d.verdict == MESH_INJECT_DENY ? OUT_DENIED
-                                                     : OUT_SKIPPED;
+    char *text = mesh_inject_response(rv->uid, d, &w, warning ? 1 : 0, &n, &err);
+    enum outcome o = d->verdict == MESH_INJECT_PATCH  ? OUT_PATCHED
+                     : d->verdict == MESH_INJECT_DENY ? OUT_DENIED
+                                                      : OUT_SKIPPED;
     if (text == NULL) {
-        mesh_error(MOD, "review %s: %s", rv.uid, err.msg);
+        mesh_error(MOD, "review %s: %s", rv->uid, err.msg);
         *out_code = 500;
         *out_text = mesh_asprintf("tpumesh-injector: %s\n", err.msg);
         o = OUT_ERROR;
@@ -225,22 +274,99 @@ static enum outcome review(struct mesh_injector_server *srv, const char *buf, si
         *out_text = text;
     }
     if (o == OUT_PATCHED) {
-        mesh_info(MOD, "injected pod %s/%s (sa %s, %s%s%s, %zu container(s) mounted)%s", rv.ns,
-                  pod_name(&rv), d.service_account, d.sidecar ? "init+sidecar" : "init only",
-                  d.tpu_resource ? ", " : "", d.tpu_resource ? d.tpu_resource : "", d.mounted,
-                  warning ? "; warned: missing pod access" : "");
+        mesh_info(MOD, "injected pod %s/%s (sa %s, %s%s%s, %zu container(s) mounted)%s", rv->ns,
+                  pod_name(rv), d->service_account, d->sidecar ? "init+sidecar" : "init only",
+                  d->tpu_resource ? ", " : "", d->tpu_resource ? d->tpu_resource : "", d->mounted,
+                  !warning                              ? ""
+                  : strstr(warning, "could not verify") ? "; warned: pod access not verified"
+                                                        : "; warned: missing pod access");
     } else if (o == OUT_DENIED) {
-        mesh_info(MOD, "denied pod %s/%s: %s", rv.ns, pod_name(&rv), d.reason);
+        mesh_info(MOD, "denied pod %s/%s: %s", rv->ns, pod_name(rv), d->reason);
     } else {
-        mesh_debug(MOD, "allowed %s without a patch: %s", rv.uid, d.reason);
+        mesh_debug(MOD, "allowed %s without a patch: %s", rv->uid, d->reason);
     }
     if (warning != NULL) {
         atomic_fetch_add(&srv->warnings, 1);
     }
     mesh_free(warning);
-    mesh_inject_decision_cleanup(&d);
-    mesh_inject_review_cleanup(&rv);
+    mesh_inject_decision_cleanup(d);
+    mesh_inject_review_cleanup(rv);
     return o;
+}
+
+/* Parse and decide one review. Returns true with the answer in *out_code,
+ * *out_text (owned), *out_o; false when the service-account check is under
+ * way: *rv and *d are then the caller's, to finish later. */
+static bool review(struct mesh_injector_server *srv, const char *buf, size_t len,
+                   struct mesh_inject_review *rv, struct mesh_inject_decision *d,
+                   unsigned *out_code, char **out_text, enum outcome *out_o)
+{
+    struct mesh_err err = {0};
+    if (mesh_inject_review_parse(buf, len, rv, &err) < 0) {
+        mesh_debug(MOD, "400 to a body that is not an AdmissionReview: %s", err.msg);
+        *out_code = 400;
+        *out_text = mesh_asprintf("tpumesh-injector: %s\n", err.msg);
+        *out_o = OUT_BAD;
+        return true;
+    }
+    if (mesh_inject_decide(srv->cfg, rv, d, &err) < 0) {
+        mesh_error(MOD, "review %s: %s", rv->uid, err.msg);
+        *out_code = 500;
+        *out_text = mesh_asprintf("tpumesh-injector: %s\n", err.msg);
+        mesh_inject_review_cleanup(rv);
+        *out_o = OUT_ERROR;
+        return true;
+    }
+    char *warning = NULL;
+    if (d->verdict == MESH_INJECT_PATCH && d->sidecar &&
+        mesh_injector_access_lookup(srv->access, rv->ns, d->service_account, &warning) ==
+            MESH_ACCESS_PENDING) {
+        return false;
+    }
+    *out_o = finish(srv, rv, d, warning, out_code, out_text);
+    return true;
+}
+
+/* Answer parked review s with warning (owned). */
+static void answer_parked(struct mesh_injector_server *srv, struct session *s, char *warning)
+{
+    unpark(srv, s);
+    atomic_fetch_add(&srv->access_wait_us, (uint_fast64_t)(mono_us() - s->parked_us));
+    unsigned code = 500;
+    char *text = NULL;
+    enum outcome o = finish(srv, &s->rv, &s->d, warning, &code, &text);
+    observe(srv, o, s->start_us);
+    respond_later(s->wsi, s, code, code == 200 ? "application/json" : "text/plain", text);
+}
+
+/* --access-check-timeout passed: admitted with the "could not be verified" warning. */
+static void parked_deadline(lws_sorted_usec_list_t *sul)
+{
+    struct session *s = lws_container_of(sul, struct session, deadline);
+    struct mesh_injector_server *srv = lws_context_user(lws_get_context(s->wsi));
+    atomic_fetch_add(&srv->access_unverified, 1);
+    answer_parked(srv, s,
+                  mesh_injector_access_unverified(srv->access, s->rv.ns, s->d.service_account));
+}
+
+/* A check finished (woken by access.c's thread): answer the reviews it decides. */
+static void parked_wake(struct mesh_injector_server *srv)
+{
+    struct session *s = srv->parked;
+    while (s != NULL) {
+        struct session *next = s->pnext;
+        char *warning = NULL;
+        if (mesh_injector_access_lookup(srv->access, s->rv.ns, s->d.service_account, &warning) ==
+            MESH_ACCESS_KNOWN) {
+            answer_parked(srv, s, warning);
+        }
+        s = next;
+    }
+}
+
+static void wake(void *arg)
+{
+    lws_cancel_service(arg);
 }
 
 static long content_length(struct lws *wsi)
@@ -317,10 +443,27 @@ static int on_body_done(struct lws *wsi, struct mesh_injector_server *srv, struc
     }
     unsigned code = 500;
     char *text = NULL;
-    enum outcome o = review(srv, mesh_buf_str(&s->body), s->body.len, &code, &text);
+    enum outcome o = OUT_ERROR;
+    bool done = review(srv, mesh_buf_str(&s->body), s->body.len, &s->rv, &s->d, &code, &text, &o);
     srv->inflight -= s->body.len <= srv->inflight ? s->body.len : srv->inflight;
     mesh_buf_cleanup(&s->body);
     s->post = false;
+    if (!done) {
+        /* Park it until the check's thread answers or the timeout passes. */
+        s->parked = true;
+        s->parked_us = mono_us();
+        s->wsi = wsi;
+        s->pprev = NULL;
+        s->pnext = srv->parked;
+        if (srv->parked != NULL) {
+            srv->parked->pprev = s;
+        }
+        srv->parked = s;
+        atomic_fetch_add(&srv->access_waits, 1);
+        lws_sul_schedule(lws_get_context(wsi), 0, &s->deadline, parked_deadline,
+                         (lws_usec_t)mesh_injector_access_timeout_ms(srv->access) * 1000);
+        return 0;
+    }
     observe(srv, o, s->start_us);
     return respond(wsi, s, code, code == 200 ? "application/json" : "text/plain", text);
 }
@@ -342,6 +485,11 @@ static int admission_cb(struct lws *wsi, enum lws_callback_reasons reason, void 
     case LWS_CALLBACK_CLOSED_HTTP:
         if (s != NULL) {
             session_reset(srv, s);
+        }
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (srv != NULL && srv->parked != NULL) {
+            parked_wake(srv);
         }
         return 0;
     default:
@@ -372,10 +520,23 @@ static char *metrics_text(struct mesh_injector_server *srv)
                     "# HELP tpumesh_injector_request_too_large_total Requests refused with 413.\n"
                     "# TYPE tpumesh_injector_request_too_large_total counter\n"
                     "tpumesh_injector_request_too_large_total %llu\n"
-                    "# HELP tpumesh_injector_access_warnings_total Patched pods whose service "
-                    "account lacks get/list/watch on pods.\n"
+                    "# HELP tpumesh_injector_access_warnings_total Patched pods warned that "
+                    "their service account lacks get/list/watch on pods or that it could not be "
+                    "verified.\n"
                     "# TYPE tpumesh_injector_access_warnings_total counter\n"
                     "tpumesh_injector_access_warnings_total %llu\n"
+                    "# HELP tpumesh_injector_access_waits_total Reviews that waited for a "
+                    "service-account check (an account's first pod).\n"
+                    "# TYPE tpumesh_injector_access_waits_total counter\n"
+                    "tpumesh_injector_access_waits_total %llu\n"
+                    "# HELP tpumesh_injector_access_unverified_total Of those, answered after "
+                    "--access-check-timeout without the check's answer.\n"
+                    "# TYPE tpumesh_injector_access_unverified_total counter\n"
+                    "tpumesh_injector_access_unverified_total %llu\n"
+                    "# HELP tpumesh_injector_access_wait_seconds_total Time reviews waited for "
+                    "service-account checks.\n"
+                    "# TYPE tpumesh_injector_access_wait_seconds_total counter\n"
+                    "tpumesh_injector_access_wait_seconds_total %.6f\n"
                     "# HELP tpumesh_injector_cert_reloads_total Serving certificate reloads.\n"
                     "# TYPE tpumesh_injector_cert_reloads_total counter\n"
                     "tpumesh_injector_cert_reloads_total %llu\n"
@@ -385,8 +546,9 @@ static char *metrics_text(struct mesh_injector_server *srv)
                     "tpumesh_injector_cert_reload_failures_total %llu\n"
                     "# HELP tpumesh_injector_review_seconds Time from request to answer.\n"
                     "# TYPE tpumesh_injector_review_seconds histogram\n",
-                    ld(&srv->too_big), ld(&srv->warnings), ld(&srv->cert_reloads),
-                    ld(&srv->cert_reload_failures));
+                    ld(&srv->too_big), ld(&srv->warnings), ld(&srv->access_waits),
+                    ld(&srv->access_unverified), (double)ld(&srv->access_wait_us) / 1e6,
+                    ld(&srv->cert_reloads), ld(&srv->cert_reload_failures));
     for (size_t i = 0; i < NBUCKETS; i++) {
         mesh_buf_printf(&b, NULL, "tpumesh_injector_review_seconds_bucket{le=\"%g\"} %llu\n",
                         buckets[i], ld(&srv->lat_bucket[i]));
@@ -626,6 +788,7 @@ struct mesh_injector_server *mesh_injector_server_start(const struct mesh_inject
     }
     lws_sul_schedule(srv->lws, 0, &srv->sul, cert_check,
                      (lws_usec_t)o->cert_check_s * LWS_US_PER_SEC);
+    mesh_injector_access_set_notify(access, wake, srv->lws);
     if (pthread_create(&srv->thread, NULL, serve, srv) != 0) {
         mesh_err_set(err, MESH_E_IO, 0, "cannot start the server thread");
         mesh_injector_server_stop(srv);
@@ -640,8 +803,10 @@ void mesh_injector_server_stop(struct mesh_injector_server *srv)
     if (srv == NULL) {
         return;
     }
-    /* The probe server first: its handler reads this server. */
+    /* The probe server first: its handler reads this server. The check's thread
+     * wakes this context no more (set_notify waits for a call under way). */
     mesh_httpd_stop(srv->probes);
+    mesh_injector_access_set_notify(srv->access, NULL, NULL);
     srv->stop = 1;
     if (srv->started) {
         lws_cancel_service(srv->lws);

@@ -549,6 +549,7 @@ class State:
         self.auth = bool(self.tokens) or bool(args.token_file)
         self.faults = []
         self.forbid = []  # (namespace or "*", set of verbs, set of resources: empty = pods)
+        self.sar_delay = 0.0  # seconds every SubjectAccessReview answer is held (a slow authorizer)
         self.workloads = workloads.Store()
         smap = {}
         for spec in getattr(args, "webhook_service", None) or []:
@@ -1702,6 +1703,9 @@ class Handler(BaseHTTPRequestHandler):
                                                    "SubjectAccessReview")
                 with st.cond:
                     forbid = list(st.forbid)
+                    delay = st.sar_delay
+                if delay > 0:
+                    time.sleep(delay)
                 self.send_json(201, admission.subject_access_review(body, forbid))
                 return
             adm = st.admission
@@ -2409,7 +2413,7 @@ class Control:
              "annotate", "phase", "cut", "malformed", "oversize", "stall", "token", "fail", "forbid",
              "compact", "restart", "stats", "reset-stats", "bookmark", "chunking", "config", "bulk-create",
              "churn", "churn-stop", "batch", "clear", "error-event", "make-job", "make-jobset",
-             "make-statefulset", "put-object", "delete-object", "objects", "webhook-service", "admission-calls")
+             "make-statefulset", "put-object", "delete-object", "objects", "webhook-service", "admission-calls", "sar-delay")
 
     def __init__(self, server):
         self.server = server
@@ -2758,6 +2762,12 @@ class Control:
             else:
                 st.faults.append(FaultRule(code, count, ra, match, kind, a.get("message"), a.get("agent") or None))
             return {"faults": [r.describe() for r in st.faults]}
+
+    def v_sar_delay(self, a):
+        st = self.st
+        with st.cond:
+            st.sar_delay = max(0.0, float(a.get("ms") or 0) / 1000.0)
+            return {"sarDelayMs": st.sar_delay * 1000.0}
 
     def v_forbid(self, a):
         st = self.st
@@ -3186,6 +3196,7 @@ control API (unauthenticated, same port, see README.md):
     forbid      namespace=NS|* verbs=list,watch,get | clear=true      (403 with the real message; also what
                 SubjectAccessReviews answer)
     webhook-service service=NS/NAME address=127.x.y.z:PORT   (where a webhook's Service listens)
+    sar-delay   ms=N     hold every SubjectAccessReview answer N ms (a slow authorizer; 0 = none)
     admission-calls   every mutating webhook call so far and its outcome
     compact     [rv=N]       expire history (and continue tokens) up to rv (default: now)
     restart     [rv=N] [unavailable=S] [down=S]  history lost, resourceVersions restart lower (etcd

@@ -456,6 +456,52 @@ static int cache_full(struct mesh_render_cache *c, const struct mesh_render_inpu
     return mask;
 }
 
+/* Before a full render: the prefix and suffix of the cached topology.json
+ * (copied into one owned buffer, *head_len + *tail_len bytes) when the new
+ * input differs from the cached one in workers' readiness alone (same count,
+ * completeness and port, each worker's digest equal or different in the
+ * readiness bit only, one at least different); NULL otherwise. A burst of
+ * readiness flips too large to patch is thus still told a readiness flip,
+ * once the full render shows the prefix and suffix unchanged. */
+static char *readiness_only_frame(const struct mesh_render_cache *c,
+                                  const struct mesh_render_input *in, size_t *head_len,
+                                  size_t *tail_len)
+{
+    const struct cfile *cf = &c->file[MESH_FILE_TOPOLOGY_JSON];
+    if (!c->valid || in->nworkers != c->n || in->complete != c->complete || in->port != c->port ||
+        in->slice_only || c->slice_only || in->nworkers == 0 || in->workers == NULL ||
+        cf->data == NULL || cf->off == NULL) {
+        return NULL;
+    }
+    bool any = false;
+    for (size_t i = 0; i < in->nworkers; i++) {
+        uint64_t d = worker_digest(&in->workers[i]) ^ c->digest[i];
+        if (d > 1) {
+            return NULL;
+        }
+        any = any || d == 1;
+    }
+    if (!any) {
+        return NULL;
+    }
+    *head_len = cf->off[0];
+    *tail_len = cf->len - cf->off[c->n];
+    char *frame = mesh_malloc(*head_len + *tail_len + 1);
+    memcpy(frame, cf->data, *head_len);
+    memcpy(frame + *head_len, cf->data + cf->off[c->n], *tail_len);
+    return frame;
+}
+
+/* Whether topology.json's prefix and suffix are still those of frame. */
+static bool frame_same(const struct mesh_render_cache *c, const char *frame, size_t head_len,
+                       size_t tail_len)
+{
+    const struct cfile *cf = &c->file[MESH_FILE_TOPOLOGY_JSON];
+    return cf->data != NULL && cf->off != NULL && cf->off[0] == head_len &&
+           cf->len - cf->off[c->n] == tail_len && memcmp(cf->data, frame, head_len) == 0 &&
+           memcmp(cf->data + cf->off[c->n], frame + head_len, tail_len) == 0;
+}
+
 int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_render_input *in,
                              unsigned *out_changed, struct mesh_err *err)
 {
@@ -464,7 +510,14 @@ int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_rend
         c->patched++;
     } else {
         c->full++;
+        size_t head_len = 0, tail_len = 0;
+        char *frame = readiness_only_frame(c, in, &head_len, &tail_len);
         mask = cache_full(c, in, err);
+        if (mask >= 0 && frame != NULL) {
+            c->only_ready =
+                mask == 1 << MESH_FILE_TOPOLOGY_JSON && frame_same(c, frame, head_len, tail_len);
+        }
+        mesh_free(frame);
         if (mask < 0) {
             /* Forget everything: the next update renders in full and
              * reports every file it renders as changed. */

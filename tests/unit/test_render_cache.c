@@ -531,6 +531,80 @@ static void test_single_ip_changes(void **state)
     mesh_free(w);
 }
 
+/* Many readiness flips in one update (more than a patch takes, so the
+ * cache renders in full) are still a readiness-only change; the same flips
+ * with one more change of any other kind are not. */
+static void test_readiness_burst(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t flips; /* workers whose readiness flips */
+        int other;    /* 0 none, 1 an IP, 2 a pod name, 3 completeness, 4 the port */
+        bool only;    /* readiness-only expected */
+    } rows[] = {
+        {1, 0, true},   {20, 0, true},  {33, 0, true},  {34, 0, true},
+        {200, 0, true}, {256, 0, true}, {40, 1, false}, {40, 2, false},
+        {40, 3, false}, {40, 4, false}, {0, 1, false},
+    };
+    static char names[256][24], ipbuf[256][16];
+    struct mesh_worker w[256];
+    size_t n = 256;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        print_message("%zu flips, other change %d\n", rows[r].flips, rows[r].other);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(names[i], sizeof(names[i]), "trainer-%zu-x", i);
+            snprintf(ipbuf[i], sizeof(ipbuf[i]), "10.0.%zu.%zu", i / 256, i % 256);
+            w[i] = (struct mesh_worker){(int)i, names[i], "", ipbuf[i], i % 3 == 0, false};
+        }
+        struct mesh_render_input in = {.workers = w,
+                                       .nworkers = n,
+                                       .expected = (int)n,
+                                       .port = 10000,
+                                       .mode = MESH_ADDR_IP,
+                                       .complete = true,
+                                       .generation = 3,
+                                       .self_index = 1};
+        struct mesh_render_cache *c = mesh_render_cache_new();
+        unsigned mask = 0;
+        assert_int_equal(mesh_render_cache_update(c, &in, &mask, NULL), 0);
+        for (size_t k = 0; k < rows[r].flips; k++) {
+            size_t i = (k * 7) % n; /* spread over the list; 7 and 256 are coprime */
+            w[i].ready = !w[i].ready;
+        }
+        switch (rows[r].other) {
+        case 1:
+            snprintf(ipbuf[5], sizeof(ipbuf[5]), "10.9.9.9");
+            break;
+        case 2:
+            snprintf(names[6], sizeof(names[6]), "trainer-6-y");
+            break;
+        case 3:
+            in.complete = false;
+            break;
+        case 4:
+            in.port = 10001;
+            break;
+        default:
+            break;
+        }
+        assert_int_equal(mesh_render_cache_update(c, &in, &mask, NULL), 0);
+        assert_int_equal(mesh_render_cache_is_readiness_only(c), rows[r].only);
+        if (rows[r].only) {
+            assert_int_equal(mask, 1u << MESH_FILE_TOPOLOGY_JSON);
+        }
+        /* The bytes are those of a full render either way. */
+        struct mesh_render_out full, view;
+        mesh_render_out_init(&full);
+        assert_int_equal(mesh_render_all(&in, &full, NULL), 0);
+        mesh_render_cache_view(c, &view);
+        assert_int_equal(full.len[MESH_FILE_TOPOLOGY_JSON], view.len[MESH_FILE_TOPOLOGY_JSON]);
+        assert_memory_equal(full.data[MESH_FILE_TOPOLOGY_JSON], view.data[MESH_FILE_TOPOLOGY_JSON],
+                            full.len[MESH_FILE_TOPOLOGY_JSON]);
+        mesh_render_out_cleanup(&full);
+        mesh_render_cache_free(c);
+    }
+}
+
 /* set_generation refuses an empty cache and a generation above 2^53 - 1,
  * leaving the bytes as they were. */
 static void test_set_generation_errors(void **state)
@@ -558,9 +632,8 @@ static void test_set_generation_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_sequences),
-        cmocka_unit_test(test_small_jobs),
-        cmocka_unit_test(test_single_ip_changes),
+        cmocka_unit_test(test_random_sequences),      cmocka_unit_test(test_small_jobs),
+        cmocka_unit_test(test_single_ip_changes),     cmocka_unit_test(test_readiness_burst),
         cmocka_unit_test(test_set_generation_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

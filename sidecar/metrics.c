@@ -12,6 +12,7 @@
 
 #include "core/buf.h"
 #include "io/k8s_informer.h"
+#include "io/sys.h"
 #include "sidecar.h"
 
 void mesh_sidecar_note_latency(struct mesh_sidecar *ctx, int64_t usec)
@@ -122,9 +123,9 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_total %llu\n",
                           (unsigned long long)st.publishes);
     METRIC("tpumesh_publishes_coalesced_total", "counter",
-           "Publishes held back and folded into the next one: while the topology was incomplete "
-           "(then at most one per 100 ms), or when a complete topology changed only peers' "
-           "readiness (then at most one per second).");
+           "Publishes held back and folded into the next one: routine changes (of an "
+           "incomplete topology, or only peers' readiness in a complete one) wait 1 s after "
+           "the first publish, then 2, 4, 8, up to 16 s with each further publish of a burst.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_coalesced_total %llu\n",
                           (unsigned long long)st.publishes_coalesced);
     METRIC("tpumesh_publishes_coalesced_readiness_total", "counter",
@@ -132,6 +133,12 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
            "topology.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publishes_coalesced_readiness_total %llu\n",
                           (unsigned long long)st.publishes_coalesced_ready);
+    METRIC("tpumesh_publish_wait_seconds", "gauge",
+           "How long after the last publish a routine change waits now: 1 s after the first "
+           "publish and once 16 s passed without one, doubled by every publish in between, up "
+           "to 16 s (0 before the first publish).");
+    (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_wait_seconds %g\n",
+                          (double)mesh_pace_wait(&st.pace, mesh_sys_now_ms()) / 1000.0);
     METRIC("tpumesh_publish_errors_total", "counter", "Failed renders or publishes.");
     (void)mesh_buf_printf(&b, NULL, "tpumesh_publish_errors_total %llu\n",
                           (unsigned long long)st.publish_errors);

@@ -34,23 +34,11 @@
 #include "core/k8s_pod.h"
 #include "core/logfmt.h"
 #include "core/model.h"
+#include "core/pace.h"
 #include "core/render.h"
 #include "core/workers.h"
 
 #define MESH_SIDECAR_SELECTOR_MAX 1024
-/* While the topology is incomplete (a job start changes every peer several
- * times), at most one publish per this many milliseconds; the others are
- * held back and folded into the next one. A complete topology, the change
- * that makes it complete, and the change that makes a complete one
- * incomplete are published at once. */
-#define MESH_SIDECAR_COALESCE_MS 100
-/* A complete topology whose only change is peers' readiness ("ready" in
- * topology.json; the env files do not change) is published at most once
- * per this many milliseconds: the flag is informational (trainers never
- * wait on it) and a job start flips every peer's. The last state goes out
- * when the window ends (and on SIGTERM); an address or membership change,
- * and becoming complete or incomplete, are published at once. */
-#define MESH_SIDECAR_READY_COALESCE_MS 1000
 #define MESH_SIDECAR_LAT_RING 1024
 
 /* --watch-mode (docs/DESIGN.md §9). */
@@ -118,10 +106,10 @@ struct mesh_sidecar_status {
     uint64_t generation;
     uint64_t publishes; /* publishes that replaced at least one file */
     uint64_t publish_errors;
-    uint64_t publishes_coalesced;       /* recomputes whose publish was held back (see
-                                           MESH_SIDECAR_COALESCE_MS) */
+    uint64_t publishes_coalesced;       /* recomputes whose publish was held back (core/pace.h) */
     uint64_t publishes_coalesced_ready; /* of them, readiness-only changes of a complete
-                                           topology (MESH_SIDECAR_READY_COALESCE_MS) */
+                                           topology */
+    struct mesh_pace pace;              /* the pacing of routine publishes (CLOCK_MONOTONIC ms) */
     double last_publish_time;           /* seconds since the epoch, 0 = never */
     int expected, present, ready_workers, addressed;
     int64_t last_progress_ms; /* CLOCK_MONOTONIC ms of the last API progress seen */
@@ -181,8 +169,8 @@ struct mesh_sidecar {
     char **logged; /* problem lines already logged once */
     size_t nlogged;
     bool publish_pending; /* the last publish failed: retry on the next tick */
-    /* Coalescing (MESH_SIDECAR_COALESCE_MS), main thread, CLOCK_MONOTONIC ms. */
-    int64_t last_pub_ms;   /* the last publish, 0 = none by this process yet */
+    /* Coalescing (core/pace.h), main thread, CLOCK_MONOTONIC ms. */
+    struct mesh_pace pace; /* when the next routine publish may go out */
     bool pub_complete;     /* the last publish was of a complete topology */
     int64_t hold_until_ms; /* a publish is held back until then: recompute; 0 = none */
     uint64_t held;         /* recomputes held back since the last publish */

@@ -11,15 +11,14 @@
  * Only when something differs is it moved to generation + 1 and published;
  * files with unchanged bytes are left untouched (same inode and mtime).
  *
- * Publishes are coalesced while the topology is incomplete: a job start
- * changes every peer several times, and until the last one is known each
- * publish only rewrites topology.json. Then at most one publish per
- * MESH_SIDECAR_COALESCE_MS goes out (the others are held back, counted and
- * folded into it); every change into or out of completeness is published
- * at once. A complete topology is published at once too, unless the change
- * is readiness-only (only peers' "ready" in topology.json): those go out at
- * most once per MESH_SIDECAR_READY_COALESCE_MS, the last state when the
- * window ends. A held-back readiness change leaves topology.json out of
+ * Publishes are paced (core/pace.h): the first one, every change of
+ * "complete" and every address or membership change of a complete topology
+ * go out at once; the routine ones (an incomplete topology after an
+ * incomplete one, which changes only topology.json, and readiness-only
+ * changes of a complete one) wait 1 s after the first publish, and twice as
+ * long after each further one, up to 16 s, until a change comes 16 s or more
+ * after the last publish. What is held back is counted and folded into the
+ * next publish. A held-back readiness change leaves topology.json out of
  * ctx->known, so the next recompute compares it with the disk.
  *
  * The worker list is kept between recomputes. The informer callbacks note
@@ -493,32 +492,40 @@ static int slice_count(const struct mesh_sidecar *ctx, const struct mesh_workers
     return (int)((n + w->per_slice - 1) / w->per_slice);
 }
 
-/* Hold this publish back (true) when it is a readiness-only change of a
- * complete topology whose last publish, also complete, was less than
- * MESH_SIDECAR_READY_COALESCE_MS ago: only topology.json differs, and this
- * update changed only "ready" values (or nothing, on top of a change
- * already held). The main loop recomputes when the window ends. */
-static bool hold_ready(struct mesh_sidecar *ctx, unsigned todo, unsigned changed,
-                       bool readiness_only, bool complete)
+/* Count a recompute held back until until_ms (the main loop recomputes
+ * then, or earlier on the next change). */
+static void hold(struct mesh_sidecar *ctx, int64_t now, int64_t until, bool readiness)
 {
-    int64_t now = mono_us() / 1000;
-    bool ready_change = readiness_only || (ctx->ready_held && changed == 0);
-    if (ctx->flush || !complete || !ctx->pub_complete || ctx->last_pub_ms == 0 ||
-        ctx->publish_pending || todo != TOPO_BIT || !ready_change ||
-        now - ctx->last_pub_ms >= MESH_SIDECAR_READY_COALESCE_MS) {
-        ctx->ready_held = false;
-        return false;
-    }
     if (ctx->held == 0) {
         ctx->held_since_ms = now;
     }
     ctx->held++;
-    ctx->ready_held = true;
-    ctx->hold_until_ms = ctx->last_pub_ms + MESH_SIDECAR_READY_COALESCE_MS;
+    ctx->hold_until_ms = until;
     pthread_mutex_lock(&ctx->mu);
     ctx->st.publishes_coalesced++;
-    ctx->st.publishes_coalesced_ready++;
+    if (readiness) {
+        ctx->st.publishes_coalesced_ready++;
+    }
     pthread_mutex_unlock(&ctx->mu);
+}
+
+/* Hold this publish back (true) when it is a readiness-only change of a
+ * complete topology whose last publish was also complete, and the pacing
+ * (core/pace.h) says it must wait: only topology.json differs, and this
+ * update changed only "ready" values (or nothing, on top of a change
+ * already held). */
+static bool hold_ready(struct mesh_sidecar *ctx, unsigned todo, unsigned changed,
+                       bool readiness_only, bool complete)
+{
+    int64_t now = mono_us() / 1000, until = 0;
+    bool ready_change = readiness_only || (ctx->ready_held && changed == 0);
+    if (ctx->flush || !complete || !ctx->pub_complete || ctx->publish_pending || todo != TOPO_BIT ||
+        !ready_change || !mesh_pace_hold(&ctx->pace, now, &until)) {
+        ctx->ready_held = false;
+        return false;
+    }
+    ctx->ready_held = true;
+    hold(ctx, now, until, true);
     return true;
 }
 
@@ -705,25 +712,17 @@ static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_op
 }
 
 /* Hold this recompute's publish back (true) when it and the last publish
- * are both of an incomplete topology and the last publish was less than
- * MESH_SIDECAR_COALESCE_MS ago: the main loop recomputes when the interval
- * ends (ctx->hold_until_ms), or earlier on the next change. A complete
- * topology, or one that stopped being complete, is never held back. */
+ * are both of an incomplete topology and the pacing (core/pace.h) says it
+ * must wait. A complete topology, or one that stopped being complete, is
+ * never held back here. */
 static bool hold_back(struct mesh_sidecar *ctx, bool complete)
 {
-    int64_t now = mono_us() / 1000;
-    if (ctx->flush || complete || ctx->pub_complete || ctx->last_pub_ms == 0 ||
-        ctx->publish_pending || now - ctx->last_pub_ms >= MESH_SIDECAR_COALESCE_MS) {
+    int64_t now = mono_us() / 1000, until = 0;
+    if (ctx->flush || complete || ctx->pub_complete || ctx->publish_pending ||
+        !mesh_pace_hold(&ctx->pace, now, &until)) {
         return false;
     }
-    if (ctx->held == 0) {
-        ctx->held_since_ms = now;
-    }
-    ctx->held++;
-    ctx->hold_until_ms = ctx->last_pub_ms + MESH_SIDECAR_COALESCE_MS;
-    pthread_mutex_lock(&ctx->mu);
-    ctx->st.publishes_coalesced++;
-    pthread_mutex_unlock(&ctx->mu);
+    hold(ctx, now, until, false);
     return true;
 }
 
@@ -833,8 +832,12 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
             render_and_publish(ctx, w, hint ? dirty : NULL, ndirty, self, complete, reason, now_ms);
         ctx->w_rendered = true; /* after a failure the cache is empty: a full render next */
         if (ctx->generation != gen) {
-            ctx->last_pub_ms = mono_us() / 1000;
+            int64_t now = mono_us() / 1000;
+            mesh_pace_note(&ctx->pace, now, ctx->held > 0 ? ctx->held_since_ms : now);
             ctx->pub_complete = complete;
+            pthread_mutex_lock(&ctx->mu);
+            ctx->st.pace = ctx->pace;
+            pthread_mutex_unlock(&ctx->mu);
         }
         if (!ctx->ready_held) {
             ctx->held = 0;

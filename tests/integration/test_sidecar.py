@@ -368,9 +368,6 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
 # a change of completeness, an address change) go out at once; a change 16 s or more after the last
 # publish starts the series again.
 PACE_MIN, PACE_MAX = 1.0, 16.0
-# A slow run (valgrind, a loaded machine) only stretches how long the loops below may take to reach
-# their state; no check depends on it.
-SLOW = float(os.environ.get("TPUMESH_TEST_SLOWDOWN") or 1)
 
 
 def routine_max(elapsed):
@@ -387,9 +384,9 @@ def routine_max(elapsed):
 
 
 def drive_until(label, change, pred, limit):
-    """Apply change(i) every 50 ms until pred() holds (at most `limit` s): the sidecar's state is
-    reached by construction however slow it runs. Returns (reached, changes applied)."""
-    deadline = time.monotonic() + limit * SLOW
+    """Apply change(i) every 50 ms until pred() holds (at most scaled(limit) s): the sidecar's state
+    is reached by construction however slow it runs. Returns (reached, changes applied)."""
+    deadline = time.monotonic() + scaled(limit)
     i = 0
     while time.monotonic() < deadline:
         change(i)
@@ -420,7 +417,7 @@ def job_start(sim, sc_tok, out, cars):
     s = Sidecar("C", sim.url, sc_tok, names[0], out, ["--address-mode", "ip", "--expected-workers", str(n)])
     cars.append(s)
     check("job start: first publish (1 of %d workers)" % n,
-          wait(lambda: s.metric("tpumesh_publishes_total") == 1, 10 * SLOW), s.metric("tpumesh_publishes_total"))
+          wait(lambda: s.metric("tpumesh_publishes_total") == 1, 10), s.metric("tpumesh_publishes_total"))
     p0 = s.metric("tpumesh_publishes_total")
     check("job start: after the first publish a routine one waits 1 s (tpumesh_publish_wait_seconds)",
           s.metric("tpumesh_publish_wait_seconds") == PACE_MIN, s.metric("tpumesh_publish_wait_seconds"))
@@ -449,7 +446,7 @@ def job_start(sim, sc_tok, out, cars):
           s.readyz()[1].startswith("%d of %d workers present; no address %d" % (n, n, n - 1)), s.readyz())
     c.set_ip(name=names[1], ip=ips[1])
     c.set_ip(name=names[n - 1], ip=ips[n - 1])
-    ok_ready = wait(lambda: s.readyz()[0] == 200, 30 * SLOW)
+    ok_ready = wait(lambda: s.readyz()[0] == 200, 30)
     elapsed = time.monotonic() - t0
     check("job start: complete once the last IP arrives", ok_ready, s.readyz())
     pubs = s.metric("tpumesh_publishes_total") - p0
@@ -508,7 +505,7 @@ def ready_burst(s, c, names, ips):
     def settled():
         t = s.topology()
         return [w["ready"] for w in t["workers"]] == [True] + [False] * (n // 2 - 1) + [True] * (n - n // 2)
-    ok = wait(settled, 2 * PACE_MAX + 10 * SLOW)
+    ok = wait(settled, 2 * PACE_MAX + 10)
     elapsed = time.monotonic() - t0
     check("ready burst: the last readiness state is published", ok, s.topology().get("workers"))
     check("ready burst: still complete and ready", s.readyz()[0] == 200 and s.topology()["complete"] is True,
@@ -525,7 +522,7 @@ def ready_burst(s, c, names, ips):
     # An address change right after a publish (within its wait) is published at once, not held back.
     c1 = s.metric("tpumesh_publishes_coalesced_total")
     c.set_ip(name=names[n - 1], ip="10.65.1.1")
-    ok = wait(lambda: s.topology()["workers"][n - 1]["ip"] == "10.65.1.1", 20 * SLOW)
+    ok = wait(lambda: s.topology()["workers"][n - 1]["ip"] == "10.65.1.1", 20)
     check("ready burst: an address change of a complete topology is published", ok,
           s.topology()["workers"][n - 1])
     check("ready burst: the address change was not held back",

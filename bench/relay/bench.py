@@ -204,9 +204,9 @@ def run_one(args, mode, n, tmp, kill=None):
     pubs = [m.get("tpumesh_publishes_total", 0) for m in mets]
     r["publishes_mean"] = round(sum(pubs) / max(1, len(pubs)), 1)
     r["publishes_max"] = int(max(pubs or [0]))
-    # Which phase the publishes come from: while incomplete (at most one per 100 ms, so bounded by
-    # how long the IP assignment takes: the first sidecar waits for every other IP) or after
-    # (readiness-only changes of a complete topology, at most one per second).
+    # Which phase the publishes come from: while incomplete (paced 1, 2, 4... up to 16 s apart, so
+    # growing with the log of how long the IP assignment takes: the first sidecar waits for every
+    # other IP) or after (the completing publish, then readiness-only changes, paced the same way).
     r["ip_phase_s"] = round(t_last_ip - t_first_ip, 3)
     inc = [car.pubs_incomplete for car in alive]
     r["publishes_incomplete_max"] = int(max(inc or [0]))

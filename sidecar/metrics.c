@@ -159,7 +159,8 @@ char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len)
                           st.last_publish_time);
     METRIC("tpumesh_publish_latency_seconds", "summary",
            "From the arrival of the earliest change a publish carries (its watch event's or "
-           "LIST's last byte read) to the files renamed, over the last 1024 publishes.");
+           "LIST's last byte read) to the files renamed, over the last 1024 publishes; a "
+           "routine change held back by the pacing counts the time it waited.");
     size_t n = st.nlat < MESH_SIDECAR_LAT_RING ? st.nlat : MESH_SIDECAR_LAT_RING;
     if (n > 0) {
         qsort(st.lat_us, n, sizeof(st.lat_us[0]), cmp_u32);

@@ -59,32 +59,27 @@ static const struct mesh_cliopt defs[] = {
 
 #define NDEFS (sizeof(defs) / sizeof(defs[0]))
 
-static void usage(void)
+static const char usage_head[] =
+    "usage: tpumesh-injector --tls-cert-file FILE --tls-key-file FILE [OPTIONS]\n\n"
+    "Mutating admission webhook: POST /mutate takes an admission.k8s.io/v1\n"
+    "AdmissionReview of a Pod labelled tpumesh.dev/inject=true and answers with a\n"
+    "JSON Patch that adds tpumesh-init, the tpumesh-sidecar native sidecar, their\n"
+    "volumes and the read-only mounts. Invalid tpumesh.dev/* annotations are denied\n"
+    "with the rule. SIGTERM/SIGINT: stop serving, exit 0.\n\n"
+    "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n";
+
+static void print_version(void)
 {
-    printf("usage: tpumesh-injector --tls-cert-file FILE --tls-key-file FILE [OPTIONS]\n\n"
-           "Mutating admission webhook: POST /mutate takes an admission.k8s.io/v1\n"
-           "AdmissionReview of a Pod labelled tpumesh.dev/inject=true and answers with a\n"
-           "JSON Patch that adds tpumesh-init, the tpumesh-sidecar native sidecar, their\n"
-           "volumes and the read-only mounts. Invalid tpumesh.dev/* annotations are denied\n"
-           "with the rule. SIGTERM/SIGINT: stop serving, exit 0.\n\n"
-           "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n");
-    mesh_cliopts_usage(defs, NDEFS);
+    printf("tpumesh-injector %s\nlibwebsockets %s\n", MESH_VERSION, lws_get_library_version());
 }
 
 int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *out,
                              struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
-    int rc = mesh_cliopts_parse(defs, NDEFS, argc, argv, out, NULL, err);
-    if (rc == MESH_CLIOPT_HELP) {
-        usage();
-        return 1;
-    }
-    if (rc == MESH_CLIOPT_VERSION) {
-        printf("tpumesh-injector %s\nlibwebsockets %s\n", MESH_VERSION, lws_get_library_version());
-        return 1;
-    }
-    if (rc < 0) {
+    int rc =
+        mesh_cliopts_parse_main(defs, NDEFS, argc, argv, out, NULL, usage_head, print_version, err);
+    if (rc != 0) {
         return rc;
     }
     if (out->check_ns != NULL && !mesh_names_is_dns_label(out->check_ns, strlen(out->check_ns))) {

@@ -75,15 +75,19 @@ static const struct mesh_cliopt defs[] = {
 
 #define NDEFS (sizeof(defs) / sizeof(defs[0]))
 
-static void usage(void)
+static const char usage_head[] =
+    "usage: tpumesh-sidecar [OPTIONS]\n\n"
+    "Lists and watches this job's pods, publishes topology.json, dtensor.env,\n"
+    "tf_config.json, tpu.env and jax.env atomically whenever the worker list\n"
+    "changes, and is ready (/readyz 200) only while the published topology is\n"
+    "complete. SIGTERM/SIGINT: stop watching, finish a publish, exit 0.\n\n"
+    "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n";
+
+static void print_version(void)
 {
-    printf("usage: tpumesh-sidecar [OPTIONS]\n\n"
-           "Lists and watches this job's pods, publishes topology.json, dtensor.env,\n"
-           "tf_config.json, tpu.env and jax.env atomically whenever the worker list\n"
-           "changes, and is ready (/readyz 200) only while the published topology is\n"
-           "complete. SIGTERM/SIGINT: stop watching, finish a publish, exit 0.\n\n"
-           "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n");
-    mesh_cliopts_usage(defs, NDEFS);
+    /* Second line: the libraries that talk to the network (libcurl names
+     * itself and the TLS, zlib, ... libraries it loads). */
+    printf("tpumesh-sidecar %s\n%s\n", MESH_VERSION, curl_version());
 }
 
 int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out,
@@ -91,18 +95,9 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
 {
     memset(out, 0, sizeof(*out));
     bool expl[NDEFS];
-    int rc = mesh_cliopts_parse(defs, NDEFS, argc, argv, out, expl, err);
-    if (rc == MESH_CLIOPT_HELP) {
-        usage();
-        return 1;
-    }
-    if (rc == MESH_CLIOPT_VERSION) {
-        /* Second line: the libraries that talk to the network (libcurl
-         * names itself and the TLS, zlib, ... libraries it loads). */
-        printf("tpumesh-sidecar %s\n%s\n", MESH_VERSION, curl_version());
-        return 1;
-    }
-    if (rc < 0) {
+    int rc =
+        mesh_cliopts_parse_main(defs, NDEFS, argc, argv, out, expl, usage_head, print_version, err);
+    if (rc != 0) {
         return rc;
     }
     /* The downward-API convention, after --pod-name and TPUMESH_POD_NAME. */

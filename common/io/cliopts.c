@@ -191,6 +191,23 @@ int mesh_cliopts_parse(const struct mesh_cliopt *defs, size_t n, int argc, char 
     return rc;
 }
 
+int mesh_cliopts_parse_main(const struct mesh_cliopt *defs, size_t n, int argc, char **argv,
+                            void *base, bool *out_explicit, const char *usage_head,
+                            void (*print_version)(void), struct mesh_err *err)
+{
+    int rc = mesh_cliopts_parse(defs, n, argc, argv, base, out_explicit, err);
+    if (rc == MESH_CLIOPT_HELP) {
+        fputs(usage_head, stdout);
+        mesh_cliopts_usage(defs, n);
+        return 1;
+    }
+    if (rc == MESH_CLIOPT_VERSION) {
+        print_version();
+        return 1;
+    }
+    return rc;
+}
+
 void mesh_cliopts_cleanup(const struct mesh_cliopt *defs, size_t n, void *base)
 {
     for (size_t i = 0; i < n; i++) {

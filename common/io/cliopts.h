@@ -8,7 +8,8 @@
  * default (an empty variable counts as unset),
  * conversion of each value once with an error that names where it came from
  * ("--port", "TPUMESH_PORT", "default of --port"), the --help listing, and
- * release of the strings. --help and --version are the caller's to print.
+ * release of the strings. What --help says before the option list and what
+ * --version prints are the program's (mesh_cliopts_parse_main).
  */
 #ifndef MESH_CLIOPTS_H
 #define MESH_CLIOPTS_H
@@ -57,6 +58,15 @@ void mesh_cliopts_env_name(const char *flag, char *out, size_t cap);
  * released. */
 int mesh_cliopts_parse(const struct mesh_cliopt *defs, size_t n, int argc, char **argv, void *base,
                        bool *out_explicit, struct mesh_err *err);
+
+/* mesh_cliopts_parse for a program's main, which answers --help and
+ * --version itself: --help prints usage_head (borrowed) and then the option
+ * list (mesh_cliopts_usage) to stdout, --version calls print_version; both
+ * return 1 (the program exits 0) with nothing converted. Otherwise the same
+ * as mesh_cliopts_parse: 0, or -MESH_E_CONFIG with the strings released. */
+int mesh_cliopts_parse_main(const struct mesh_cliopt *defs, size_t n, int argc, char **argv,
+                            void *base, bool *out_explicit, const char *usage_head,
+                            void (*print_version)(void), struct mesh_err *err);
 
 /* Print the option list of --help to stdout: each flag with its argument,
  * its variable, its default and its help. */

@@ -2,7 +2,8 @@
  * test_cliopts.c - the shared command-line engine: precedence (flag,
  * TPUMESH_ variable, default; an empty variable is unset), "--flag=value"
  * and "--flag value", bare booleans, choices, errors naming where a value
- * came from, --help / --version, and the strings released on failure.
+ * came from, --help / --version (and what mesh_cliopts_parse_main prints
+ * for them), and the strings released on failure.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +11,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/logfmt.h"
 #include "io/cliopts.h"
@@ -163,6 +166,76 @@ static void test_table(void **state)
     unsetenv("TPUMESH_OUT_DIR");
 }
 
+static int versions_printed;
+
+static void print_version(void)
+{
+    versions_printed++;
+    printf("prog 1.2.3\n");
+}
+
+/* mesh_cliopts_parse_main's result for args, and what it wrote to stdout
+ * (into out, cap bytes). */
+static int parse_main(const char *const *args, struct opts *o, char *out, size_t cap,
+                      struct mesh_err *err)
+{
+    char *argv[8] = {"prog"};
+    int argc = 1;
+    for (; args[argc - 1] != NULL; argc++) {
+        argv[argc] = (char *)args[argc - 1];
+    }
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(tmp), STDOUT_FILENO) >= 0);
+    memset(o, 0, sizeof(*o));
+    int rc = mesh_cliopts_parse_main(defs, NDEFS, argc, argv, o, NULL, "usage: prog\n",
+                                     print_version, err);
+    fflush(stdout);
+    assert_true(dup2(saved, STDOUT_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(out, 1, cap - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+static void test_parse_main(void **state)
+{
+    (void)state;
+    unsetenv("TPUMESH_PORT");
+    struct opts o;
+    struct mesh_err err = {0};
+    char out[4096];
+
+    static const char *const help[] = {"--port", "9", "--help", NULL};
+    assert_int_equal(parse_main(help, &o, out, sizeof(out), &err), 1);
+    assert_non_null(strstr(out, "usage: prog\n  --out-dir DIR"));
+    assert_non_null(strstr(out, "TPUMESH_PORT  default 10000"));
+    assert_null(o.dir); /* nothing converted */
+    assert_int_equal(versions_printed, 0);
+
+    static const char *const version[] = {"--version", NULL};
+    assert_int_equal(parse_main(version, &o, out, sizeof(out), &err), 1);
+    assert_string_equal(out, "prog 1.2.3\n");
+    assert_int_equal(versions_printed, 1);
+
+    static const char *const ok[] = {"--port=9", NULL};
+    assert_int_equal(parse_main(ok, &o, out, sizeof(out), &err), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(o.port, 9);
+    mesh_cliopts_cleanup(defs, NDEFS, &o);
+
+    static const char *const bad[] = {"--port=0", NULL};
+    assert_int_equal(parse_main(bad, &o, out, sizeof(out), &err), -MESH_E_CONFIG);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err.msg, "--port"));
+    assert_null(o.dir); /* released on failure */
+}
+
 static void test_env_name(void **state)
 {
     (void)state;
@@ -177,6 +250,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_parse_main),
         cmocka_unit_test(test_env_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,10 +13,10 @@
 
 #include <libwebsockets.h>
 
-#include "core/json.h"
 #include "core/mem.h"
 #include "core/names.h"
 #include "io/cliopts.h"
+#include "io/httpd.h"
 #include "injector.h"
 
 #define OFF(f) offsetof(struct mesh_injector_opts, f)
@@ -106,26 +106,5 @@ void mesh_injector_opts_cleanup(struct mesh_injector_opts *o)
 int mesh_injector_parse_addr(const char *flag, const char *addr, char *iface, size_t cap,
                              int *out_port, struct mesh_err *err)
 {
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL) {
-        return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "%s '%s' is not [HOST]:PORT (e.g. :9443, 127.0.0.1:9443)", flag, addr);
-    }
-    size_t hl = (size_t)(colon - addr);
-    const char *host = addr;
-    if (hl >= 2 && addr[0] == '[' && addr[hl - 1] == ']') {
-        host++;
-        hl -= 2;
-    }
-    if (hl >= cap) {
-        return mesh_err_set(err, MESH_E_CONFIG, 0, "%s '%s': host too long", flag, addr);
-    }
-    memcpy(iface, host, hl);
-    iface[hl] = '\0';
-    long long p = 0;
-    if (mesh_parse_ll(colon + 1, strlen(colon + 1), 0, 65535, &p, NULL) < 0) {
-        return mesh_err_set(err, MESH_E_CONFIG, 0, "%s '%s': port must be 0..65535", flag, addr);
-    }
-    *out_port = (int)p;
-    return 0;
+    return mesh_httpd_parse_addr(addr, flag, 9443, iface, cap, out_port, err);
 }

@@ -796,14 +796,14 @@ static void *serve(void *arg)
     return NULL;
 }
 
-int mesh_httpd_parse_addr(const char *addr, const char *flag, char *iface, size_t cap,
-                          int *out_port, struct mesh_err *err)
+int mesh_httpd_parse_addr(const char *addr, const char *flag, int example_port, char *iface,
+                          size_t cap, int *out_port, struct mesh_err *err)
 {
     const char *colon = addr != NULL ? strrchr(addr, ':') : NULL;
     if (colon == NULL) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "%s '%s' is not [HOST]:PORT (e.g. :9431, 127.0.0.1:9431)", flag,
-                            addr != NULL ? addr : "");
+                            "%s '%s' is not [HOST]:PORT (e.g. :%d, 127.0.0.1:%d)", flag,
+                            addr != NULL ? addr : "", example_port, example_port);
     }
     size_t hl = (size_t)(colon - addr);
     const char *host = addr;
@@ -852,7 +852,7 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     h->arg = opts->arg;
     int port = 0;
     const char *flag = opts->flag != NULL ? opts->flag : "address";
-    if (mesh_httpd_parse_addr(opts->addr, flag, h->iface, sizeof(h->iface), &port, err) < 0) {
+    if (mesh_httpd_parse_addr(opts->addr, flag, 9431, h->iface, sizeof(h->iface), &port, err) < 0) {
         mesh_free(h);
         return NULL;
     }

@@ -141,9 +141,10 @@ void mesh_httpd_notify(struct mesh_httpd *h);
 /* A snapshot of the counters (any thread). */
 void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out);
 
-/* Split "[::1]:9431", "127.0.0.1:9431", ":9431" into iface ("" = all) and
- * port; flag names the option in the message. -MESH_E_CONFIG when malformed. */
-int mesh_httpd_parse_addr(const char *addr, const char *flag, char *iface, size_t cap,
-                          int *out_port, struct mesh_err *err);
+/* Split "[::1]:9431", "127.0.0.1:9431", ":9431" into iface ("" = all; cap
+ * bytes) and port 0..65535; flag names the option in the message, which
+ * shows example_port in its examples. -MESH_E_CONFIG when malformed. */
+int mesh_httpd_parse_addr(const char *addr, const char *flag, int example_port, char *iface,
+                          size_t cap, int *out_port, struct mesh_err *err);
 
 #endif

@@ -875,26 +875,18 @@ struct mesh_grpc_server *mesh_grpc_server_start(const struct mesh_grpc_server_op
     grpc_resource_quota_resize(quota, (size_t)64 << 20);
     grpc_arg args[10];
     int n = 0;
-#define INT_ARG(k, v)                                                                              \
-    do {                                                                                           \
-        args[n].type = GRPC_ARG_INTEGER;                                                           \
-        args[n].key = (char *)(k);                                                                 \
-        args[n].value.integer = (v);                                                               \
-        n++;                                                                                       \
-    } while (0)
-    INT_ARG(GRPC_ARG_MAX_CONCURRENT_STREAMS, 16);
-    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, REQUEST_MAX);
-    INT_ARG(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)MESH_TOPO_MSG_MAX);
-    INT_ARG(GRPC_ARG_KEEPALIVE_TIME_MS, s->o.keepalive_ms);
-    INT_ARG(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    INT_ARG(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_CONCURRENT_STREAMS, 16);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, REQUEST_MAX);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)MESH_TOPO_MSG_MAX);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, s->o.keepalive_ms);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     /* Clients (relay subscribers) ping every few seconds; allow it. */
-    INT_ARG(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-    INT_ARG(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 300000);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 300000);
     /* One listener per address: a second process on the same port must
      * fail, not share it. */
-    INT_ARG(GRPC_ARG_ALLOW_REUSEPORT, 0);
-#undef INT_ARG
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0);
     args[n].type = GRPC_ARG_POINTER;
     args[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
     args[n].value.pointer.p = quota;

@@ -37,3 +37,13 @@ uint8_t *mesh_grpc_util_copy_message(grpc_byte_buffer *bb, size_t max, size_t *o
     *out_len = n;
     return p;
 }
+
+grpc_arg mesh_grpc_util_int_arg(const char *key, int value)
+{
+    grpc_arg a;
+    memset(&a, 0, sizeof(a));
+    a.type = GRPC_ARG_INTEGER;
+    a.key = (char *)key;
+    a.value.integer = value;
+    return a;
+}

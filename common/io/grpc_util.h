@@ -3,7 +3,8 @@
  * (relay_client.c) and the TensorFlow master client (tf_master.c) do alike
  * on the gRPC C core API: copy one received message (a grpc_byte_buffer,
  * possibly in several slices, possibly compressed) into one contiguous
- * allocation for protobuf-c, with a bound on its size.
+ * allocation for protobuf-c, with a bound on its size; and write integer
+ * channel arguments.
  */
 #ifndef MESH_GRPC_UTIL_H
 #define MESH_GRPC_UTIL_H
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
 
 #include "core/err.h"
 
@@ -24,5 +26,9 @@
  * *out_len is 0 on failure. */
 uint8_t *mesh_grpc_util_copy_message(grpc_byte_buffer *bb, size_t max, size_t *out_len,
                                      struct mesh_err *err);
+
+/* The integer channel argument key = value (key: one of gRPC's static
+ * GRPC_ARG_* names, borrowed for the argument's life). */
+grpc_arg mesh_grpc_util_int_arg(const char *key, int value);
 
 #endif

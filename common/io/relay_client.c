@@ -448,20 +448,12 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     grpc_metadata_array_init(&se.trailing);
     grpc_arg args[5];
     int n = 0;
-#define INT_ARG(k, v)                                                                              \
-    do {                                                                                           \
-        args[n].type = GRPC_ARG_INTEGER;                                                           \
-        args[n].key = (char *)(k);                                                                 \
-        args[n].value.integer = (v);                                                               \
-        n++;                                                                                       \
-    } while (0)
-    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)MESH_TOPO_MSG_MAX);
-    INT_ARG(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-    INT_ARG(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    INT_ARG(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)MESH_TOPO_MSG_MAX);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     /* One connection per session, never shared with another channel. */
-    INT_ARG(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-#undef INT_ARG
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     grpc_channel_args cargs = {(size_t)n, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     se.ch = grpc_channel_create(o->target, creds, &cargs);

@@ -100,17 +100,12 @@ struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *e
     /* Channel settings of TF's own client: reconnect backoff
      * capped at 1 s, no keepalive. We cap received messages at the size
      * tf_graph accepts instead of INT32_MAX (STYLE R9: limits on everything). */
-    grpc_arg args[3];
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)MESH_TF_MAX_RESPONSE;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
-    args[1].value.integer = 1000;
-    args[2].type = GRPC_ARG_INTEGER;
-    args[2].key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
-    args[2].value.integer = 100;
-    grpc_channel_args cargs = {3, args};
+    grpc_arg args[] = {
+        mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)MESH_TF_MAX_RESPONSE),
+        mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000),
+        mesh_grpc_util_int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100),
+    };
+    grpc_channel_args cargs = {sizeof(args) / sizeof(args[0]), args};
 
     struct mesh_tf_master *m = mesh_calloc(1, sizeof(*m));
     m->target = mesh_strdup(target);

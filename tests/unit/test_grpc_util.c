@@ -1,7 +1,7 @@
 /*
  * test_grpc_util.c - a gRPC message in one or several slices copied into
  * one allocation: the bytes and their order, the empty message, the size
- * bound (at and above it) and no message at all.
+ * bound (at and above it) and no message at all; integer channel arguments.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,12 +86,22 @@ static void test_no_message(void **state)
     assert_int_equal(len, 0);
 }
 
+static void test_int_arg(void **state)
+{
+    (void)state;
+    grpc_arg a = mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4096);
+    assert_int_equal(a.type, GRPC_ARG_INTEGER);
+    assert_string_equal(a.key, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH);
+    assert_int_equal(a.value.integer, 4096);
+}
+
 int main(void)
 {
     grpc_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy),
         cmocka_unit_test(test_no_message),
+        cmocka_unit_test(test_int_arg),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     grpc_shutdown();

@@ -49,15 +49,22 @@ static int show_len(size_t len)
     return (int)(len > SHOW_MAX ? SHOW_MAX : len);
 }
 
-int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
-                                struct mesh_worker **out_workers, size_t *out_n,
-                                struct mesh_err *err)
+/* One item (number idx) of a worker list checked: the text to keep for the
+ * worker (a host name or an IP address; borrowed from item) or an error. */
+typedef int (*worker_item_fn)(const char *item, size_t ilen, size_t idx, size_t max,
+                              const char **out_val, size_t *out_vlen, struct mesh_err *err);
+
+/* A comma-separated worker list of at most max items (what names it in
+ * errors). Pass 0 checks and counts, pass 1 fills one block (model.h); a
+ * worker's ip is its text when that is an IP address, else "". */
+static int parse_workers(const char *what, worker_item_fn check, const char *s, size_t len,
+                         size_t max, struct mesh_worker **out_workers, size_t *out_n,
+                         struct mesh_err *err)
 {
     if (s == NULL || len > MESH_TPUENV_MAX_INPUT) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0, "worker host list is larger than %d bytes",
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "%s is larger than %d bytes", what,
                             MESH_TPUENV_MAX_INPUT);
     }
-    /* Pass 0 validates and counts, pass 1 fills one block (model.h). */
     size_t n = 0, bytes = 0;
     struct mesh_worker *w = NULL;
     struct mesh_workers_block blk;
@@ -71,33 +78,51 @@ int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
             n = 0;
         }
         while (next_item(s, len, &pos, &done, &item, &ilen)) {
+            const char *v;
+            size_t vlen;
+            int rc = check(item, ilen, n, max, &v, &vlen, err);
+            if (rc < 0) {
+                return rc; /* pass 0: nothing allocated yet */
+            }
             if (pass == 1) {
                 w[n].index = (int)n;
-                w[n].host = mesh_workers_block_put(&blk, item, ilen);
-                w[n].ip = mesh_names_is_ip(item, ilen, NULL) ? w[n].host : "";
-                n++;
-                continue;
+                w[n].host = mesh_workers_block_put(&blk, v, vlen);
+                w[n].ip = mesh_names_is_ip(v, vlen, NULL) ? w[n].host : "";
             }
-            if (n >= max) {
-                return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
-            }
-            if (!mesh_names_is_host(item, ilen)) {
-                if (ilen == 0) {
-                    return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                        "entry %zu is empty (remove the stray comma)", n);
-                }
-                return mesh_err_set(
-                    err, MESH_E_CONFIG, 0,
-                    "entry %zu '%.*s' is not a valid RFC 1123 host name or IP address", n,
-                    show_len(ilen), item);
-            }
-            bytes += ilen + 1;
+            bytes += vlen + 1;
             n++;
         }
     }
     *out_workers = w;
     *out_n = n;
     return 0;
+}
+
+static int host_item(const char *item, size_t ilen, size_t idx, size_t max, const char **out_val,
+                     size_t *out_vlen, struct mesh_err *err)
+{
+    if (idx >= max) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
+    }
+    if (!mesh_names_is_host(item, ilen)) {
+        if (ilen == 0) {
+            return mesh_err_set(err, MESH_E_CONFIG, 0,
+                                "entry %zu is empty (remove the stray comma)", idx);
+        }
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "entry %zu '%.*s' is not a valid RFC 1123 host name or IP address", idx,
+                            show_len(ilen), item);
+    }
+    *out_val = item;
+    *out_vlen = ilen;
+    return 0;
+}
+
+int mesh_tpuenv_parse_hostnames(const char *s, size_t len, size_t max,
+                                struct mesh_worker **out_workers, size_t *out_n,
+                                struct mesh_err *err)
+{
+    return parse_workers("worker host list", host_item, s, len, max, out_workers, out_n, err);
 }
 
 int mesh_tpuenv_parse_bounds(const char *name, const char *s, size_t len, int out_bounds[3],
@@ -248,6 +273,22 @@ static bool only_trailer(const char *v, size_t from, size_t vlen)
     return i == vlen || (v[i] == '#' && i > from);
 }
 
+/* A quoted value's end: v[i] is the closing quote (none when i == vlen),
+ * and only a trailer follows it. */
+static int check_closed(const char *v, size_t i, size_t vlen, char quote, size_t lineno,
+                        struct mesh_err *err)
+{
+    if (i >= vlen) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated %c quote", lineno,
+                            quote);
+    }
+    if (!only_trailer(v, i + 1, vlen)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: text after the closing quote",
+                            lineno);
+    }
+    return 0;
+}
+
 /* Decode a YAML-ish scalar v[0..vlen) (already stripped of leading spaces)
  * into an owned string. */
 static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, struct mesh_err *err)
@@ -267,15 +308,10 @@ static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, s
             }
             o[n++] = v[i];
         }
-        if (i >= vlen) {
+        int rc = check_closed(v, i, vlen, '\'', lineno, err);
+        if (rc < 0) {
             mesh_free(o);
-            return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated ' quote",
-                                lineno);
-        }
-        if (!only_trailer(v, i + 1, vlen)) {
-            mesh_free(o);
-            return mesh_err_set(err, MESH_E_PARSE, 0,
-                                "tpu-env line %zu: text after the closing quote", lineno);
+            return rc;
         }
     } else if (vlen > 0 && v[0] == '"') {
         size_t i = 1;
@@ -306,15 +342,10 @@ static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, s
             }
             o[n++] = v[i];
         }
-        if (i >= vlen) {
+        int rc = check_closed(v, i, vlen, '"', lineno, err);
+        if (rc < 0) {
             mesh_free(o);
-            return mesh_err_set(err, MESH_E_PARSE, 0, "tpu-env line %zu: unterminated \" quote",
-                                lineno);
-        }
-        if (!only_trailer(v, i + 1, vlen)) {
-            mesh_free(o);
-            return mesh_err_set(err, MESH_E_PARSE, 0,
-                                "tpu-env line %zu: text after the closing quote", lineno);
+            return rc;
         }
     } else {
         /* A bare scalar ends at a " #" comment (YAML), then trailing blanks go. */
@@ -416,56 +447,32 @@ int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
     return 0;
 }
 
+/* hostname:uid:ip - keep field [2]. */
+static int endpoint_item(const char *item, size_t ilen, size_t idx, size_t max,
+                         const char **out_val, size_t *out_vlen, struct mesh_err *err)
+{
+    const char *c1 = memchr(item, ':', ilen);
+    const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
+    const char *ip = c2 ? c2 + 1 : NULL;
+    size_t iplen = ip ? ilen - (size_t)(ip - item) : 0;
+    if (idx >= max) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0,
+                            "worker-network-endpoints lists more than %zu workers", max);
+    }
+    if (ip == NULL || !mesh_names_is_ip(ip, iplen, NULL)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "worker-network-endpoints entry %zu '%.*s' is not hostname:uid:IP", idx,
+                            show_len(ilen), item);
+    }
+    *out_val = ip;
+    *out_vlen = iplen;
+    return 0;
+}
+
 int mesh_tpuenv_parse_worker_endpoints(const char *s, size_t len, size_t max,
                                        struct mesh_worker **out_workers, size_t *out_n,
                                        struct mesh_err *err)
 {
-    if (s == NULL || len > MESH_TPUENV_MAX_INPUT) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0,
-                            "worker-network-endpoints is larger than %d bytes",
-                            MESH_TPUENV_MAX_INPUT);
-    }
-    /* Pass 0 validates and counts, pass 1 fills one block (model.h). */
-    size_t n = 0, bytes = 0;
-    struct mesh_worker *w = NULL;
-    struct mesh_workers_block blk;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t pos = 0;
-        bool done = false;
-        const char *item;
-        size_t ilen;
-        if (pass == 1) {
-            w = mesh_workers_block_alloc(n, bytes, &blk);
-            n = 0;
-        }
-        while (next_item(s, len, &pos, &done, &item, &ilen)) {
-            /* hostname:uid:ip - take field [2]. */
-            const char *c1 = memchr(item, ':', ilen);
-            const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
-            const char *ip = c2 ? c2 + 1 : NULL;
-            size_t iplen = ip ? ilen - (size_t)(ip - item) : 0;
-            if (pass == 1) {
-                w[n].index = (int)n;
-                w[n].ip = mesh_workers_block_put(&blk, ip, iplen);
-                w[n].host = w[n].ip;
-                n++;
-                continue;
-            }
-            if (n >= max) {
-                return mesh_err_set(err, MESH_E_TOOBIG, 0,
-                                    "worker-network-endpoints lists more than %zu workers", max);
-            }
-            if (ip == NULL || !mesh_names_is_ip(ip, iplen, NULL)) {
-                return mesh_err_set(err, MESH_E_PARSE, 0,
-                                    "worker-network-endpoints entry %zu '%.*s' is not "
-                                    "hostname:uid:IP",
-                                    n, show_len(ilen), item);
-            }
-            bytes += iplen + 1;
-            n++;
-        }
-    }
-    *out_workers = w;
-    *out_n = n;
-    return 0;
+    return parse_workers("worker-network-endpoints", endpoint_item, s, len, max, out_workers, out_n,
+                         err);
 }

@@ -94,19 +94,29 @@ static void read_label(struct mesh_k8s_pod *p, const cJSON *labels, const char *
     copy_str(dst, cap, v);
 }
 
+/* An annotation holding a whole number in min..max: into *dst; one that is
+ * not makes the pod invalid (why says so); none leaves *dst as it is. */
+static void read_number(struct mesh_k8s_pod *p, const cJSON *annos, const char *key, long long min,
+                        long long max, const char *why, int *dst)
+{
+    const char *v = mesh_json_str(annos, key);
+    if (v == NULL) {
+        return;
+    }
+    long long n = 0;
+    if (mesh_parse_ll(v, strlen(v), min, max, &n, NULL) < 0) {
+        set_invalid(p, key, v, why);
+        return;
+    }
+    *dst = (int)n;
+}
+
 /* The own pod's multi-slice keys: tpumesh.dev/megascale-port and JobSet's
  * coordinator. */
 static void read_multislice(struct mesh_k8s_pod *p, const cJSON *labels, const cJSON *annos)
 {
-    const char *mport = mesh_json_str(annos, MESH_K8S_KEY_MEGASCALE_PORT);
-    if (mport != NULL) {
-        long long n = 0;
-        if (mesh_parse_ll(mport, strlen(mport), 1, 65535, &n, NULL) < 0) {
-            set_invalid(p, MESH_K8S_KEY_MEGASCALE_PORT, mport, "is not a port in 1..65535");
-        } else {
-            p->megascale_port = (int)n;
-        }
-    }
+    read_number(p, annos, MESH_K8S_KEY_MEGASCALE_PORT, 1, 65535, "is not a port in 1..65535",
+                &p->megascale_port);
     /* JobSet stamps its coordinator as label and annotation with the same
      * value (<pod hostname>.<headless service>); the annotation wins. */
     const char *coord = mesh_json_str(annos, MESH_K8S_KEY_COORDINATOR);
@@ -169,26 +179,11 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     read_label(p, labels, MESH_K8S_KEY_REPLICATED_JOB, p->replicated_job,
                sizeof(p->replicated_job));
 
-    const char *exp = mesh_json_str(annos, MESH_K8S_KEY_EXPECTED);
-    if (exp != NULL) {
-        long long n = 0;
-        if (mesh_parse_ll(exp, strlen(exp), 1, MESH_K8S_INDEX_MAX + 1, &n, NULL) < 0) {
-            set_invalid(p, MESH_K8S_KEY_EXPECTED, exp, "is not an integer in 1..1048576");
-        } else {
-            p->expected_workers = (int)n;
-        }
-    }
+    read_number(p, annos, MESH_K8S_KEY_EXPECTED, 1, MESH_K8S_INDEX_MAX + 1,
+                "is not an integer in 1..1048576", &p->expected_workers);
     /* The same keys and accepted values as tpumesh-init's annotation layer
      * (docs/DESIGN.md §6), so init and sidecar publish the same addresses. */
-    const char *port = mesh_json_str(annos, MESH_K8S_KEY_PORT);
-    if (port != NULL) {
-        long long n = 0;
-        if (mesh_parse_ll(port, strlen(port), 1, 65535, &n, NULL) < 0) {
-            set_invalid(p, MESH_K8S_KEY_PORT, port, "is not a port in 1..65535");
-        } else {
-            p->port = (int)n;
-        }
-    }
+    read_number(p, annos, MESH_K8S_KEY_PORT, 1, 65535, "is not a port in 1..65535", &p->port);
     read_multislice(p, labels, annos);
     const char *mode = mesh_json_str(annos, MESH_K8S_KEY_ADDR_MODE);
     if (mode != NULL) {

@@ -22,11 +22,14 @@ prints `READY port=<p> url=<url>` on stdout when serving.
 
 import argparse
 import json
-import signal
+import os
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import simserve  # noqa: E402  (tests/sim/simserve.py: the serving loop)
 
 PREFIX = "/computeMetadata/v1/"
 
@@ -145,24 +148,9 @@ def make_handler(state):
     return Handler
 
 
-def _on_term(signum, frame):
-    raise KeyboardInterrupt()
-
-
 def main(argv):
     args = parse_args(argv)
-    state = State(args)
-    srv = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(state))
-    srv.daemon_threads = True
-    port = srv.server_address[1]
-    signal.signal(signal.SIGTERM, _on_term)
-    print("READY port=%d url=http://127.0.0.1:%d" % (port, port), flush=True)
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    srv.server_close()
-    return 0
+    return simserve.serve(args.port, make_handler(State(args)))
 
 
 if __name__ == "__main__":

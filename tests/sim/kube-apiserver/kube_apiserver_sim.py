@@ -1378,6 +1378,24 @@ class Handler(BaseHTTPRequestHandler):
             return "get", m
         return "list", m
 
+    def _authenticate(self, authorization, anonymous):
+        """The user a request acts as, or None once it has been answered 401. A bad token is
+        always 401; a missing one is 401 unless anonymous (--anonymous), where it becomes
+        system:anonymous (403 later). x509 client-cert authentication (--client-cert-auth): the
+        TLS layer already verified the certificate against the CA."""
+        if not self.st.auth:
+            return self.server.user
+        ok = self.st.check_token(authorization)
+        peer = getattr(self.connection, "getpeercert", None)
+        if ok is not True and peer is not None and peer():
+            ok = True
+        if ok is True:
+            return self.server.user
+        if ok is None and anonymous:
+            return "system:anonymous"
+        self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
+        return None
+
     def _api(self, method, path, q):
         st = self.st
         if admission.PATH.match(path) or path.rstrip("/") == admission.SAR_PATH:
@@ -1393,21 +1411,10 @@ class Handler(BaseHTTPRequestHandler):
                             or path.startswith("/openapi")):
             verb = "discovery"
         st.count(verb)
-        # Authentication: a bad token is always 401; a missing one is 401 unless
-        # --anonymous, where it becomes system:anonymous (403 below).
-        user = self.server.user
-        if st.auth:
-            ok = st.check_token(self.headers.get("Authorization") or ws_bearer(self.headers))
-            # x509 client-cert authentication (--client-cert-auth): the TLS layer
-            # already verified the certificate against the CA.
-            peer = getattr(self.connection, "getpeercert", None)
-            if ok is not True and peer is not None and peer():
-                ok = True
-            if ok is False or (ok is None and not self.server.anonymous):
-                self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
-                return
-            if ok is None:
-                user = "system:anonymous"
+        user = self._authenticate(self.headers.get("Authorization") or ws_bearer(self.headers),
+                                  self.server.anonymous)
+        if user is None:
+            return
         if verb == "health":
             self.send_body(200, b"ok", ctype="text/plain; charset=utf-8")
             return
@@ -1558,17 +1565,9 @@ class Handler(BaseHTTPRequestHandler):
         else:
             verb = "get" if name is not None else "list"
         st.count(verb + "-" + resource)
-        user = self.server.user
-        if st.auth:
-            ok = st.check_token(self.headers.get("Authorization"))
-            peer = getattr(self.connection, "getpeercert", None)
-            if ok is not True and peer is not None and peer():
-                ok = True
-            if ok is False or (ok is None and not self.server.anonymous):
-                self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
-                return
-            if ok is None:
-                user = "system:anonymous"
+        user = self._authenticate(self.headers.get("Authorization"), self.server.anonymous)
+        if user is None:
+            return
         self._faults(verb + "-" + resource, path)
         self._authorize(user, verb, ns, name, resource)
         kind = workloads.RESOURCES[resource]["kind"]
@@ -1683,14 +1682,8 @@ class Handler(BaseHTTPRequestHandler):
         verb = ({"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}.get(method)
                 or ("get" if name else "list"))
         st.count(verb + "-" + resource)
-        if st.auth:
-            ok = st.check_token(self.headers.get("Authorization"))
-            peer = getattr(self.connection, "getpeercert", None)
-            if ok is not True and peer is not None and peer():
-                ok = True
-            if ok is not True:
-                self.send_body(401, UNAUTHORIZED_BODY, gzip_ok=False)
-                return
+        if self._authenticate(self.headers.get("Authorization"), False) is None:
+            return
         self._faults(verb + "-" + resource, path)
         try:
             if m is None:

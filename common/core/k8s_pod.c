@@ -284,6 +284,18 @@ static void read_status(struct mesh_k8s_pod *p, const cJSON *status)
     }
 }
 
+/* The own pod's settings that stay -1 ("not given") until an annotation or
+ * label gives them; a packed peer record keeps none of them. */
+static void unset_own_keys(struct mesh_k8s_pod *p)
+{
+    p->expected_workers = -1;
+    p->global_replicas = -1;
+    p->rjob_replicas = -1;
+    p->port = -1;
+    p->address_mode = -1;
+    p->megascale_port = -1;
+}
+
 int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
@@ -291,12 +303,7 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
     out->pod_index = -1;
     out->job_index = -1;
     out->job_global_index = -1;
-    out->expected_workers = -1;
-    out->global_replicas = -1;
-    out->rjob_replicas = -1;
-    out->port = -1;
-    out->address_mode = -1;
-    out->megascale_port = -1;
+    unset_own_keys(out);
 
     const cJSON *md =
         cJSON_IsObject(pod) ? cJSON_GetObjectItemCaseSensitive(pod, "metadata") : NULL;
@@ -383,12 +390,7 @@ void mesh_k8s_pod_unpack(const struct mesh_k8s_pod_rec *r, struct mesh_k8s_pod *
     out->pod_index = r->pod_index;
     out->job_index = r->job_index;
     out->job_global_index = r->job_global_index;
-    out->expected_workers = -1;
-    out->global_replicas = -1;
-    out->rjob_replicas = -1;
-    out->port = -1;
-    out->address_mode = -1;
-    out->megascale_port = -1;
+    unset_own_keys(out);
     out->ready = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_READY);
     out->terminating = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_TERMINATING);
     out->finished = mesh_k8s_pod_rec_has(r, MESH_K8S_REC_FINISHED);

@@ -483,8 +483,14 @@ def watch_abuse(car, sim, pod_names):
     if not SLOW:
         time.sleep(1)
         after = proc_status(pid)
-        check("/watch no-read: the memory comes back (RSS %+.1f MiB)" % ((after["VmRSS"] - before["VmRSS"]) / 1024),
-              (after["VmRSS"] - before["VmRSS"]) * 1024 <= 4 * MiB, (before, after))
+        # What stays is bounded by the sidecar's own documents, not by the clients: freed
+        # buffers of a document's size may stay in malloc's heap (glibc raises its mmap threshold
+        # after such a free), so up to two documents plus 4 MiB may remain; one copy per client
+        # (16 x the document) would not.
+        doc = os.path.getsize(os.path.join(car.out, "topology.json"))
+        kept = (after["VmRSS"] - before["VmRSS"]) * 1024
+        check("/watch no-read: the memory comes back (RSS %+.1f MiB, document %.1f MiB)"
+              % (kept / MiB, doc / MiB), kept <= 4 * MiB + 2 * doc, (before, after, doc))
     check("/watch: the sidecar is alive", car.alive())
 
 

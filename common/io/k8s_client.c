@@ -1172,6 +1172,22 @@ static void xfer_init(struct xfer *x, struct mesh_k8s_client *c, size_t max_body
     mesh_buf_init(&x->body, max_body);
 }
 
+/* A reply body that must be one JSON object: into *out_obj (owned by the
+ * caller), else -MESH_E_PARSE with err prefixed "<method> <target>: reply". */
+static int reply_object(struct mesh_k8s_client *c, const struct mesh_buf *body, const char *method,
+                        const char *target, cJSON **out_obj, struct mesh_err *err)
+{
+    cJSON *j = mesh_json_parse(body->data ? body->data : "", body->len, body->max, err);
+    if (j == NULL || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        mesh_err_prefix(err, "%s %.300s: reply", method, target);
+        set_last_error(c, "malformed");
+        return -MESH_E_PARSE;
+    }
+    *out_obj = j;
+    return 0;
+}
+
 int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *q, const char *name,
                         cJSON **out_obj, struct mesh_err *err)
 {
@@ -1183,15 +1199,7 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
         rc = query_failure(c, &x.body, "get", q, name, err);
     }
     if (rc == 0) {
-        cJSON *j = mesh_json_parse(x.body.data ? x.body.data : "", x.body.len, x.body.max, err);
-        if (j == NULL || !cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            mesh_err_prefix(err, "GET %s: reply", name);
-            set_last_error(c, "malformed");
-            rc = -MESH_E_PARSE;
-        } else {
-            *out_obj = j;
-        }
+        rc = reply_object(c, &x.body, "GET", name, out_obj, err);
     }
     mesh_buf_cleanup(&x.body);
     return rc;
@@ -1213,15 +1221,7 @@ int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const ch
         rc = http_failure(c, c->last_status, &x.body, what, &rb, err);
     }
     if (rc == 0) {
-        cJSON *j = mesh_json_parse(x.body.data ? x.body.data : "", x.body.len, x.body.max, err);
-        if (j == NULL || !cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            mesh_err_prefix(err, "POST %.300s: reply", path);
-            set_last_error(c, "malformed");
-            rc = -MESH_E_PARSE;
-        } else {
-            *out_obj = j;
-        }
+        rc = reply_object(c, &x.body, "POST", path, out_obj, err);
     }
     mesh_buf_cleanup(&x.body);
     return rc;

@@ -1179,6 +1179,9 @@ static int reply_object(struct mesh_k8s_client *c, const struct mesh_buf *body, 
 {
     cJSON *j = mesh_json_parse(body->data ? body->data : "", body->len, body->max, err);
     if (j == NULL || !cJSON_IsObject(j)) {
+        if (j != NULL) {
+            mesh_err_set(err, MESH_E_PARSE, 0, "JSON but not an object");
+        }
         cJSON_Delete(j);
         mesh_err_prefix(err, "%s %.300s: reply", method, target);
         set_last_error(c, "malformed");

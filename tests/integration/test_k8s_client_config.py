@@ -19,6 +19,12 @@ TMP = tempfile.mkdtemp(prefix="k8s-config-")
 SIM_TOKEN = os.path.join(TMP, "sim-token")
 
 
+def plugin_calls(path):
+    """How many times the fake exec plugin ran (one line each in its calls file)."""
+    with open(path) as f:
+        return len(f.read().splitlines())
+
+
 def write(path, text, mode=None):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -105,6 +111,7 @@ try:
         ca_b64 = base64.b64encode(f.read()).decode()
     calls = os.path.join(TMP, "plugin-calls")
     plugin_tok = os.path.join(TMP, "plugin-token")
+    expire_file = os.path.join(TMP, "plugin-expire-in")  # when present, overrides EXPIRE_IN
     write(plugin_tok, "secret-a")
     plugin = os.path.join(TMP, "bin", "fake-auth-plugin")
     os.makedirs(os.path.dirname(plugin))
@@ -113,9 +120,10 @@ try:
 echo "$@ $FOO" >> "%s"
 [ "$KUBERNETES_EXEC_INFO" ] || exit 3
 printf '%%s\\n' "$KUBERNETES_EXEC_INFO" > "%s.info"
+[ -f "%s" ] && EXPIRE_IN=$(cat "%s")
 exp=$(date -u -d "+${EXPIRE_IN:-3600} seconds" +%%Y-%%m-%%dT%%H:%%M:%%SZ)
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%%s","expirationTimestamp":"%%s"}}\\n' "$(cat %s)" "$exp"
-""" % (calls, calls, plugin_tok), mode=stat.S_IRWXU)
+""" % (calls, calls, expire_file, expire_file, plugin_tok), mode=stat.S_IRWXU)
     kc = os.path.join(TMP, "kube", "config")
     os.makedirs(os.path.dirname(kc))
     write(kc, """apiVersion: v1
@@ -164,10 +172,24 @@ contexts:
     S.cut(mode="clean")
     S.make(name="exec-0", index=40)
     good = d.wait(lambda x: "default/exec-0" in x.model, 10)
-    with open(calls) as f:
-        n_calls = len(f.read().splitlines())
+    n_calls = plugin_calls(calls)
     check("an expired plugin token is refreshed before the next request", good and n_calls >= 2,
           "calls=%d\n%s" % (n_calls, d.stderr_tail()))
+    # The 401 path needs a token the driver still holds as valid when the server stops taking
+    # it: switch the plugin to hour-long tokens and wait until the driver has taken one (its
+    # short token expires ~1 s after it was issued; each cut makes it reconnect, and once that
+    # token has expired, ask the plugin again). Otherwise a slow driver would find its short
+    # token expired and fetch secret-b before ever sending secret-a.
+    write(expire_file, "3600")
+    n0 = plugin_calls(calls)
+    deadline = time.monotonic() + scaled(15)
+    while plugin_calls(calls) == n0 and time.monotonic() < deadline:
+        S.cut(mode="clean")
+        time.sleep(1.0)
+    check("the plugin is asked again once the short token expired (hour-long token now)",
+          plugin_calls(calls) > n0, d.stderr_tail())
+    S.make(name="exec-0b", index=42)
+    d.wait(lambda x: "default/exec-0b" in x.model, 10)
     write(plugin_tok, "secret-b")
     write(SIM_TOKEN, "secret-b\n")
     S.token(reload=True)

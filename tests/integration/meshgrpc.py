@@ -6,16 +6,12 @@ the generated message classes, which is what generated stubs do.
 Also a Sidecar process helper shared by the gRPC and relay tests."""
 import importlib.util
 import os
-import re
 import signal
-import subprocess
-import threading
-import urllib.error
-import urllib.request
 
 import grpc
 
 from tap import scaled, wait  # noqa: F401 - wait is shared with the tests that import it here
+from sidecarproc import SidecarProcess  # noqa: E402
 
 ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("BUILD", "build")
@@ -102,69 +98,27 @@ def snapshot_as_json(s):
     return out
 
 
-class Sidecar:
+class Sidecar(SidecarProcess):
     """One tpumesh-sidecar process; its stderr lines are collected in .lines."""
 
     def __init__(self, name, sim_url, token_file, pod, out_dir, extra=(), host="127.0.0.1",
                  http_port=0, grpc_port=0, env=None):
         self.name, self.out, self.host = name, out_dir, host
-        self.lines = []
-        cmd = [SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
-               "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "%s:%d" % (host, http_port),
-               "--grpc-addr", "%s:%d" % (host, grpc_port), "--stall-timeout", "5"] + list(extra)
         e = dict(os.environ)
         e.update(env or {})
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env=e)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
-                               if "serving /healthz" in l), None), 10)
-        self.port = int(m.group(1)) if m else None
-        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
-                               if "grpc: serving" in l), None), 10)
-        self.grpc_port = int(m.group(1)) if m else None
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
+        super().__init__([SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
+                          "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "%s:%d" % (host, http_port),
+                          "--grpc-addr", "%s:%d" % (host, grpc_port), "--stall-timeout", "5"] + list(extra),
+                         env=e)
+        self.grpc_port = self.logged_port("grpc: serving")
 
     @property
     def target(self):
         return "%s:%d" % (self.host, self.grpc_port)
 
-    def http(self, path):
-        req = urllib.request.Request("http://%s:%d%s" % (self.host, self.port, path),
-                                     headers={"User-Agent": "kube-probe/1.35", "Accept": "*/*"})
-        try:
-            with urllib.request.urlopen(req, timeout=scaled(5)) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def readyz(self):
-        return self.http("/readyz")
-
-    def metric(self, name):
-        _, body = self.http("/metrics")
-        for line in body.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        return None
-
     def topology_text(self):
         with open(os.path.join(self.out, "topology.json")) as f:
             return f.read()
 
-    def log_count(self, text):
-        return sum(1 for l in self.lines if text in l)
-
     def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=scaled(10))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return self.terminate(10, sig)

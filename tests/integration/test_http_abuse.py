@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 from simctl import start_sim  # noqa: E402
 from tap import SLOW, check, done, fail, ok, scaled, wait  # noqa: E402
+from sidecarproc import SidecarProcess  # noqa: E402
 
 SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
 CORPUS = os.path.join(ROOT, "tests/fuzz/corpus/httpd")
@@ -125,9 +126,8 @@ def reset_hwm(pid):
         return False
 
 
-class Sidecar:
+class Sidecar(SidecarProcess):
     def __init__(self, sim, pod, out, token_file, extra=(), cwd=None, core=False, env=None):
-        self.lines = []
         self.out = out
         cmd = WRAP + [SIDECAR, "--apiserver", sim.url, "--token-file", token_file,
                       "--namespace", "default", "--pod-name", pod, "--out-dir", out,
@@ -137,17 +137,8 @@ class Sidecar:
             def pre():
                 resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         env = dict({k: v for k, v in os.environ.items() if not k.startswith("TPUMESH_")}, **(env or {}))
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     errors="replace", cwd=cwd, preexec_fn=pre, env=env)
         self.status = None
-        threading.Thread(target=self._read, daemon=True).start()
-        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
-                               if "serving /healthz" in l), None), 10)
-        self.port = int(m.group(1)) if m else None
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
+        super().__init__(cmd, env=env, cwd=cwd, preexec_fn=pre)
 
     def alive(self):
         return self.proc.poll() is None
@@ -165,15 +156,7 @@ class Sidecar:
         return None
 
     def stop(self):
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=scaled(10))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return -9
+        return self.terminate(10)
 
 
 def generation(out):

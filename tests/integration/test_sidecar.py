@@ -8,14 +8,10 @@ checks the published files, /readyz, /healthz, /metrics and /topology after ever
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 
 ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("BUILD", "build")
@@ -24,49 +20,20 @@ if not os.path.isabs(BUILD):
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 from simctl import start_sim  # noqa: E402
-from tap import check, done, fail, ok, scaled, wait  # noqa: E402
+from tap import check, done, fail, scaled, wait  # noqa: E402
+from sidecarproc import SidecarProcess  # noqa: E402
 
 SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
 FILES = ("dtensor.env", "tf_config.json", "tpu.env", "jax.env", "topology.json")
 ENV_FILES = FILES[:4]
 
 
-class Sidecar:
+class Sidecar(SidecarProcess):
     def __init__(self, name, sim_url, token_file, pod, out_dir, extra=()):
         self.name, self.out = name, out_dir
-        self.lines = []
-        cmd = [SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
-               "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
-               "--stall-timeout", "5"] + list(extra)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
-                               if "serving /healthz" in l), None), 10)
-        self.port = int(m.group(1)) if m else None
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def http(self, path):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path),
-                                     headers={"User-Agent": "kube-probe/1.35", "Accept": "*/*"})
-        try:
-            with urllib.request.urlopen(req, timeout=scaled(5)) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def readyz(self):
-        return self.http("/readyz")
-
-    def metric(self, name):
-        _, body = self.http("/metrics")
-        for line in body.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        return None
+        super().__init__([SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
+                          "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0",
+                          "--grpc-addr", "127.0.0.1:0", "--stall-timeout", "5"] + list(extra))
 
     def path(self, f):
         return os.path.join(self.out, f)
@@ -85,19 +52,12 @@ class Sidecar:
     def stats(self):
         return {f: (os.stat(self.path(f)).st_ino, os.stat(self.path(f)).st_mtime_ns) for f in FILES}
 
-    def log_count(self, text):
-        return sum(1 for l in self.lines if text in l)
-
     def stop(self):
+        """SIGTERM: (exit status, seconds it took)."""
         if self.proc.poll() is not None:
             return self.proc.returncode, 0.0
         t0 = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=scaled(5))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
+        rc = self.terminate(5)
         return rc, time.monotonic() - t0
 
 

@@ -17,14 +17,12 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 
 ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import check, done, scaled, wait  # noqa: E402
+from sidecarproc import SidecarProcess  # noqa: E402
 
 import websocket  # noqa: E402  (python3-websocket)
 
@@ -40,54 +38,19 @@ MAX = 3
 TO = scaled(5)  # seconds a read may wait
 
 
-class Sidecar:
-    """One tpumesh-sidecar process; its stderr lines are collected in .lines."""
+class Sidecar(SidecarProcess):
+    """One tpumesh-sidecar process (under WRAP when set); its stderr lines are collected in .lines."""
 
     def __init__(self, name, sim_url, token_file, pod, out_dir, extra=()):
-        self.name, self.out, self.lines = name, out_dir, []
-        cmd = WRAP + [SIDECAR, "--apiserver", sim_url, "--token-file", token_file, "--namespace", "default",
-                      "--pod-name", pod, "--out-dir", out_dir, "--http-addr", "127.0.0.1:0",
-                      "--grpc-addr", "127.0.0.1:0"] + list(extra)
+        self.name, self.out = name, out_dir
         env = {k: v for k, v in os.environ.items() if not k.startswith("TPUMESH_")}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     errors="replace", env=env)
-        threading.Thread(target=self._read, daemon=True).start()
-        m = wait(lambda: next((re.search(r"\(port (\d+)\)", l) for l in self.lines
-                               if "http: serving" in l), None), 20)
-        self.port = int(m.group(1)) if m else None
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def http(self, path):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path),
-                                     headers={"User-Agent": "kube-probe/1.35"})
-        try:
-            with urllib.request.urlopen(req, timeout=TO) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def readyz(self):
-        return self.http("/readyz")
-
-    def metric(self, name):
-        _, body = self.http("/metrics")
-        for line in body.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        return None
+        super().__init__(WRAP + [SIDECAR, "--apiserver", sim_url, "--token-file", token_file,
+                                 "--namespace", "default", "--pod-name", pod, "--out-dir", out_dir,
+                                 "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"] + list(extra),
+                         env=env, port_timeout=20)
 
     def stop(self):
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=scaled(30))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return self.terminate(30)
 
 
 def topology_file(out):

@@ -1,10 +1,18 @@
 #!/bin/bash
-# tests/run.sh - runs every test tpumesh has and ends with "N passed, N failed".
+# tests/run.sh - runs every test tpumesh has and ends with "N passed, N failed, N skipped".
 #
-#   unit         build/tests/test_*            cmocka; its summary lines are counted
+#   unit         build/tests/test_*            cmocka; its PASSED/FAILED/SKIPPED lines are counted
 #   fuzz         build/fuzz/fuzz_<t>           replays tests/fuzz/corpus/<t>/ (1 test each)
 #   integration  tests/integration/test_*.sh|py  TAP lines "ok ..." / "not ok ..." are counted;
 #                                              a script that prints none counts by exit code
+#                                              (0 passed, 77 skipped, anything else failed)
+# Skips: a TAP line "ok N - name # SKIP reason" counts as skipped, never as passed. A skip for
+# want of something the test needs says so as "# SKIP needs TOOL: why" (lib.sh `skip_needs`,
+# tap.py `skip_needs`); when TOOL is in TPUMESH_REQUIRE_TOOLS (space-separated names, or `all`;
+# default `all` when CI=true, empty otherwise) that skip counts as a failure: CI installs every
+# tool (`make deps`), so a test that did not run there is a test that failed. Other skips (a
+# check that cannot mean anything under valgrind, a machine that writes no core files) stay
+# skips.
 # Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration"), WRAP (e.g. valgrind; also
 #      exported to integration tests, which start the programs under it when they support it),
 #      FILTER (substring of test names to run), INTEGRATION_ONLY (space-separated substrings: run
@@ -32,28 +40,53 @@ case "$TPUMESH_TEST_SLOWDOWN" in
     ;;
 esac
 TEST_TIMEOUT=${TEST_TIMEOUT:-$((TPUMESH_TEST_SLOWDOWN > 1 ? 1200 : 600))}
+if [ "${CI:-}" = true ]; then
+    TPUMESH_REQUIRE_TOOLS=${TPUMESH_REQUIRE_TOOLS-all}
+else
+    TPUMESH_REQUIRE_TOOLS=${TPUMESH_REQUIRE_TOOLS-}
+fi
 export ROOT BUILD PY WRAP TPUMESH_TEST_SLOWDOWN
 LOGDIR=$BUILD/test-logs
 mkdir -p "$LOGDIR"
 
 passed=0
 failed=0
+skipped=0
 failed_names=()
 
 want() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 matches() { [ -z "$FILTER" ] || [[ "$1" == *"$FILTER"* ]]; }
 
-report() { # name pass fail log
-    local name=$1 p=$2 f=$3 log=$4
+report() { # name pass fail log [skip]
+    local name=$1 p=$2 f=$3 log=$4 s=${5:-0}
     passed=$((passed + p))
     failed=$((failed + f))
+    skipped=$((skipped + s))
     if [ "$f" -gt 0 ]; then
         failed_names+=("$name")
-        printf 'FAIL %-40s %d passed, %d failed (log: %s)\n' "$name" "$p" "$f" "$log"
+        printf 'FAIL %-40s %d passed, %d failed, %d skipped (log: %s)\n' "$name" "$p" "$f" "$s" "$log"
         tail -n 40 "$log" | sed 's/^/    | /'
+    elif [ "$s" -gt 0 ]; then
+        printf 'ok   %-40s %d passed, %d skipped\n' "$name" "$p" "$s"
+        grep -E "$SKIP_RE" "$log" | sed 's/^/    | /'
     else
         printf 'ok   %-40s %d passed\n' "$name" "$p"
     fi
+}
+
+# A TAP skip: "ok N - name # SKIP reason" (TAP 13: the directive is case-insensitive).
+SKIP_RE='^ok .*#[[:space:]]*[Ss][Kk][Ii][Pp]([[:space:]]|$)'
+# required_skips LOG: prints the skip lines of LOG whose "needs TOOL" names a required tool.
+required_skips() {
+    local line tool
+    [ -n "$TPUMESH_REQUIRE_TOOLS" ] || return 0
+    grep -E "$SKIP_RE" "$1" | while IFS= read -r line; do
+        tool=$(sed -n 's/.*#[[:space:]]*[Ss][Kk][Ii][Pp][[:space:]]\{1,\}needs[[:space:]]\{1,\}\([^:[:space:]]*\).*/\1/p' <<<"$line")
+        [ -n "$tool" ] || continue
+        case " $TPUMESH_REQUIRE_TOOLS " in
+        *" all "* | *" $tool "*) echo "$line" ;;
+        esac
+    done
 }
 
 if want unit; then
@@ -67,10 +100,11 @@ if want unit; then
         rc=$?
         p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
         f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+        s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
             f=1 # crashed, timed out or leaked (valgrind) without a cmocka failure
         fi
-        report "$name" "$p" "$f" "$log"
+        report "$name" "$p" "$f" "$log" "$s"
     done
 fi
 
@@ -112,15 +146,27 @@ if want integration; then
         *) timeout "$TEST_TIMEOUT" bash "$t" >"$log" 2>&1 ;;
         esac
         rc=$?
-        p=$(grep -c '^ok ' "$log")
+        s=$(grep -cE "$SKIP_RE" "$log")
+        p=$(($(grep -c '^ok ' "$log") - s))
         f=$(grep -c '^not ok ' "$log")
-        if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
-            if [ "$rc" -eq 0 ]; then p=1; else f=1; fi
-        elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$s" -eq 0 ]; then
+            case $rc in
+            0) p=1 ;;
+            77) s=1 ;;
+            *) f=1 ;;
+            esac
+        elif [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && [ "$f" -eq 0 ]; then
             echo "script exited $rc after its checks" >>"$log"
             f=1
         fi
-        report "$name" "$p" "$f" "$log"
+        req=$(required_skips "$log")
+        if [ -n "$req" ]; then
+            n=$(grep -c . <<<"$req")
+            printf '%s\n' "required (TPUMESH_REQUIRE_TOOLS=$TPUMESH_REQUIRE_TOOLS), so counted as failed:" "$req" >>"$log"
+            s=$((s - n))
+            f=$((f + n))
+        fi
+        report "$name" "$p" "$f" "$log" "$s"
     done
 fi
 
@@ -128,5 +174,5 @@ echo
 if [ ${#failed_names[@]} -gt 0 ]; then
     echo "failed: ${failed_names[*]}"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -35,8 +35,8 @@
 # Env: BUILD, PY, FILTER (as tests/run.sh), SAN_SKIP (space-separated test file names),
 # VALGRIND_INTEGRATION (space-separated test file names; "all" for every one),
 # TPUMESH_TEST_SLOWDOWN (a whole number, see above).
-# Prints tests/run.sh's "N passed, N failed" lines and, last, "sanitizer-reports: 1 passed,
-# 0 failed" (or "0 passed, 1 failed" with the reports).
+# Prints tests/run.sh's "N passed, N failed, N skipped" lines and, last, "sanitizer-reports: 1
+# passed, 0 failed" (or "0 passed, 1 failed" with the reports).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -73,7 +73,7 @@ skip_filter() { # prints the integration test files that are not skipped, as a F
 # A test that starts the programs under $WRAP itself (and adapts to it) gets the real build
 # and WRAP (valgrind mode: the second and third arguments); the others get the build directory.
 run_integration() { # build-dir [real-build wrap]
-    local b=$1 real=${2:-$1} wrap=${3:-} n out p=0 f=0
+    local b=$1 real=${2:-$1} wrap=${3:-} n out sums dp df ds p=0 f=0 s=0
     for n in $(skip_filter); do
         [ -z "${FILTER:-}" ] || [[ "integration/$n" == *"$FILTER"* ]] || continue
         if [ -n "$wrap" ] && grep -q 'environ.get("WRAP"' "tests/integration/$n"; then
@@ -82,10 +82,15 @@ run_integration() { # build-dir [real-build wrap]
             out=$(BUILD=$b WRAP='' ONLY=integration FILTER="integration/$n" tests/run.sh 2>&1)
         fi
         echo "$out" | grep -E '^(ok|FAIL) |^    \|' || true
-        p=$((p + $(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p')))
-        f=$((f + $(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')))
+        sums=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p')
+        if [ -z "$sums" ]; then
+            echo "FAIL integration/$n: tests/run.sh printed no summary line"
+            sums="0 1 0"
+        fi
+        read -r dp df ds <<<"$sums"
+        p=$((p + dp)) f=$((f + df)) s=$((s + ds))
     done
-    echo "$p passed, $f failed"
+    echo "$p passed, $f failed, $s skipped"
     [ "$f" -eq 0 ]
 }
 
@@ -101,7 +106,7 @@ asan)
     export ASAN_OPTIONS="log_path=$LOGS/asan:detect_leaks=1:abort_on_error=0"
     export UBSAN_OPTIONS="log_path=$LOGS/ubsan:print_stacktrace=1:halt_on_error=1"
     echo "== unit tests and corpus replays (ASan + UBSan)"
-    BUILD=$BUILD ONLY="unit fuzz" FILTER=${FILTER:-} tests/run.sh | grep -E '^(FAIL|failed:)|^    \||passed, [0-9]+ failed$'
+    BUILD=$BUILD ONLY="unit fuzz" FILTER=${FILTER:-} tests/run.sh | grep -E '^(FAIL|failed:)|^    \||passed, [0-9]+ failed, [0-9]+ skipped$'
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
     echo "== integration tests (ASan + UBSan programs)"
     run_integration "$BUILD" || rc=1
@@ -125,7 +130,7 @@ valgrind)
     done
     echo "== unit tests and corpus replays (valgrind)"
     BUILD=$BUILD ONLY="unit fuzz" FILTER=${FILTER:-} WRAP="valgrind $OPTS" tests/run.sh |
-        grep -E '^(FAIL|failed:)|^    \||passed, [0-9]+ failed$'
+        grep -E '^(FAIL|failed:)|^    \||passed, [0-9]+ failed, [0-9]+ skipped$'
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
     echo "== integration tests (programs under valgrind)"
     run_integration "$VG" "$BUILD" "valgrind $OPTS --log-file=$LOGS/%p.log" || rc=1

@@ -1,6 +1,10 @@
 # tests/integration/lib.sh - TAP helpers for shell integration tests.
-# Source it; then `check "name" cmd...`, `ok name`, `fail name why`, and `done_testing`.
-# Every check prints "ok N - name" or "not ok N - name"; tests/run.sh counts them.
+# Source it; then `check "name" cmd...`, `ok name`, `fail name why`, `skip name why`,
+# `skip_needs name tool why` and `done_testing`.
+# Every check prints "ok N - name" or "not ok N - name"; tests/run.sh counts them. A check that
+# does not run prints "ok N - name # SKIP why", which tests/run.sh counts as skipped; one that
+# cannot run for want of a tool `make deps` installs says `skip_needs` ("# SKIP needs TOOL: why"),
+# which fails under CI (tests/run.sh, TPUMESH_REQUIRE_TOOLS). Never return early after `ok`.
 # SLOWDOWN is TPUMESH_TEST_SLOWDOWN (a whole number; tests/sanitize.sh sets about 10 under
 # valgrind, 3 under ASan; 1 otherwise): `scaled SECONDS` prints SECONDS stretched by it, and
 # wait_for's bound is scaled, so a bound on a hang never fails a program that is only slowed down.
@@ -31,6 +35,10 @@ fail() {
     [ $# -gt 1 ] && printf '#   %s\n' "${@:2}"
     return 0
 }
+# skip NAME WHY : NAME was not checked, because WHY
+skip() { TAP_N=$((TAP_N + 1)); echo "ok $TAP_N - $1 # SKIP $2"; }
+# skip_needs NAME TOOL WHY : NAME was not checked: TOOL (something `make deps` installs) is missing
+skip_needs() { skip "$1" "needs $2: $3"; }
 # check NAME CMD... : ok when CMD exits 0
 check() {
     local name=$1; shift

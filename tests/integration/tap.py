@@ -1,5 +1,8 @@
 """TAP helpers for Python integration tests: ok(name), fail(name, why), check(name, cond, why),
-done() -> exit code. tests/run.sh counts the "ok"/"not ok" lines.
+skip(name, why), skip_needs(name, tool, why), done() -> exit code. tests/run.sh counts the
+"ok"/"not ok" lines; "ok N - name # SKIP why" (skip) counts as skipped, never as passed, and
+"# SKIP needs TOOL: why" (skip_needs: a tool `make deps` installs is missing) fails under CI
+(tests/run.sh, TPUMESH_REQUIRE_TOOLS).
 
 Also the one slowdown-aware wait every test uses: SLOWDOWN is TPUMESH_TEST_SLOWDOWN (set by
 tests/sanitize.sh: about 10 under valgrind, 3 under ASan; 1 in a plain `make test`), scaled(s)
@@ -69,6 +72,18 @@ def fail(name, why=""):
     print(f"not ok {_n} - {name}", flush=True)
     for line in str(why).splitlines():
         print(f"#   {line}", flush=True)
+
+
+def skip(name, why):
+    """name was not checked, because why (a TAP SKIP directive: counted as skipped)."""
+    global _n
+    _n += 1
+    print(f"ok {_n} - {name} # SKIP {why}", flush=True)
+
+
+def skip_needs(name, tool, why):
+    """name was not checked because tool, which `make deps` installs, is missing."""
+    skip(name, f"needs {tool}: {why}")
 
 
 def check(name, cond, why=""):

@@ -20,7 +20,7 @@ import jsonpatch
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import check, done, ok, scaled, wait  # noqa: E402
+from tap import check, done, ok, scaled, skip_needs, wait  # noqa: E402
 
 ROOT = os.environ.get("ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
 BUILD = os.environ.get("BUILD", "build")
@@ -164,9 +164,9 @@ def inject(config_text, pod):
 
 bins = helm_bins()
 if not bins:
-    print("ok 1 - # SKIP real Helm is not unpacked in $BUILD/helm (run make deps)")
-    print("1..1")
-    sys.exit(0)
+    skip_needs("the chart's injector config equals the built-in one", "helm",
+               "real Helm is not unpacked in $BUILD/helm (run make deps)")
+    done()
 
 builtin = config_json()
 for ver, helm in bins:

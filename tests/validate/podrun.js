@@ -56,6 +56,12 @@ function check(name, errs) {
     }
     return !errs.length;
 }
+/* A check that did not run: "ok N - name # SKIP needs TOOL: why" (tests/run.sh counts it as
+ * skipped, and as failed under CI, where `make deps` installs TOOL). */
+function skipNeeds(name, tool, why) {
+    n++;
+    console.log(`ok ${n} - ${name} # SKIP needs ${tool}: ${why}`);
+}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /* TPUMESH_TEST_SLOWDOWN (tests/run.sh: about 10 under valgrind, 3 under ASan): every bound on
  * waiting for a program is the plain build's, multiplied by it (scaled), so that a program
@@ -485,7 +491,7 @@ async function main() {
 }
 
 /* Used as a module (tests/validate/injected.js runs a webhook-injected pod the same way). */
-module.exports = { runPod, start, request, waitFor, sleep, scaled, SLOWDOWN, check, TMP, done: () => {
+module.exports = { runPod, start, request, waitFor, sleep, scaled, SLOWDOWN, check, skipNeeds, TMP, done: () => {
     console.log(`1..${n}`);
     process.exitCode = failed ? 1 : 0;
 } };

@@ -5,11 +5,14 @@
  */
 #include "annotations.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/json.h"
 #include "core/mem.h"
 #include "core/names.h"
+#include "core/ports.h"
 
 static int hexval(char c)
 {
@@ -302,103 +305,260 @@ static bool is_lower_start(const char *s)
     return s[0] >= 'a' && s[0] <= 'z';
 }
 
+/* The value as messages show it: at most 32 bytes, control bytes, quotes
+ * and backslashes as '?', so a hostile value stays one short line in a log
+ * or an admission answer. */
+struct shown {
+    char s[81];
+};
+
+static struct shown show(const char *v, size_t max)
+{
+    struct shown o;
+    size_t n = 0;
+    for (const char *p = v; *p != '\0' && n < max && n + 1 < sizeof(o.s); p++) {
+        unsigned char c = (unsigned char)*p;
+        o.s[n++] = (c < 0x20 || c == 0x7f || c == '"' || c == '\\') ? '?' : (char)c;
+    }
+    o.s[n] = '\0';
+    return o;
+}
+
+/* -MESH_E_CONFIG "annotation KEY="VALUE" <rule>". */
+__attribute__((format(printf, 4, 5))) static int bad(struct mesh_err *err, const char *key,
+                                                     const char *v, const char *fmt, ...)
+{
+    char rule[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rule, sizeof(rule), fmt, ap);
+    va_end(ap);
+    return mesh_err_set(err, MESH_E_CONFIG, 0, "annotation %s=\"%s\" %s", key, show(v, 32).s, rule);
+}
+
 static int want_int(const char *key, const char *v, long long min, long long max, int *out,
                     struct mesh_err *err)
 {
     long long x;
     if (mesh_parse_ll(v, strlen(v), min, max, &x, NULL) != 0) {
-        return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "annotation %s=\"%.32s\" is not an integer in %lld..%lld", key, v, min,
-                            max);
+        return bad(err, key, v, "is not an integer in %lld..%lld", min, max);
     }
-    *out = (int)x;
-    return 0;
-}
-
-/* The string-valued tpumesh.dev keys. Returns 1 when name is not one. */
-static int config_str_key(const char *key, const char *name, const char *v,
-                          struct mesh_annotations_config *c, struct mesh_err *err)
-{
-    size_t vlen = strlen(v);
-    if (strcmp(name, "tpu") == 0) {
-        if (vlen == 0 || vlen > 4096 || !all_chars(v, "-,:/.[]", true, true)) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "annotation %s=\"%.32s\" must be 'local', grpc://IP:PORT[,...] "
-                                "or Cloud TPU name(s), without spaces",
-                                key, v);
-        }
-        c->tpu = mesh_strdup(v);
-    } else if (strcmp(name, "zone") == 0) {
-        if (vlen == 0 || vlen > 63 || !is_lower_start(v) || !all_chars(v, "-", false, false)) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "annotation %s=\"%.32s\" is not a zone (e.g. us-central2-b)", key,
-                                v);
-        }
-        c->zone = mesh_strdup(v);
-    } else if (strcmp(name, "project") == 0) {
-        if (vlen == 0 || vlen > 100 || !is_lower_start(v) || !all_chars(v, "-.:", false, false)) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "annotation %s=\"%.32s\" is not a project ID (lower-case "
-                                "letters, digits, '-')",
-                                key, v);
-        }
-        c->project = mesh_strdup(v);
-    } else if (strcmp(name, "job-name") == 0) {
-        /* TensorFlow job names: a letter, then letters, digits and '_'. */
-        bool letter = (v[0] >= 'a' && v[0] <= 'z') || (v[0] >= 'A' && v[0] <= 'Z');
-        if (vlen == 0 || vlen > MESH_JOB_NAME_MAX - 1 || !letter ||
-            !all_chars(v, NULL, true, true)) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "annotation %s=\"%.32s\" is not a TensorFlow job name (a letter, "
-                                "then letters, digits, '_'; at most %d)",
-                                key, v, MESH_JOB_NAME_MAX - 1);
-        }
-        if (strcmp(v, "tpu_worker") == 0) {
-            return mesh_err_set(err, MESH_E_CONFIG, 0,
-                                "annotation %s=\"tpu_worker\" is reserved for the TPU's own "
-                                "servers; use e.g. worker",
-                                key);
-        }
-        c->job_name = mesh_strdup(v);
-    } else {
-        return 1;
+    if (out != NULL) {
+        *out = (int)x;
     }
     return 0;
 }
 
-/* One tpumesh.dev/<name> key. */
-static int config_key(const char *key, const char *name, const char *v,
-                      struct mesh_annotations_config *c, struct mesh_err *err)
+int mesh_annotations_tpu(const char *v, struct mesh_err *err)
 {
-    int rc = config_str_key(key, name, v, c, err);
-    if (rc <= 0) {
+    size_t n = strlen(v);
+    if (n == 0 || n > 4096 || !all_chars(v, "-,:/.[]", true, true)) {
+        return bad(err, "tpumesh.dev/tpu", v,
+                   "must be 'local', grpc://IP:PORT[,...] or Cloud TPU name(s), without spaces");
+    }
+    return 0;
+}
+
+int mesh_annotations_zone(const char *v, struct mesh_err *err)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 63 || !is_lower_start(v) || !all_chars(v, "-", false, false)) {
+        return bad(err, "tpumesh.dev/zone", v, "is not a zone (e.g. us-central2-b)");
+    }
+    return 0;
+}
+
+int mesh_annotations_project(const char *v, struct mesh_err *err)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 100 || !is_lower_start(v) || !all_chars(v, "-.:", false, false)) {
+        return bad(err, "tpumesh.dev/project", v,
+                   "is not a project ID (lower-case letters, digits, '-')");
+    }
+    return 0;
+}
+
+int mesh_annotations_job_name(const char *v, struct mesh_err *err)
+{
+    /* TensorFlow job names: a letter, then letters, digits and '_'. */
+    size_t n = strlen(v);
+    bool letter = (v[0] >= 'a' && v[0] <= 'z') || (v[0] >= 'A' && v[0] <= 'Z');
+    if (n == 0 || n > MESH_JOB_NAME_MAX - 1 || !letter || !all_chars(v, NULL, true, true)) {
+        return bad(err, "tpumesh.dev/job-name", v,
+                   "is not a TensorFlow job name (a letter, then letters, digits, '_'; at most "
+                   "%d)",
+                   MESH_JOB_NAME_MAX - 1);
+    }
+    if (strcmp(v, "tpu_worker") == 0) {
+        return bad(err, "tpumesh.dev/job-name", v,
+                   "is reserved for the TPU's own servers; use e.g. worker");
+    }
+    return 0;
+}
+
+int mesh_annotations_port(const char *v, int *out, struct mesh_err *err)
+{
+    int p = 0;
+    int rc = want_int(MESH_ANNOTATION_PORT, v, 1, 65535, &p, err);
+    if (rc < 0) {
         return rc;
     }
-    if (strcmp(name, "port") == 0) {
-        return want_int(key, v, 1, 65535, &c->port, err);
-    } else if (strcmp(name, "expected-workers") == 0) {
-        return want_int(key, v, 1, 65536, &c->expected_workers, err);
-    } else if (strcmp(name, "timeout") == 0) {
-        return want_int(key, v, 1, 86400, &c->timeout_s, err);
-    } else if (strcmp(name, "megascale-port") == 0) {
-        return want_int(key, v, 1, 65535, &c->megascale_port, err);
-    } else if (strcmp(name, "address-mode") == 0) {
-        static const char *const modes[] = {"auto", "dns", "ip"};
-        for (size_t i = 0; i < 3; i++) {
-            if (strcmp(v, modes[i]) == 0) {
-                c->has_address_mode = true;
-                c->address_mode = (enum mesh_addr_mode)i;
-                return 0;
-            }
-        }
-        return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "annotation %s=\"%.32s\": accepted values are auto, dns, ip", key, v);
-    } else if (strcmp(name, "inject") != 0 && strcmp(name, "containers") != 0) {
-        return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "unknown annotation %.80s: accepted tpumesh.dev/ keys are " KEYS_TEXT,
-                            key);
+    if (mesh_ports_is_reserved(p)) {
+        return bad(err, MESH_ANNOTATION_PORT, v,
+                   "is reserved: TPU software uses ports " MESH_PORTS_RESERVED_TEXT
+                   " in the pod's network namespace; choose another port");
+    }
+    if (out != NULL) {
+        *out = p;
     }
     return 0;
+}
+
+int mesh_annotations_address_mode(const char *v, enum mesh_addr_mode *out, struct mesh_err *err)
+{
+    static const char *const modes[] = {"auto", "dns", "ip"};
+    for (size_t i = 0; i < 3; i++) {
+        if (strcmp(v, modes[i]) == 0) {
+            if (out != NULL) {
+                *out = (enum mesh_addr_mode)i;
+            }
+            return 0;
+        }
+    }
+    return bad(err, MESH_ANNOTATION_ADDRESS_MODE, v,
+               "is not one of the accepted values auto, dns, ip");
+}
+
+int mesh_annotations_expected_workers(const char *v, int *out, struct mesh_err *err)
+{
+    return want_int(MESH_ANNOTATION_EXPECTED_WORKERS, v, 1, MESH_ANNOTATION_EXPECTED_MAX, out, err);
+}
+
+int mesh_annotations_timeout(const char *v, int *out, struct mesh_err *err)
+{
+    return want_int("tpumesh.dev/timeout", v, 1, 86400, out, err);
+}
+
+int mesh_annotations_megascale_port(const char *v, int *out, struct mesh_err *err)
+{
+    return want_int(MESH_ANNOTATION_MEGASCALE_PORT, v, 1, 65535, out, err);
+}
+
+int mesh_annotations_containers(const char *v, struct mesh_err *err)
+{
+    const char *p = v;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        while (n > 0 && *p == ' ') {
+            p++;
+            n--;
+        }
+        while (n > 0 && p[n - 1] == ' ') {
+            n--;
+        }
+        if (n == 0 || !mesh_names_is_dns_label(p, n)) {
+            return bad(err, MESH_ANNOTATION_CONTAINERS, v,
+                       "must be a comma-separated list of container names (DNS labels)");
+        }
+        if (comma == NULL) {
+            return 0;
+        }
+        p = comma + 1;
+    }
+}
+
+int mesh_annotations_tf_version(const char *v, struct mesh_err *err)
+{
+    if (*v == '\0' || strlen(v) > 128 || !all_chars(v, "-._+", true, true)) {
+        return bad(err, MESH_ANNOTATION_TF_VERSION, v,
+                   "is not a TensorFlow version (e.g. 2.12.0 or nightly)");
+    }
+    return 0;
+}
+
+int mesh_annotations_coordinator(const char *v, struct mesh_err *err)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 253 || !mesh_names_is_dns_name(v, n, false, false)) {
+        return bad(err, MESH_ANNOTATION_JOBSET_COORDINATOR, v,
+                   "is not a host name (<pod hostname>.<headless service>)");
+    }
+    return 0;
+}
+
+int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err)
+{
+    static const struct {
+        const char *name;
+        int (*fn)(const char *, struct mesh_err *);
+    } str_rules[] = {
+        {"tpu", mesh_annotations_tpu},
+        {"zone", mesh_annotations_zone},
+        {"project", mesh_annotations_project},
+        {"job-name", mesh_annotations_job_name},
+        {"containers", mesh_annotations_containers},
+    };
+    if (strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0) {
+        return mesh_annotations_tf_version(v, err);
+    }
+    if (strcmp(key, MESH_ANNOTATION_JOBSET_COORDINATOR) == 0) {
+        return mesh_annotations_coordinator(v, err);
+    }
+    const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
+    if (strncmp(key, MESH_ANNOTATION_PREFIX, plen) != 0) {
+        return 0;
+    }
+    const char *name = key + plen;
+    for (size_t i = 0; i < sizeof(str_rules) / sizeof(str_rules[0]); i++) {
+        if (strcmp(name, str_rules[i].name) == 0) {
+            return str_rules[i].fn(v, err);
+        }
+    }
+    if (strcmp(name, "port") == 0) {
+        return mesh_annotations_port(v, NULL, err);
+    } else if (strcmp(name, "expected-workers") == 0) {
+        return mesh_annotations_expected_workers(v, NULL, err);
+    } else if (strcmp(name, "timeout") == 0) {
+        return mesh_annotations_timeout(v, NULL, err);
+    } else if (strcmp(name, "megascale-port") == 0) {
+        return mesh_annotations_megascale_port(v, NULL, err);
+    } else if (strcmp(name, "address-mode") == 0) {
+        return mesh_annotations_address_mode(v, NULL, err);
+    } else if (strcmp(name, "inject") == 0) {
+        return 0; /* the webhook's switch is a label; as an annotation it is ignored */
+    }
+    return mesh_err_set(err, MESH_E_CONFIG, 0,
+                        "unknown annotation %s: accepted tpumesh.dev/ keys are " KEYS_TEXT,
+                        show(key, 80).s);
+}
+
+/* One key into c (already checked by mesh_annotations_check). */
+static void config_take(const char *key, const char *v, struct mesh_annotations_config *c)
+{
+    const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
+    const char *name = strncmp(key, MESH_ANNOTATION_PREFIX, plen) == 0 ? key + plen : "";
+    char **str = strcmp(name, "tpu") == 0                               ? &c->tpu
+                 : strcmp(name, "zone") == 0                            ? &c->zone
+                 : strcmp(name, "project") == 0                         ? &c->project
+                 : strcmp(name, "job-name") == 0                        ? &c->job_name
+                 : strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0         ? &c->tf_version
+                 : strcmp(key, MESH_ANNOTATION_JOBSET_COORDINATOR) == 0 ? &c->coordinator
+                                                                        : NULL;
+    if (str != NULL) {
+        mesh_free(*str);
+        *str = mesh_strdup(v);
+    } else if (strcmp(name, "port") == 0) {
+        (void)mesh_annotations_port(v, &c->port, NULL);
+    } else if (strcmp(name, "expected-workers") == 0) {
+        (void)mesh_annotations_expected_workers(v, &c->expected_workers, NULL);
+    } else if (strcmp(name, "timeout") == 0) {
+        (void)mesh_annotations_timeout(v, &c->timeout_s, NULL);
+    } else if (strcmp(name, "megascale-port") == 0) {
+        (void)mesh_annotations_megascale_port(v, &c->megascale_port, NULL);
+    } else if (strcmp(name, "address-mode") == 0) {
+        c->has_address_mode = mesh_annotations_address_mode(v, &c->address_mode, NULL) == 0;
+    }
 }
 
 _Static_assert(MESH_ADDR_AUTO == 0 && MESH_ADDR_DNS == 1 && MESH_ADDR_IP == 2,
@@ -422,37 +582,13 @@ int mesh_annotations_config(const struct mesh_annotations *a,
                             struct mesh_annotations_config *out_config, struct mesh_err *err)
 {
     struct mesh_annotations_config c = {0};
-    const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
     for (size_t i = 0; i < a->n; i++) {
-        const char *key = a->items[i].key;
-        const char *v = a->items[i].value;
-        int rc = 0;
-        if (strncmp(key, MESH_ANNOTATION_PREFIX, plen) == 0) {
-            rc = config_key(key, key + plen, v, &c, err);
-        } else if (strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0) {
-            if (*v == '\0' || strlen(v) > 128 || !all_chars(v, "-._+", true, true)) {
-                rc = mesh_err_set(err, MESH_E_CONFIG, 0,
-                                  "annotation %s=\"%.32s\" is not a TensorFlow version (e.g. "
-                                  "2.12.0 or nightly)",
-                                  key, v);
-            } else {
-                c.tf_version = mesh_strdup(v);
-            }
-        } else if (strcmp(key, MESH_ANNOTATION_JOBSET_COORDINATOR) == 0) {
-            size_t n = strlen(v);
-            if (n == 0 || n > 253 || !mesh_names_is_dns_name(v, n, false, false)) {
-                rc = mesh_err_set(err, MESH_E_CONFIG, 0,
-                                  "annotation %s=\"%.32s\" is not a host name (<pod "
-                                  "hostname>.<headless service>)",
-                                  key, v);
-            } else {
-                c.coordinator = mesh_strdup(v);
-            }
-        }
+        int rc = mesh_annotations_check(a->items[i].key, a->items[i].value, err);
         if (rc < 0) {
             mesh_annotations_config_cleanup(&c);
             return rc;
         }
+        config_take(a->items[i].key, a->items[i].value, &c);
     }
     *out_config = c;
     return 0;

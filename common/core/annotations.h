@@ -76,11 +76,48 @@ struct mesh_annotations_config {
     char *coordinator;                /* jobset.sigs.k8s.io/coordinator: an RFC 1123 host name */
 };
 
-/* Extract and validate tpumesh's keys from a. Keys outside tpumesh.dev/ are
- * ignored except tf-version.cloud-tpus.google.com and
- * jobset.sigs.k8s.io/coordinator. tpumesh.dev/inject (the
- * webhook's switch) and tpumesh.dev/containers (which containers the webhook
- * mounts the volume in; tpumesh-injector checks it) are accepted and ignored. Any other
+/* One rule per annotation, shared by the three programs (docs/DESIGN.md §6):
+ * tpumesh-init applies it to its annotations file, the sidecar to its own
+ * pod's annotations (core/k8s_pod.c), tpumesh-injector at admission, so a
+ * value one of them refuses is refused by all three with the same words.
+ * Each takes the decoded value v (NUL-terminated, borrowed) and returns 0
+ * (with the parsed value in *out where there is one) or -MESH_E_CONFIG with
+ * a message "annotation KEY="VALUE" <rule>" (the value cut to 32 bytes, its
+ * control bytes and quotes shown as '?'). */
+int mesh_annotations_tpu(const char *v, struct mesh_err *err);
+int mesh_annotations_zone(const char *v, struct mesh_err *err);
+int mesh_annotations_project(const char *v, struct mesh_err *err);
+int mesh_annotations_job_name(const char *v, struct mesh_err *err);
+/* The DTensor port: 1-65535 and not one TPU software uses (core/ports.h). */
+int mesh_annotations_port(const char *v, int *out, struct mesh_err *err);
+int mesh_annotations_address_mode(const char *v, enum mesh_addr_mode *out, struct mesh_err *err);
+int mesh_annotations_expected_workers(const char *v, int *out, struct mesh_err *err);
+int mesh_annotations_timeout(const char *v, int *out, struct mesh_err *err);
+int mesh_annotations_megascale_port(const char *v, int *out, struct mesh_err *err);
+/* tpumesh.dev/containers: a comma-separated list of DNS labels (spaces
+ * around the names allowed); whether they name the pod's containers is the
+ * injector's check. */
+int mesh_annotations_containers(const char *v, struct mesh_err *err);
+int mesh_annotations_tf_version(const char *v, struct mesh_err *err);
+int mesh_annotations_coordinator(const char *v, struct mesh_err *err);
+
+/* The rule of key applied to v: 0 when v is acceptable or key is none of
+ * the keys above (other annotations are not ours); an unknown tpumesh.dev/
+ * key is -MESH_E_CONFIG naming the accepted keys. */
+int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err);
+
+#define MESH_ANNOTATION_PORT "tpumesh.dev/port"
+#define MESH_ANNOTATION_ADDRESS_MODE "tpumesh.dev/address-mode"
+#define MESH_ANNOTATION_EXPECTED_WORKERS "tpumesh.dev/expected-workers"
+#define MESH_ANNOTATION_MEGASCALE_PORT "tpumesh.dev/megascale-port"
+#define MESH_ANNOTATION_CONTAINERS "tpumesh.dev/containers"
+/* tpumesh.dev/expected-workers is at most this (a TPU slice has far fewer hosts). */
+#define MESH_ANNOTATION_EXPECTED_MAX 65536
+
+/* Extract and validate tpumesh's keys from a (each with its rule above). Keys outside tpumesh.dev/
+ * are ignored except tf-version.cloud-tpus.google.com and jobset.sigs.k8s.io/coordinator.
+ * tpumesh.dev/inject (the webhook's switch) and tpumesh.dev/containers (which containers the
+ * webhook mounts the volume in; tpumesh-injector checks it) are accepted and ignored. Any other
  * tpumesh.dev/ key, or a bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.
  * out_config is filled only on success; free with mesh_annotations_config_cleanup. */
 int mesh_annotations_config(const struct mesh_annotations *a,

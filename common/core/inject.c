@@ -714,8 +714,9 @@ static int annotations_of(const cJSON *meta, struct mesh_annotations *out)
     return 0;
 }
 
-/* Containers named in tpumesh.dev/containers ("a,b,c"): every name must be
- * a regular container; mark[i] is set for containers[i]. */
+/* Containers named in tpumesh.dev/containers ("a,b,c", its syntax already
+ * checked by mesh_annotations_containers): every name must be a regular
+ * container; mark[i] is set for containers[i]. */
 static int select_containers(const char *list, const cJSON *containers, bool *mark,
                              struct mesh_inject_decision *d)
 {
@@ -729,12 +730,6 @@ static int select_containers(const char *list, const cJSON *containers, bool *ma
         }
         while (n > 0 && p[n - 1] == ' ') {
             n--;
-        }
-        if (n == 0 || !mesh_names_is_dns_label(p, n)) {
-            return verdict(d, MESH_INJECT_DENY,
-                           "annotation " MESH_INJECT_ANNOTATION_CONTAINERS "=\"%.64s\" must be a "
-                           "comma-separated list of container names (DNS labels)",
-                           list);
         }
         bool found = false;
         int i = 0;
@@ -752,7 +747,7 @@ static int select_containers(const char *list, const cJSON *containers, bool *ma
             return verdict(d, MESH_INJECT_DENY,
                            "annotation " MESH_INJECT_ANNOTATION_CONTAINERS
                            " names container '%.*s', which is not one of the pod's containers",
-                           (int)n, p);
+                           (int)(n > 64 ? 64 : n), p);
         }
         if (comma == NULL) {
             return 0;

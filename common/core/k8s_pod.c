@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/annotations.h"
 #include "core/cleanup.h"
 #include "core/json.h"
 #include "core/mem.h"
@@ -94,28 +95,39 @@ static void read_label(struct mesh_k8s_pod *p, const cJSON *labels, const char *
     copy_str(dst, cap, v);
 }
 
-/* An annotation holding a whole number in min..max: into *dst; one that is
- * not makes the pod invalid (why says so); none leaves *dst as it is. */
-static void read_number(struct mesh_k8s_pod *p, const cJSON *annos, const char *key, long long min,
-                        long long max, const char *why, int *dst)
+/* Mark the record invalid with a rule's own message (core/annotations.h). */
+static void set_invalid_msg(struct mesh_k8s_pod *p, const char *msg)
+{
+    if (!p->invalid) {
+        p->invalid = true;
+        copy_str(p->reason, sizeof(p->reason), msg);
+    }
+}
+
+/* A number-valued tpumesh.dev annotation through its rule (the one
+ * tpumesh-init and tpumesh-injector apply): into *dst; a value the rule
+ * refuses makes the pod invalid with the rule's message; none leaves *dst. */
+static void read_number(struct mesh_k8s_pod *p, const cJSON *annos, const char *key,
+                        int (*rule)(const char *, int *, struct mesh_err *), int *dst)
 {
     const char *v = mesh_json_str(annos, key);
     if (v == NULL) {
         return;
     }
-    long long n = 0;
-    if (mesh_parse_ll(v, strlen(v), min, max, &n, NULL) < 0) {
-        set_invalid(p, key, v, why);
+    struct mesh_err e = {0};
+    int n = 0;
+    if (rule(v, &n, &e) < 0) {
+        set_invalid_msg(p, e.msg);
         return;
     }
-    *dst = (int)n;
+    *dst = n;
 }
 
 /* The own pod's multi-slice keys: tpumesh.dev/megascale-port and JobSet's
  * coordinator. */
 static void read_multislice(struct mesh_k8s_pod *p, const cJSON *labels, const cJSON *annos)
 {
-    read_number(p, annos, MESH_K8S_KEY_MEGASCALE_PORT, 1, 65535, "is not a port in 1..65535",
+    read_number(p, annos, MESH_K8S_KEY_MEGASCALE_PORT, mesh_annotations_megascale_port,
                 &p->megascale_port);
     /* JobSet stamps its coordinator as label and annotation with the same
      * value (<pod hostname>.<headless service>); the annotation wins. */
@@ -124,9 +136,10 @@ static void read_multislice(struct mesh_k8s_pod *p, const cJSON *labels, const c
         coord = mesh_json_str(labels, MESH_K8S_KEY_COORDINATOR);
     }
     if (coord != NULL) {
-        size_t n = strnlen(coord, MESH_HOST_MAX);
-        if (n >= MESH_HOST_MAX || !mesh_names_is_dns_name(coord, n, false, false)) {
-            set_invalid(p, MESH_K8S_KEY_COORDINATOR, coord, "is not an RFC 1123 host name");
+        struct mesh_err e = {0};
+        /* The rule allows at most 253 bytes: it fits MESH_HOST_MAX. */
+        if (mesh_annotations_coordinator(coord, &e) < 0) {
+            set_invalid_msg(p, e.msg);
         } else {
             copy_str(p->coordinator, sizeof(p->coordinator), coord);
         }
@@ -179,22 +192,21 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     read_label(p, labels, MESH_K8S_KEY_REPLICATED_JOB, p->replicated_job,
                sizeof(p->replicated_job));
 
-    read_number(p, annos, MESH_K8S_KEY_EXPECTED, 1, MESH_K8S_INDEX_MAX + 1,
-                "is not an integer in 1..1048576", &p->expected_workers);
-    /* The same keys and accepted values as tpumesh-init's annotation layer
-     * (docs/DESIGN.md §6), so init and sidecar publish the same addresses. */
-    read_number(p, annos, MESH_K8S_KEY_PORT, 1, 65535, "is not a port in 1..65535", &p->port);
+    /* The same rules as tpumesh-init's annotation layer and the injector's
+     * admission (core/annotations.h), so all three refuse the same values
+     * with the same words and init and sidecar publish the same addresses. */
+    read_number(p, annos, MESH_K8S_KEY_EXPECTED, mesh_annotations_expected_workers,
+                &p->expected_workers);
+    read_number(p, annos, MESH_K8S_KEY_PORT, mesh_annotations_port, &p->port);
     read_multislice(p, labels, annos);
     const char *mode = mesh_json_str(annos, MESH_K8S_KEY_ADDR_MODE);
     if (mode != NULL) {
-        if (strcmp(mode, "auto") == 0) {
-            p->address_mode = MESH_ADDR_AUTO;
-        } else if (strcmp(mode, "dns") == 0) {
-            p->address_mode = MESH_ADDR_DNS;
-        } else if (strcmp(mode, "ip") == 0) {
-            p->address_mode = MESH_ADDR_IP;
+        enum mesh_addr_mode m = MESH_ADDR_AUTO;
+        struct mesh_err e = {0};
+        if (mesh_annotations_address_mode(mode, &m, &e) < 0) {
+            set_invalid_msg(p, e.msg);
         } else {
-            set_invalid(p, MESH_K8S_KEY_ADDR_MODE, mode, "is not auto, dns or ip");
+            p->address_mode = (int)m;
         }
     }
 

@@ -45,7 +45,7 @@
 #define MESH_K8S_NS_MAX 64               /* RFC 1123 label (63) + NUL */
 #define MESH_K8S_LABEL_MAX 64            /* label values and DNS labels: <= 63 + NUL */
 #define MESH_K8S_UID_MAX 40              /* UUID text (36) + NUL */
-#define MESH_K8S_REASON_MAX 128          /* why a pod is invalid */
+#define MESH_K8S_REASON_MAX 256          /* why a pod is invalid */
 #define MESH_K8S_KIND_MAX 24             /* owner kind ("StatefulSet") */
 #define MESH_K8S_INDEX_MAX 1048575       /* largest index accepted (far above any slice) */
 #define MESH_K8S_POD_JSON_MAX (4u << 20) /* bytes of one Pod object, mesh_k8s_pod_parse */

@@ -209,7 +209,7 @@ expect "unknown tpumesh.dev key -> 2" 2 "unknown annotation tpumesh.dev/adress-m
 
 printf 'tpumesh.dev/address-mode="fast"' >"$TMP/ann-badval"
 run_init annbadval -- --annotations-file "$TMP/ann-badval"
-expect "bad annotation value -> 2" 2 "tpumesh.dev/address-mode=\"fast\": accepted values are auto, dns, ip"
+expect "bad annotation value -> 2" 2 "annotation tpumesh.dev/address-mode=\"fast\" is not one of the accepted values auto, dns, ip"
 
 printf 'tpumesh.dev/port="70000"' >"$TMP/ann-port"
 run_init annport -- --annotations-file "$TMP/ann-port"

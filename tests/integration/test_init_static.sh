@@ -270,7 +270,7 @@ TPUMESH_PORT=9470 expect_exit "reserved TPUMESH_PORT: exit 2" 2 "DTensor port (T
     v4 "$DE"
 printf 'tpumesh.dev/port="8476"\n' >"$TMP/ann-port"
 expect_exit "reserved tpumesh.dev/port annotation: exit 2 naming it" 2 \
-    "DTensor port (annotation tpumesh.dev/port) 8476 is reserved" v4 "$DE" --annotations-file "$TMP/ann-port"
+    "annotation tpumesh.dev/port=\"8476\" is reserved: TPU software uses ports 8470-8476" v4 "$DE" --annotations-file "$TMP/ann-port"
 # The expected count is the job's total: a multislice slice lists its own hosts only.
 DMS=$TMP/multislice; mkdir -p "$DMS"
 MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID=1 expect_exit "multislice: the total (hosts x slices) is accepted" 0 \

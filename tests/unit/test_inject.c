@@ -146,7 +146,7 @@ static const struct row rows[] = {
      "\"tpumesh\",\"mountPath\":\"/var/run/tpumesh\",\"readOnly\":true}]}]}}",
      MESH_INJECT_PATCH, NULL, "tpumesh-init,tpumesh-sidecar", "tpumesh,tpumesh-podinfo", "1", ""},
     {"valid annotations",
-     "{\"metadata\":{" LBL ",\"annotations\":{\"tpumesh.dev/port\":\"8476\",\"other\":\"x\"}},"
+     "{\"metadata\":{" LBL ",\"annotations\":{\"tpumesh.dev/port\":\"12000\",\"other\":\"x\"}},"
      "\"spec\":{\"containers\":[" TRAINER "]}}",
      MESH_INJECT_PATCH, NULL, "tpumesh-init,tpumesh-sidecar", "tpumesh,tpumesh-podinfo", "1", ""},
     {"already injected",
@@ -158,6 +158,10 @@ static const struct row rows[] = {
      "\"containers\":[" TRAINER "]}}",
      MESH_INJECT_DENY, "tpumesh.dev/port=\"99999\" is not an integer in 1..65535", NULL, NULL, NULL,
      NULL},
+    {"reserved port (tpumesh-init would exit 2)",
+     "{\"metadata\":{" LBL ",\"annotations\":{\"tpumesh.dev/port\":\"8470\"}},\"spec\":{"
+     "\"containers\":[" TRAINER "]}}",
+     MESH_INJECT_DENY, "annotation tpumesh.dev/port=\"8470\" is reserved", NULL, NULL, NULL, NULL},
     {"unknown key",
      "{\"metadata\":{" LBL ",\"annotations\":{\"tpumesh.dev/prot\":\"1\"}},\"spec\":{"
      "\"containers\":[" TRAINER "]}}",

@@ -62,7 +62,8 @@ static const struct row {
     {"bad-ip.json", 0, "trainer-3-x7k2q", NULL, NULL, "", NULL, NULL, NULL, 3, -1, -1, 4, false,
      true, false, false, true, "status.podIP '10.1.2.300' is not an IP"},
     {"bad-expected.json", 0, "trainer-3-x7k2q", NULL, NULL, NULL, NULL, NULL, NULL, 3, -1, -1, -1,
-     false, true, false, false, true, "tpumesh.dev/expected-workers '0'"},
+     false, true, false, false, true,
+     "annotation tpumesh.dev/expected-workers=\"0\" is not an integer"},
     {"bookmark.json", -MESH_E_INVAL, "", NULL, NULL, NULL, NULL, NULL, NULL, -1, -1, -1, -1, false,
      false, false, false, true, "no metadata.name"},
 };
@@ -283,7 +284,8 @@ static void test_tpumesh_annotations(void **state)
         {"{\"tpumesh.dev/port\":\"0\"}", -1, -1, true},
         {"{\"tpumesh.dev/port\":\"65536\"}", -1, -1, true},
         {"{\"tpumesh.dev/port\":\"80a\"}", -1, -1, true},
-        {"{\"tpumesh.dev/port\":8080}", -1, -1, false}, /* annotations are strings: ignored */
+        {"{\"tpumesh.dev/port\":\"8470\"}", -1, -1, true}, /* reserved, as for tpumesh-init */
+        {"{\"tpumesh.dev/port\":8080}", -1, -1, false},    /* annotations are strings: ignored */
         {"{\"tpumesh.dev/address-mode\":\"IP\"}", -1, -1, true},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

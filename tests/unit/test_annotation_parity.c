@@ -109,10 +109,9 @@ static const struct row rows[] = {
 /* The keys the sidecar reads from its own pod (core/k8s_pod.c). */
 static bool sidecar_reads(const char *key)
 {
-    static const char *const keys[] = {MESH_ANNOTATION_PORT, MESH_ANNOTATION_ADDRESS_MODE,
-                                       MESH_ANNOTATION_EXPECTED_WORKERS,
-                                       MESH_ANNOTATION_MEGASCALE_PORT,
-                                       MESH_ANNOTATION_JOBSET_COORDINATOR};
+    static const char *const keys[] = {
+        MESH_ANNOTATION_PORT, MESH_ANNOTATION_ADDRESS_MODE, MESH_ANNOTATION_EXPECTED_WORKERS,
+        MESH_ANNOTATION_MEGASCALE_PORT, MESH_ANNOTATION_JOBSET_COORDINATOR};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(key, keys[i]) == 0) {
             return true;
@@ -221,9 +220,8 @@ static void test_parity(void **state)
         if (irc < 0) {
             refused++;
             if (jv != MESH_INJECT_DENY || strcmp(im, jm) != 0) {
-                fail_msg("%s=\"%s\": init refuses (%s) but the injector %s (%s)", r->key,
-                         r->value, im, jv == MESH_INJECT_DENY ? "denies otherwise" : "admits",
-                         jm);
+                fail_msg("%s=\"%s\": init refuses (%s) but the injector %s (%s)", r->key, r->value,
+                         im, jv == MESH_INJECT_DENY ? "denies otherwise" : "admits", jm);
             }
         } else {
             accepted++;
@@ -254,8 +252,9 @@ static void test_reserved_port_words(void **state)
     struct mesh_err err = {0};
     int port = 0;
     assert_int_equal(mesh_annotations_port("8470", &port, &err), -MESH_E_CONFIG);
-    assert_non_null(strstr(err.msg, "annotation tpumesh.dev/port=\"8470\" is reserved: TPU software "
-                                    "uses ports 8470-8476, 8080, 9470 and 9476"));
+    assert_non_null(strstr(err.msg,
+                           "annotation tpumesh.dev/port=\"8470\" is reserved: TPU software "
+                           "uses ports 8470-8476, 8080, 9470 and 9476"));
     assert_int_equal(port, 0);
     assert_int_equal(mesh_annotations_port("10000", &port, &err), 0);
     assert_int_equal(port, 10000);

@@ -837,8 +837,9 @@ static void tpu_suffix(struct mesh_render_wr *w, const struct mesh_render_prep *
     }
 }
 
-/* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE it takes worker 0
- * on port 8476 as coordinator and TPU_WORKER_ID as process id.
+/* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE its Cloud TPU
+ * detection takes worker 0 on port 8482 (MESH_RENDER_JAX_PORT) as coordinator
+ * and TPU_WORKER_ID as process id.
  * JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
  * conventional names for jax.distributed.initialize(num_processes=,
  * process_id=) that launchers pass; we write the same values GKE implies.

@@ -10,7 +10,7 @@
  *
  * Formats are the ones their readers define: DTensor's DTENSOR_* variables
  * and defaults, TensorFlow's TF_CONFIG and TPUClusterResolver.cluster_spec(),
- * GKE's TPU_WORKER_* identity, JAX's coordinator (worker 0, port 8476).
+ * GKE's TPU_WORKER_* identity, JAX's coordinator (worker 0, port 8482).
  * docs/shared-volume.md shows every file.
  */
 #ifndef MESH_RENDER_H
@@ -27,8 +27,11 @@
 /* Largest worker list a renderer accepts (one entry per TPU VM host; a
  * multi-slice JobSet lists the hosts of every slice, hence above 4096). */
 #define MESH_RENDER_MAX_WORKERS 16384
-/* JAX's coordinator port on Cloud TPU. */
-#define MESH_RENDER_JAX_PORT 8476
+/* JAX's coordinator port on Cloud TPU: the port JAX's own Cloud TPU cluster
+ * detection (jax/_src/clusters/cloud_tpu_cluster.py) uses since jax 0.8.1;
+ * 8476 before. tests/trainers/test_jax_detect.py runs the pinned JAX's
+ * detection on every pod's tpu.env and compares it with jax.env. */
+#define MESH_RENDER_JAX_PORT 8482
 /* TensorFlow's TPU Node gRPC port. */
 #define MESH_RENDER_TPU_NODE_PORT 8470
 /* MEGASCALE_PORT when nothing overrides it: the multi-slice (DCN)

@@ -56,7 +56,7 @@ source_all() { # source_all SHELL: source every env file, print the variables
         . "$f" || exit 1; done; printf "%s|%s|%s|%s\n" "$DTENSOR_JOBS" "$DTENSOR_JOB_NAME" \
         "$TPU_WORKER_HOSTNAMES" "$JAX_COORDINATOR_ADDRESS"' "$D")
 }
-want_vars="$GOOD_JOBS|worker|$GOOD_HOSTS|a.svc:8476"
+want_vars="$GOOD_JOBS|worker|$GOOD_HOSTS|a.svc:8482"
 
 n=0
 for p in "${payloads[@]}"; do

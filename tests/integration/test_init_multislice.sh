@@ -63,7 +63,7 @@ for s in range(slices):
                 problems.append("pod %d/%d %s=%r, want %r" % (s, w, k, tpu.get(k), v))
         # JAX's multislice detection: coordinator = slice 0 worker 0 on JAX's port,
         # processes = hosts per slice x slices, id = slice id x hosts per slice + worker id.
-        jwant = {"JAX_COORDINATOR_ADDRESS": jaxhost + ":8476",
+        jwant = {"JAX_COORDINATOR_ADDRESS": jaxhost + ":8482",
                  "JAX_NUM_PROCESSES": str(slices * hps), "JAX_PROCESS_ID": str(s * hps + w)}
         if jax != jwant:
             problems.append("pod %d/%d jax.env %r" % (s, w, jax))

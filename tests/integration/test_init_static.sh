@@ -127,7 +127,7 @@ for i in range(4):
     if tf["cluster"]["worker"] != dt["DTENSOR_JOBS"].split(","): problems.append("cluster")
     if int(dt["DTENSOR_NUM_CLIENTS"]) != n or int(jax["JAX_NUM_PROCESSES"]) != n:
         problems.append("counts")
-    if jax["JAX_COORDINATOR_ADDRESS"] != tpu["TPU_WORKER_HOSTNAMES"].split(",")[0] + ":8476":
+    if jax["JAX_COORDINATOR_ADDRESS"] != tpu["TPU_WORKER_HOSTNAMES"].split(",")[0] + ":8482":
         problems.append("coordinator")
 if len(jobs) != 1 or len(clusters) != 1: problems.append("workers disagree")
 print("; ".join(problems) or "consistent")

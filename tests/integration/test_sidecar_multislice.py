@@ -84,7 +84,7 @@ def check_job(label, cars, slices, hps, mport, jax_host):
             if got != want:
                 problems.append("%d/%d tpu.env %r" % (s, w, got))
             jax = sourced(car.out, "jax.env")
-            jwant = {"JAX_COORDINATOR_ADDRESS": jax_host + ":8476",
+            jwant = {"JAX_COORDINATOR_ADDRESS": jax_host + ":8482",
                      "JAX_NUM_PROCESSES": str(slices * hps), "JAX_PROCESS_ID": str(s * hps + w)}
             if jax != jwant:
                 problems.append("%d/%d jax.env %r" % (s, w, jax))

@@ -137,7 +137,7 @@ static void test_golden_v4_32_dns(void **state)
                   "TPU_HOST_BOUNDS='1,1,4'\n"
                   "TPU_CHIPS_PER_HOST_BOUNDS='2,2,1'\n");
     expect_render(mesh_render_jax_env, &in,
-                  "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8476'\n"
+                  "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='1'\n");
     mesh_free(w);
@@ -540,7 +540,7 @@ static void check_multislice_pod(int slices, int hps, int self, int mport)
     expect_render(mesh_render_tpu_env, &in, mesh_buf_str(&want));
     mesh_buf_reset(&want);
     (void)mesh_buf_printf(&want, NULL,
-                          "JAX_COORDINATOR_ADDRESS='js-slice-0-0.js:8476'\n"
+                          "JAX_COORDINATOR_ADDRESS='js-slice-0-0.js:8482'\n"
                           "JAX_NUM_PROCESSES='%d'\nJAX_PROCESS_ID='%d'\n",
                           n, sid * hps + wid);
     expect_render(mesh_render_jax_env, &in, mesh_buf_str(&want));
@@ -602,12 +602,12 @@ static void test_multislice_golden(void **state)
                   "MEGASCALE_PORT='9090'\n");
     in.jax_coordinator = "js-leader-0-0.js";
     expect_render(mesh_render_jax_env, &in,
-                  "JAX_COORDINATOR_ADDRESS='js-leader-0-0.js:8476'\n"
+                  "JAX_COORDINATOR_ADDRESS='js-leader-0-0.js:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='3'\n");
     in.jax_coordinator = "fd00::1";
     expect_render(mesh_render_jax_env, &in,
-                  "JAX_COORDINATOR_ADDRESS='[fd00::1]:8476'\n"
+                  "JAX_COORDINATOR_ADDRESS='[fd00::1]:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='3'\n");
     /* The coordinator does not change tpu.env (MEGASCALE names slice 0
@@ -651,7 +651,7 @@ static void test_slice_only(void **state)
                   "MEGASCALE_SLICE_ID='1'\n"
                   "MEGASCALE_PORT='8080'\n");
     expect_render(mesh_render_jax_env, &in,
-                  "JAX_COORDINATOR_ADDRESS='s0-0.js:8476'\n"
+                  "JAX_COORDINATOR_ADDRESS='s0-0.js:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='3'\n");
     /* The job's global lists are not known from one slice. */

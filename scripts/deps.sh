@@ -7,14 +7,15 @@ set -eu
 # Build: the compiler, make, protoc-c and the -dev packages of the libraries the
 # programs link (the Dockerfile's build stage has the same ones). Tests: clang
 # and llvm (ASan/UBSan, libFuzzer), valgrind, the lint tools, the Python
-# clients and node that check the simulators and the chart, openssl and curl
+# clients and node that check the simulators and the chart, python3-venv for the
+# TensorFlow/JAX venvs of tests/trainers (scripts/trainer-deps.sh), openssl and curl
 # (test certificates, probes), debootstrap with gpgv and Debian's keyring (it
 # verifies the suite's Release file) for `make image-test`.
 PKGS="gcc make clang libclang-rt-14-dev llvm openssl curl ca-certificates
 gpgv debian-archive-keyring
 libcurl4-openssl-dev libcjson-dev libyaml-dev libgrpc-dev libprotobuf-c-dev
 protobuf-c-compiler protobuf-compiler libwebsockets-dev libssl-dev libcmocka-dev
-python3 python3-grpcio python3-protobuf python3-kubernetes python3-yaml python3-jsonpatch python3-websocket
+python3 python3-venv python3-grpcio python3-protobuf python3-kubernetes python3-yaml python3-jsonpatch python3-websocket
 valgrind cppcheck clang-format clang-tidy pmccabe iproute2 procps psmisc
 nodejs npm debootstrap"
 

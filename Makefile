@@ -47,7 +47,8 @@ SIDE_SRC   := $(sort $(wildcard sidecar/*.c))
 INJ_SRC    := $(sort $(wildcard injector/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
-TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
+# tests/tools/podbind.c is a preload library (below), every other tool a program.
+TOOL_SRC   := $(filter-out tests/tools/podbind.c,$(sort $(wildcard tests/tools/*.c)))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ   := $(call obj,$(CORE_SRC)) $(patsubst %.c,%.o,$(subst $(BUILD)/gen,$(BUILD)/obj/gen,$(GEN_C)))
@@ -58,8 +59,9 @@ BINS       := $(BUILD)/bin/tpumesh-init $(BUILD)/bin/tpumesh-sidecar $(BUILD)/bi
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
+PODBIND    := $(BUILD)/tests/podbind.so
 
-.PHONY: all deps test test-unit test-fuzz test-integration asan valgrind fuzz lint \
+.PHONY: all deps trainer-deps trainers test test-unit test-fuzz test-integration asan valgrind fuzz lint \
         format format-check demo bench clean help check-core-pure gen-py image-test
 
 # Keep intermediate objects (pattern chains would delete them and force rebuilds).
@@ -71,7 +73,9 @@ help:
 	@echo "make deps        install the Debian packages the build and tests need, and Helm 3 and 4"
 	@echo "                 for the chart tests into \$$(BUILD)/helm (idempotent; offline once there)"
 	@echo "make             build build/bin/tpumesh-init, tpumesh-sidecar and tpumesh-injector"
-	@echo "make test        deps + build + unit, fuzz-corpus replay and integration tests"
+	@echo "make test        deps + build + unit, fuzz-corpus replay, integration and trainer tests"
+	@echo "make trainers    only the real TensorFlow/DTensor and JAX tests (tests/trainers/)"
+	@echo "make trainer-deps  the pinned TensorFlow and JAX venvs in build/ (make deps runs it)"
 	@echo "make demo        deps + build + run the whole flow on the simulators"
 	@echo "make asan        unit, corpus replay and integration tests, AddressSanitizer + UBSan (clang)"
 	@echo "make valgrind    unit, corpus replay and integration tests under valgrind"
@@ -82,6 +86,18 @@ help:
 
 deps:
 	@BUILD=$(BUILD) scripts/deps.sh
+	@scripts/trainer-deps.sh
+
+# The hash-pinned TensorFlow and JAX virtual environments of the real-runtime tests
+# (build/venv-tf, build/venv-jax; rebuilt only when tests/trainers/requirements-*.txt change).
+trainer-deps:
+	@scripts/trainer-deps.sh
+
+# Only the real-runtime tests: real TensorFlow/DTensor and JAX processes read the files the
+# real tpumesh-init and tpumesh-sidecar published (tests/trainers/).
+trainers: trainer-deps
+	@$(MAKE) --no-print-directory all test-unit
+	@BUILD=$(BUILD) PY=$(PY) ONLY=trainers tests/run.sh
 
 # ---- protobuf-c code generation (never committed) -------------------------
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
@@ -151,7 +167,13 @@ $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(IO_LIB) $(CORE_LIB) $(IO_LIBS) $(CORE_LIBS)
 
-test-unit: $(UNIT_BINS) $(TOOL_BINS)
+# LD_PRELOAD library of the real-runtime tests: a wildcard bind becomes a bind on the
+# process's pod IP (TPUMESH_POD_IP, 127.64.0.0/16), so trainers on one host keep one IP per pod.
+$(PODBIND): tests/tools/podbind.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(WARN) -O2 -g -fPIC -shared -o $@ $< -ldl
+
+test-unit: $(UNIT_BINS) $(TOOL_BINS) $(PODBIND)
 test-fuzz: $(FUZZ_BINS)
 
 test: deps

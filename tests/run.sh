@@ -13,7 +13,9 @@
 # tool (`make deps`), so a test that did not run there is a test that failed. Other skips (a
 # check that cannot mean anything under valgrind, a machine that writes no core files) stay
 # skips.
-# Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration"), WRAP (e.g. valgrind; also
+#   trainers     tests/trainers/test_*.py      TAP, as integration: real TensorFlow/DTensor and JAX
+#                                              (build/venv-tf, build/venv-jax) read the published files
+# Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration trainers"), WRAP (e.g. valgrind; also
 #      exported to integration tests, which start the programs under it when they support it),
 #      FILTER (substring of test names to run), INTEGRATION_ONLY (space-separated substrings: run
 #      only the integration tests matching one), TEST_TIMEOUT (seconds per program, default
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
 PY=${PY:-/usr/bin/python3}
-ONLY=${ONLY:-unit fuzz integration}
+ONLY=${ONLY:-unit fuzz integration trainers}
 WRAP=${WRAP:-}
 FILTER=${FILTER:-}
 INTEGRATION_ONLY=${INTEGRATION_ONLY:-}
@@ -130,12 +132,15 @@ if want fuzz; then
     done
 fi
 
-if want integration; then
-    for t in tests/integration/test_*.sh tests/integration/test_*.py; do
+# TAP scripts: tests/integration/test_* and tests/trainers/test_* (real TensorFlow and JAX).
+run_tap() { # section file...
+    local section=$1 t name log rc s p f req n
+    shift
+    for t in "$@"; do
         [ -f "$t" ] || continue
-        name=integration/$(basename "$t")
+        name=$section/$(basename "$t")
         matches "$name" || continue
-        if [ -n "$INTEGRATION_ONLY" ]; then
+        if [ "$section" = integration ] && [ -n "$INTEGRATION_ONLY" ]; then
             hit=0
             for pat in $INTEGRATION_ONLY; do [[ "$name" == *"$pat"* ]] && hit=1; done
             [ "$hit" -eq 1 ] || continue
@@ -168,6 +173,13 @@ if want integration; then
         fi
         report "$name" "$p" "$f" "$log" "$s"
     done
+}
+
+if want integration; then
+    run_tap integration tests/integration/test_*.sh tests/integration/test_*.py
+fi
+if want trainers; then
+    run_tap trainers tests/trainers/test_*.py
 fi
 
 echo

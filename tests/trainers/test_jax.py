@@ -1,0 +1,142 @@
+"""Real JAX (the pinned jax/jaxlib of requirements-jax.txt, CPU) reads the files tpumesh published.
+
+1. Distributed start: every pod of a 4-pod job runs the README's JAX trainer snippet (its
+   env-loading line and its Python program, extracted from README.md) with the program
+   extended by a cross-process psum on CPU: every process must report the process index and
+   count jax.env gave it and the global sum.
+2. JAX's own GKE TPU detection: for every pod of a single-slice (4 pods) and a 2 x 2
+   multi-slice job, a JAX process with that pod's tpu.env (JAX_FORCE_TPU_INIT forces TPU
+   presence; no TPU is needed) runs ClusterEnv.auto_detect_unset_distributed_params, the
+   function jax.distributed.initialize() calls: it must pick GkeTpuCluster and compute the
+   coordinator host and port, process id and process count that jax.env holds.
+"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import check, done, fail, results, tail  # noqa: E402
+
+PSUM = r'''
+# --- appended by tests/trainers/test_jax.py: a cross-process psum on CPU ---
+import json, os
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((jax.device_count(),), ("i",))
+mine = np.full((jax.local_device_count(),), float(jax.process_index() + 1), dtype=np.float32)
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("i")), mine)
+f = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=P("i"),
+                          out_specs=P()))
+total = float(np.asarray(f(x).addressable_data(0))[0])
+multihost_utils.sync_global_devices("tpumesh-test-done")
+print("RESULT " + json.dumps({"index": jax.process_index(), "count": jax.process_count(),
+                              "devices": jax.device_count(), "local": jax.local_device_count(),
+                              "sum": total, "coordinator": os.environ["JAX_COORDINATOR_ADDRESS"],
+                              "backend": jax.default_backend()}), flush=True)
+'''
+
+DETECT = r'''
+import json, os
+import jax
+from jax._src import clusters
+from jax._src.clusters import cloud_tpu_cluster
+present = [c.__name__ for c in clusters.ClusterEnv._cluster_types
+           if not c.opt_in_only_method and c.is_env_present()]
+addr, n, pid, _ = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+    None, None, None, None, None, 30)
+print("RESULT " + json.dumps({"present": present, "address": addr, "count": n, "id": pid,
+                              "jax": jax.__version__,
+                              "port_default": cloud_tpu_cluster.coordinator_port}), flush=True)
+'''
+
+# The sh lines that load tpu.env as the README's JAX snippet does (tpu.env only: JAX's detection
+# must find its values in what libtpu reads, not in jax.env).
+DETECT_ENV = "set -a; . /var/run/tpumesh/tpu.env; set +a\n"
+
+
+def psum_test(env, py, job):
+    head, code = harness.readme_snippet("JAX (`. jax.env`")
+    check("README's JAX snippet loads jax.env and tpu.env and passes them to "
+          "jax.distributed.initialize", "jax.env" in head and "tpu.env" in head and
+          "jax.distributed.initialize(" in code and "JAX_COORDINATOR_ADDRESS" in code, head + code)
+    t0 = time.monotonic()
+    procs = [env.trainer(p, py, head, code + "\n" + PSUM, {"JAX_NUM_CPU_DEVICES": "2"})
+             for p in job.pods]
+    outs = env.finish(procs, 180)
+    took = time.monotonic() - t0
+    n = len(job.pods)
+    want_sum = float(sum((i + 1) * 2 for i in range(n)))
+    problems = []
+    for pod, (rc, text) in zip(job.pods, outs):
+        jx = pod.env("jax.env")
+        r = results(text)
+        first = text.splitlines()
+        # The README program's own line: "<process_index> <process_count> <device_count>".
+        readme_line = "%s %d %d" % (jx.get("JAX_PROCESS_ID"), n, 2 * n)
+        if rc != 0 or not r:
+            problems.append("%s: exit %s\n%s" % (pod.name, rc, tail(text)))
+            continue
+        r = r[0]
+        want = {"index": int(jx["JAX_PROCESS_ID"]), "count": n, "devices": 2 * n, "local": 2,
+                "sum": want_sum, "coordinator": jx["JAX_COORDINATOR_ADDRESS"], "backend": "cpu"}
+        if r != want:
+            problems.append("%s: got %r, want %r" % (pod.name, r, want))
+        if readme_line not in first:
+            problems.append("%s: the README program did not print %r" % (pod.name, readme_line))
+    check("JAX: %d processes from jax.env + the README snippet: jax.distributed.initialize, "
+          "process index/count from jax.env, psum over %d CPU devices = %g (%.1f s)"
+          % (n, 2 * n, want_sum, took), not problems, "\n".join(problems[:3]))
+
+
+def detect_test(env, py, job, label):
+    t0 = time.monotonic()
+    procs = [env.trainer(p, py, DETECT_ENV, DETECT, {"JAX_FORCE_TPU_INIT": "1"}) for p in job.pods]
+    outs = env.finish(procs, 120)
+    took = time.monotonic() - t0
+    problems = []
+    version = None
+    for pod, (rc, text) in zip(job.pods, outs):
+        r = results(text)
+        if rc != 0 or not r:
+            problems.append("%s: exit %s\n%s" % (pod.name, rc, tail(text)))
+            continue
+        r = r[0]
+        version = r["jax"]
+        jx = pod.env("jax.env")
+        got = {"present": r["present"][:1], "address": r["address"], "count": r["count"], "id": r["id"]}
+        want = {"present": ["GkeTpuCluster"], "address": jx.get("JAX_COORDINATOR_ADDRESS"),
+                "count": int(jx.get("JAX_NUM_PROCESSES", -1)), "id": int(jx.get("JAX_PROCESS_ID", -1))}
+        if got != want:
+            problems.append("%s (slice %d worker %d): JAX detects %r, jax.env says %r"
+                            % (pod.name, pod.slice, pod.worker, got, want))
+    check("JAX %s GKE TPU detection on every pod of %s from tpu.env = jax.env (coordinator host "
+          "and port, process id, process count) (%.1f s)" % (version, label, took),
+          not problems, "\n".join(problems[:4]))
+
+
+def main():
+    py = harness.need_venv("jax")
+    env = harness.Env()
+    try:
+        one = env.job("jx", 1, 4, "v4-32", "2x2x4")
+        multi = env.job("jm", 2, 2, "v4-16", "2x2x2")
+        for job in (one, multi):
+            check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
+                  % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
+        psum_test(env, py, one)
+        detect_test(env, py, one, "a single-slice job (4 pods)")
+        detect_test(env, py, multi, "a 2 x 2 multi-slice job")
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        fail("test raised", repr(e))
+    finally:
+        env.stop()
+    return done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -211,7 +211,8 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     }
 
     /* The controlling owner (at most one has controller: true). Only kinds and
-     * names that fit are kept; they serve selector derivation. */
+     * names that fit are kept; they serve selector derivation and, with the
+     * uid, the same-job check (a relay, a worker must share the controller). */
     const cJSON *owners = cJSON_GetObjectItemCaseSensitive(md, "ownerReferences");
     if (!cJSON_IsArray(owners)) {
         owners = NULL;
@@ -224,10 +225,15 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
         }
         const char *kind = mesh_json_str(o, "kind");
         const char *name = mesh_json_str(o, "name");
+        const char *ouid = mesh_json_str(o, "uid");
         if (kind != NULL && name != NULL && strlen(kind) < sizeof(p->owner_kind) &&
             mesh_names_is_label_value(name, strlen(name))) {
             copy_str(p->owner_kind, sizeof(p->owner_kind), kind);
             copy_str(p->owner_name, sizeof(p->owner_name), name);
+            /* A uid that does not fit is no uid: it then matches no job. */
+            if (ouid != NULL && strlen(ouid) < sizeof(p->owner_uid)) {
+                copy_str(p->owner_uid, sizeof(p->owner_uid), ouid);
+            }
         }
         break;
     }

@@ -19,7 +19,7 @@
  *                                                 reads them from its own pod)
  *     jobset.sigs.k8s.io/coordinator             (annotation, else label: the
  *                                                 JobSet's coordinator host)
- *   metadata.ownerReferences[] (the one with controller: true)
+ *   metadata.ownerReferences[] (the one with controller: true: kind, name, uid)
  *   spec.hostname, spec.subdomain
  *   status.podIP (else status.podIPs[0].ip), status.phase,
  *   status.conditions[type=Ready].status
@@ -82,6 +82,7 @@ struct mesh_k8s_pod {
     char replicated_job[MESH_K8S_LABEL_MAX];
     char owner_kind[MESH_K8S_KIND_MAX]; /* controller ownerReference kind, or "" */
     char owner_name[MESH_K8S_LABEL_MAX];
+    char owner_uid[MESH_K8S_UID_MAX]; /* its uid: which object, not just which name */
     int completion_index; /* job-completion-index (annotation wins; must agree with label) */
     int pod_index;        /* apps.kubernetes.io/pod-index */
     int job_index;        /* jobset job-index (slice within the replicated job) */

@@ -242,6 +242,160 @@ struct mesh_k8s_pod_rec *mesh_topo_msg_pod_to_rec(const Tpumesh__V1__Pod *m, str
     return mesh_k8s_pod_pack(&p);
 }
 
+/* ---- the wire-format scan (protobuf encoding: a field is a varint key
+ * number << 3 | wire type, then a varint (0), 8 bytes (1), a varint
+ * length and that many bytes (2), or 4 bytes (5); 3 and 4 are groups,
+ * which proto3 does not use) ---- */
+
+struct scan {
+    const uint8_t *p, *end;
+};
+
+static bool varint(struct scan *sc, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (sc->p >= sc->end) {
+            return false;
+        }
+        uint8_t b = *sc->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The next field: its number, wire type and, for a length-delimited one,
+ * its bytes. false at a malformed field. */
+static bool next_field(struct scan *sc, uint32_t *num, int *type, const uint8_t **body,
+                       size_t *blen)
+{
+    uint64_t key = 0, v = 0;
+    if (!varint(sc, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
+        return false;
+    }
+    *num = (uint32_t)(key >> 3);
+    *type = (int)(key & 7);
+    *body = NULL;
+    *blen = 0;
+    switch (*type) {
+    case 0:
+        return varint(sc, &v);
+    case 1:
+    case 5: {
+        size_t n = *type == 1 ? 8 : 4;
+        if ((size_t)(sc->end - sc->p) < n) {
+            return false;
+        }
+        sc->p += n;
+        return true;
+    }
+    case 2:
+        if (!varint(sc, &v) || v > (uint64_t)(sc->end - sc->p)) {
+            return false;
+        }
+        *body = sc->p;
+        *blen = (size_t)v;
+        sc->p += v;
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int scan_pod(const uint8_t *b, size_t n, size_t *fields, size_t max_fields,
+                    struct mesh_err *err)
+{
+    if (n > MESH_TOPO_MSG_POD_WIRE_MAX) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "a pod record of %zu bytes (limit %d)", n,
+                            MESH_TOPO_MSG_POD_WIRE_MAX);
+    }
+    struct scan sc = {b, b + n};
+    size_t here = 0;
+    while (sc.p < sc.end) {
+        uint32_t num;
+        int type;
+        const uint8_t *body;
+        size_t blen;
+        if (!next_field(&sc, &num, &type, &body, &blen)) {
+            return mesh_err_set(err, MESH_E_PARSE, 0, "a malformed pod record");
+        }
+        if (++here > MESH_TOPO_MSG_POD_FIELDS_MAX || ++*fields > max_fields) {
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "a pod record with too many fields");
+        }
+    }
+    return 0;
+}
+
+static int scan_delta(const uint8_t *b, size_t n, size_t *records, size_t max_records,
+                      size_t *fields, size_t max_fields, struct mesh_err *err)
+{
+    struct scan sc = {b, b + n};
+    while (sc.p < sc.end) {
+        uint32_t num;
+        int type;
+        const uint8_t *body;
+        size_t blen;
+        if (!next_field(&sc, &num, &type, &body, &blen)) {
+            return mesh_err_set(err, MESH_E_PARSE, 0, "a malformed PodDelta");
+        }
+        if (++*fields > max_fields) {
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu fields", max_fields);
+        }
+        if ((num == 2 || num == 3) && type == 2 && ++*records > max_records) {
+            return mesh_err_set(err, MESH_E_TOOBIG, 0,
+                                "more than %zu pod records (the job cannot need more)",
+                                max_records);
+        }
+        if (num == 2 && type == 2) {
+            int rc = scan_pod(body, blen, fields, max_fields, err);
+            if (rc < 0) {
+                return rc;
+            }
+        } else if (num == 3 && type == 2 && blen >= MESH_POD_MAX) {
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "a deleted name of %zu bytes", blen);
+        }
+    }
+    return 0;
+}
+
+int mesh_topo_msg_scan_pods(const uint8_t *buf, size_t len, size_t max_records,
+                            struct mesh_err *err)
+{
+    if (len > MESH_TOPO_MSG_MAX) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "message of %zu bytes (limit %u)", len,
+                            MESH_TOPO_MSG_MAX);
+    }
+    size_t records = 0, fields = 0;
+    size_t max_fields = MESH_TOPO_MSG_POD_FIELDS_MAX * max_records + 64;
+    struct scan sc = {buf, buf + len};
+    int rc = 0;
+    while (rc == 0 && sc.p < sc.end) {
+        uint32_t num;
+        int type;
+        const uint8_t *body;
+        size_t blen;
+        if (!next_field(&sc, &num, &type, &body, &blen)) {
+            rc = mesh_err_set(err, MESH_E_PARSE, 0, "malformed at byte %zu", (size_t)(sc.p - buf));
+        } else if (++fields > max_fields) {
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu fields", max_fields);
+        } else if (num == 1) {
+            rc = mesh_err_set(err, MESH_E_INVAL, 0, "a topology in a pod stream");
+        } else if (num == 2 && type == 2) {
+            rc = scan_delta(body, blen, &records, max_records, &fields, max_fields, err);
+        } else if (num == 4 && type == 2 && blen >= MESH_TOPO_MSG_RV_MAX) {
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "resource_version of %zu bytes", blen);
+        }
+    }
+    if (rc < 0) {
+        mesh_err_prefix(err, "WatchResponse refused");
+    }
+    return rc;
+}
+
 Tpumesh__V1__WatchResponse *mesh_topo_msg_unpack_watch(const uint8_t *buf, size_t len,
                                                        struct mesh_err *err)
 {

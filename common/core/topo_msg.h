@@ -51,6 +51,25 @@ void mesh_topo_msg_pod_from_rec(Tpumesh__V1__Pod *m, const struct mesh_k8s_pod_r
  * pod the relay marks invalid is kept, invalid, with the relay's reason. */
 struct mesh_k8s_pod_rec *mesh_topo_msg_pod_to_rec(const Tpumesh__V1__Pod *m, struct mesh_err *err);
 
+/* Most bytes one Pod record takes on the wire: its strings are bounded
+ * (name 253, host names 63, IP 45, reason 127) and its numbers small. */
+#define MESH_TOPO_MSG_POD_WIRE_MAX 1024
+/* Most fields one Pod record may carry (it has 13; unknown ones count). */
+#define MESH_TOPO_MSG_POD_FIELDS_MAX 16
+
+/* Walk a VIEW_PODS WatchResponse's wire format (len bytes, borrowed)
+ * without decoding it, so that a hostile message cannot make the decoder
+ * allocate more than the job needs: at most max_records pod records
+ * (upserts + deleted names), each at most MESH_TOPO_MSG_POD_WIRE_MAX bytes
+ * and MESH_TOPO_MSG_POD_FIELDS_MAX fields, a deleted name shorter than
+ * MESH_POD_MAX, a resource_version shorter than MESH_TOPO_MSG_RV_MAX, no
+ * topology (a pod stream never carries one), and at most
+ * MESH_TOPO_MSG_POD_FIELDS_MAX x max_records + 64 fields in all (unknown
+ * fields are kept by the decoder, one allocation each). 0, or
+ * -MESH_E_TOOBIG / -MESH_E_PARSE / -MESH_E_INVAL naming the first excess. */
+int mesh_topo_msg_scan_pods(const uint8_t *buf, size_t len, size_t max_records,
+                            struct mesh_err *err);
+
 /* Unpack a WatchResponse (len bytes) with limits: at most MESH_TOPO_MSG_MAX
  * bytes, MESH_TOPO_MSG_PODS_MAX records, a resource_version of at most
  * MESH_TOPO_MSG_RV_MAX - 1 bytes. Owned by caller

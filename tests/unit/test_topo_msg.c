@@ -186,12 +186,101 @@ static void test_unpack_limits(void **state)
     assert_int_equal(err.code, MESH_E_PARSE);
 }
 
+/* Append a varint to b at *n. */
+static void put_varint(uint8_t *b, size_t *n, uint64_t v)
+{
+    while (v >= 0x80) {
+        b[(*n)++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b[(*n)++] = (uint8_t)v;
+}
+
+/* WatchResponse{synced, pods{upserts: `count` empty Pods}}: 2 bytes a
+ * record on the wire, ~100 B each once decoded. Owned (mesh_free). */
+static uint8_t *empty_records(size_t count, size_t *out_len)
+{
+    size_t inner = 2 * count;
+    uint8_t *b = mesh_malloc(inner + 16);
+    size_t n = 0;
+    b[n++] = 0x18; /* synced = 1 */
+    b[n++] = 0x01;
+    b[n++] = 0x12; /* pods */
+    put_varint(b, &n, inner);
+    for (size_t i = 0; i < count; i++) {
+        b[n++] = 0x12; /* upserts: an empty Pod */
+        b[n++] = 0x00;
+    }
+    *out_len = n;
+    return b;
+}
+
+static void test_scan_pods(void **state)
+{
+    (void)state;
+    struct mesh_err err;
+    size_t n = 0;
+    /* The hostile message of issue 22: 32 MiB of empty records. */
+    uint8_t *big = empty_records(((size_t)32 << 20) / 2 - 16, &n);
+    assert_int_equal(mesh_topo_msg_scan_pods(big, n, 68, &err), -MESH_E_TOOBIG);
+    assert_non_null(strstr(err.msg, "more than 68 pod records"));
+    mesh_free(big);
+    /* As many as allowed pass; one more does not. */
+    uint8_t *ok = empty_records(68, &n);
+    assert_int_equal(mesh_topo_msg_scan_pods(ok, n, 68, &err), 0);
+    assert_int_equal(mesh_topo_msg_scan_pods(ok, n, 67, &err), -MESH_E_TOOBIG);
+    mesh_free(ok);
+    /* A real message scans clean with the limit it needs. */
+    Tpumesh__V1__Pod p = TPUMESH__V1__POD__INIT, *pp[1] = {&p};
+    p.name = (char *)"trainer-0-abcde";
+    p.ip = (char *)"10.0.0.1";
+    Tpumesh__V1__PodDelta d = TPUMESH__V1__POD_DELTA__INIT;
+    d.reset = true;
+    d.n_upserts = 1;
+    d.upserts = pp;
+    char *del[1] = {(char *)"trainer-1-abcde"};
+    d.n_deleted = 1;
+    d.deleted = del;
+    Tpumesh__V1__WatchResponse w = TPUMESH__V1__WATCH_RESPONSE__INIT;
+    w.pods = &d;
+    w.synced = true;
+    w.resource_version = (char *)"42";
+    uint8_t buf[512];
+    n = tpumesh__v1__watch_response__pack(&w, buf);
+    assert_int_equal(mesh_topo_msg_scan_pods(buf, n, 2, &err), 0);
+    assert_int_equal(mesh_topo_msg_scan_pods(buf, n, 1, &err), -MESH_E_TOOBIG);
+    /* Unknown fields count: 200 varint fields #15 at the top level. */
+    uint8_t unk[400];
+    for (size_t i = 0; i < 200; i++) {
+        unk[2 * i] = 15 << 3;
+        unk[2 * i + 1] = 0;
+    }
+    assert_int_equal(mesh_topo_msg_scan_pods(unk, sizeof(unk), 4, &err), -MESH_E_TOOBIG);
+    /* A topology has no place in a pod stream; truncation is malformed. */
+    static const uint8_t topo[] = {0x0a, 0x00};
+    assert_int_equal(mesh_topo_msg_scan_pods(topo, sizeof(topo), 4, &err), -MESH_E_INVAL);
+    static const uint8_t cut[] = {0x12, 0x05, 0x12};
+    assert_int_equal(mesh_topo_msg_scan_pods(cut, sizeof(cut), 4, &err), -MESH_E_PARSE);
+    /* A record longer than any pod can be. */
+    uint8_t *fat = mesh_calloc(1, 2048);
+    n = 0;
+    fat[n++] = 0x12;
+    put_varint(fat, &n, 1203);
+    fat[n++] = 0x12;
+    put_varint(fat, &n, 1200);
+    fat[n++] = 0x0a; /* name: 1197 bytes */
+    put_varint(fat, &n, 1197);
+    n += 1197;
+    assert_int_equal(mesh_topo_msg_scan_pods(fat, n, 4, &err), -MESH_E_TOOBIG);
+    mesh_free(fat);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pod_rules),     cmocka_unit_test(test_too_long),
         cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_snapshot),
-        cmocka_unit_test(test_unpack_limits),
+        cmocka_unit_test(test_unpack_limits), cmocka_unit_test(test_scan_pods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

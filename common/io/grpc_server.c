@@ -20,6 +20,7 @@
  * and the names removed since the stream's last message (a full set with
  * `reset` first), plus synced / resourceVersion / source age / depth.
  */
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
@@ -44,6 +46,8 @@
 #define MOD "grpc"
 #define REQUEST_MAX 4096
 #define SERVICE_MAX 128
+#define PEER_MAX 64         /* an IP address as text */
+#define PODS_PER_PEER_MAX 4 /* VIEW_PODS streams per peer address (a pod needs one) */
 
 #define M_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define M_HEALTH_WATCH "/grpc.health.v1.Health/Watch"
@@ -100,6 +104,7 @@ struct call {
     int health_last;
     char service[SERVICE_MAX];
     char subscriber[64];
+    char peer[PEER_MAX]; /* VIEW_PODS: the peer's IP address, canonical text */
     uint64_t topo_sent;
     struct podset *pods_sent;
     bool synced_sent;
@@ -125,6 +130,7 @@ struct mesh_grpc_server {
     uint64_t versions;
     int64_t progress_ms;
     struct mesh_grpc_server_stats st;
+    char refused_peer[PEER_MAX]; /* server thread: the last address refused, for the log */
 };
 
 /* gRPC's own log lines go through our logger (one line per event). */
@@ -524,6 +530,108 @@ static void pump(struct mesh_grpc_server *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The peer's IP address as canonical text ("10.0.0.5", "fd00::5") from
+ * gRPC's peer string ("ipv4:10.0.0.5:4321", "ipv6:[fd00::5]:4321"); false
+ * for anything else (a Unix socket). */
+static bool peer_ip(grpc_call *call, char *out, size_t cap)
+{
+    char *peer = grpc_call_get_peer(call);
+    char host[PEER_MAX] = "";
+    bool ok = false;
+    if (peer != NULL && strncmp(peer, "ipv4:", 5) == 0) {
+        const char *colon = strrchr(peer + 5, ':');
+        size_t n = colon != NULL ? (size_t)(colon - (peer + 5)) : 0;
+        if (n > 0 && n < sizeof(host)) {
+            memcpy(host, peer + 5, n);
+            struct in_addr a;
+            ok = inet_pton(AF_INET, host, &a) == 1 && inet_ntop(AF_INET, &a, out, cap) != NULL;
+        }
+    } else if (peer != NULL && strncmp(peer, "ipv6:[", 6) == 0) {
+        const char *close = strchr(peer + 6, ']');
+        size_t n = close != NULL ? (size_t)(close - (peer + 6)) : 0;
+        if (n > 0 && n < sizeof(host)) {
+            memcpy(host, peer + 6, n);
+            struct in6_addr a;
+            ok = inet_pton(AF_INET6, host, &a) == 1 && inet_ntop(AF_INET6, &a, out, cap) != NULL;
+        }
+    }
+    gpr_free(peer);
+    return ok;
+}
+
+/* A relay serves only its own job: a VIEW_PODS peer must connect from the
+ * IP of a pod in the set it serves (pods outside the job never are: the
+ * set holds what the job's selector and controller select), or from this
+ * pod itself (loopback). Server thread, s->mu held. */
+static bool peer_in_job(const struct mesh_grpc_server *s, const char *ip)
+{
+    if (strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0) {
+        return true;
+    }
+    const struct podset *p = s->pods;
+    for (size_t i = 0; p != NULL && i < p->n; i++) {
+        if (strcmp(mesh_k8s_pod_rec_ip(p->recs[i]), ip) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* VIEW_PODS streams open from ip now (loopback is this pod: not counted). */
+static int streams_from(const struct mesh_grpc_server *s, const char *ip)
+{
+    int n = 0;
+    if (strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0) {
+        return 0;
+    }
+    for (const struct call *x = s->streams; x != NULL; x = x->next) {
+        n += x->pods_view && strcmp(x->peer, ip) == 0 ? 1 : 0;
+    }
+    return n;
+}
+
+/* Admission of a VIEW_PODS stream by its peer address: true, or the call
+ * was finished with the reason. */
+static bool admit_peer(struct call *c)
+{
+    struct mesh_grpc_server *s = c->s;
+    if (!peer_ip(c->call, c->peer, sizeof(c->peer))) {
+        finish(c, GRPC_STATUS_PERMISSION_DENIED, "relay subscribers connect over TCP");
+        return false;
+    }
+    pthread_mutex_lock(&s->mu);
+    bool in_job = peer_in_job(s, c->peer);
+    bool over = in_job && streams_from(s, c->peer) >= PODS_PER_PEER_MAX;
+    if (!in_job || over) {
+        s->st.refused++;
+    }
+    uint64_t nrefused = s->st.refused;
+    pthread_mutex_unlock(&s->mu);
+    /* One line per burst from one address, not one per stream. */
+    bool say = strcmp(s->refused_peer, c->peer) != 0 || nrefused % 64 == 0;
+    if (!in_job || over) {
+        snprintf(s->refused_peer, sizeof(s->refused_peer), "%s", c->peer);
+    }
+    if (!in_job) {
+        if (say) {
+            mesh_warn(MOD, "refusing a relay stream from %s (%s): not the IP of a pod of this job",
+                      c->peer, c->subscriber);
+        }
+        finish(c, GRPC_STATUS_PERMISSION_DENIED,
+               "this relay serves only pods of its own job (by pod IP)");
+        return false;
+    }
+    if (over) {
+        if (say) {
+            mesh_warn(MOD, "refusing a relay stream from %s (%s): %d streams from that address",
+                      c->peer, c->subscriber, PODS_PER_PEER_MAX);
+        }
+        finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "too many relay streams from this address");
+        return false;
+    }
+    return true;
+}
+
 static bool add_stream(struct call *c, bool pods_view)
 {
     struct mesh_grpc_server *s = c->s;
@@ -643,6 +751,9 @@ static void handle_topo(struct call *c, const uint8_t *req, size_t len)
     if (pods_view && !same) {
         finish(c, GRPC_STATUS_FAILED_PRECONDITION,
                "this relay follows another namespace or selector");
+        return;
+    }
+    if (pods_view && !admit_peer(c)) {
         return;
     }
     if (add_stream(c, pods_view)) {

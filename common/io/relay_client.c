@@ -36,12 +36,42 @@ struct mesh_relay_store {
     struct mesh_k8s_pod_rec **recs; /* sorted by name, owned */
     size_t n;
     struct mesh_relay_status st;
+    size_t max_records; /* per message (mesh_relay_store_set_limits) */
+    mesh_relay_check_fn check;
+    void *check_ctx;
 };
+
+size_t mesh_relay_max_records(int expected)
+{
+    /* Every worker, each possibly twice (an old pod and its replacement),
+     * plus slack for pods that linger. */
+    if (expected <= 0 || expected > MESH_TOPO_MSG_PODS_MAX / 2) {
+        return MESH_TOPO_MSG_PODS_MAX;
+    }
+    return 2 * (size_t)expected + 64;
+}
+
+size_t mesh_relay_max_message(int expected)
+{
+    size_t n = mesh_relay_max_records(expected) * (MESH_TOPO_MSG_POD_WIRE_MAX + 8) + 4096;
+    return n < MESH_TOPO_MSG_MAX ? n : MESH_TOPO_MSG_MAX;
+}
+
+void mesh_relay_store_set_limits(struct mesh_relay_store *s, int max_pods,
+                                 mesh_relay_check_fn check, void *check_ctx)
+{
+    pthread_mutex_lock(&s->mu);
+    s->max_records = mesh_relay_max_records(max_pods);
+    s->check = check;
+    s->check_ctx = check_ctx;
+    pthread_mutex_unlock(&s->mu);
+}
 
 struct mesh_relay_store *mesh_relay_store_new(void)
 {
     struct mesh_relay_store *s = mesh_calloc(1, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
+    s->max_records = MESH_TOPO_MSG_PODS_MAX;
     return s;
 }
 
@@ -170,6 +200,10 @@ int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_
                            int lag_ms, bool *out_changed, struct mesh_err *err)
 {
     *out_changed = false;
+    /* The limits are set by the session's thread, the only one applying. */
+    if (mesh_topo_msg_scan_pods(buf, len, s->max_records, err) < 0) {
+        return -err->code;
+    }
     Tpumesh__V1__WatchResponse *m = mesh_topo_msg_unpack_watch(buf, len, err);
     if (m == NULL) {
         return -err->code;
@@ -193,6 +227,12 @@ int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_
             goto out;
         }
         nup = d->n_upserts;
+        if (s->check != NULL) {
+            rc = s->check(s->check_ctx, up, nup, err);
+            if (rc < 0) {
+                goto out;
+            }
+        }
         if (d->n_deleted > 0) {
             qsort(d->deleted, d->n_deleted, sizeof(char *), str_cmp);
         }
@@ -406,7 +446,8 @@ static int stream(struct session *se, struct mesh_err *err)
                                 why);
         }
         size_t len = 0;
-        uint8_t *buf = mesh_grpc_util_copy_message(se->msg, MESH_TOPO_MSG_MAX, &len, NULL);
+        uint8_t *buf =
+            mesh_grpc_util_copy_message(se->msg, mesh_relay_max_message(o->max_pods), &len, NULL);
         grpc_byte_buffer_destroy(se->msg);
         se->msg = NULL;
         bool changed = false;
@@ -443,12 +484,31 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     s->st.sessions++;
     snprintf(s->st.target, sizeof(s->st.target), "%s", o->target);
     pthread_mutex_unlock(&s->mu);
+    mesh_relay_store_set_limits(s, o->max_pods, o->check, o->check_ctx);
     struct session se = {.o = o, .s = s};
     grpc_metadata_array_init(&se.md);
     grpc_metadata_array_init(&se.trailing);
-    grpc_arg args[5];
+    grpc_arg args[8];
     int n = 0;
-    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)MESH_TOPO_MSG_MAX);
+    /* gRPC 1.51 buffers a whole message before its receive limit applies,
+     * and opens the stream's flow-control window for whatever length a
+     * message announces: without a memory quota (and without BDP probing,
+     * which grows the window on its own) a relay could make this process
+     * hold 32 MiB before the limit refuses it. The quota is twice the
+     * largest message the job can need. */
+    size_t qbytes = 2 * mesh_relay_max_message(o->max_pods);
+    grpc_resource_quota *quota = grpc_resource_quota_create("tpumesh-relay");
+    grpc_resource_quota_resize(quota, qbytes > ((size_t)4 << 20) ? qbytes : ((size_t)4 << 20));
+    args[n].type = GRPC_ARG_POINTER;
+    args[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    args[n].value.pointer.p = quota;
+    args[n].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    n++;
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 65536);
+    /* Nothing larger than the job can need is even received. */
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+                                       (int)mesh_relay_max_message(o->max_pods));
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -458,6 +518,7 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     se.ch = grpc_channel_create(o->target, creds, &cargs);
     grpc_channel_credentials_release(creds);
+    grpc_resource_quota_unref(quota);
     se.cq = grpc_completion_queue_create_for_pluck(NULL);
     se.call = grpc_channel_create_call(se.ch, NULL, GRPC_PROPAGATE_DEFAULTS, se.cq,
                                        grpc_slice_from_static_string("/tpumesh.v1.Topology/Watch"),

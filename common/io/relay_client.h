@@ -61,6 +61,22 @@ void mesh_relay_store_status(struct mesh_relay_store *s, struct mesh_relay_statu
 int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_t len, bool first,
                            int lag_ms, bool *out_changed, struct mesh_err *err);
 
+/* Called with the checked records a message upserts (borrowed, sorted by
+ * name) before anything is applied: 0 to apply, a negative code (err set)
+ * to refuse the message. Runs on the session's thread, may block. */
+typedef int (*mesh_relay_check_fn)(void *ctx, struct mesh_k8s_pod_rec *const *up, size_t n,
+                                   struct mesh_err *err);
+
+/* Bound what one message may hold (before it is unpacked: a message that
+ * says it holds more records is refused without decoding them) and set the
+ * check above (NULL = none). max_pods 0 = MESH_TOPO_MSG_PODS_MAX. */
+void mesh_relay_store_set_limits(struct mesh_relay_store *s, int max_pods,
+                                 mesh_relay_check_fn check, void *check_ctx);
+/* The most records a message may carry for a job of `expected` workers
+ * (0 = unknown), and the gRPC receive limit that follows from it. */
+size_t mesh_relay_max_records(int expected);
+size_t mesh_relay_max_message(int expected);
+
 struct mesh_relay_client_opts {
     const char *target;        /* "ip:port" of the relay (borrowed) */
     const char *ns;            /* the subscriber's namespace and selector: the relay */
@@ -68,6 +84,9 @@ struct mesh_relay_client_opts {
     const char *subscriber;    /* this pod's name, for the relay's log */
     int silence_ms;            /* no message this long ends the session (0 = 6000) */
     int lag_ms;                /* a relay whose source_age_ms exceeds this is lagging (0 = off) */
+    int max_pods;              /* the job's expected workers (0 = unknown): bounds messages */
+    mesh_relay_check_fn check; /* optional, see mesh_relay_store_set_limits */
+    void *check_ctx;
     atomic_int *stop;          /* non-zero: end the session (checked every 100 ms) */
     void (*notify)(void *ctx); /* after every message that changed the records */
     void *ctx;

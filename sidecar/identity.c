@@ -188,6 +188,13 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
     }
     mesh_info(MOD, "this pod: %s/%s uid=%s ip=%s", ctx->ns, ctx->pod_name, ctx->self.uid,
               ctx->self.ip[0] ? ctx->self.ip : "(none yet)");
+    /* Relays are found by their index label: before Kubernetes 1.28 a Job
+     * pod has the completion index only as an annotation. */
+    const cJSON *labels = mesh_json_path(pod, "metadata.labels");
+    ctx->index_labeled =
+        cJSON_IsObject(labels) &&
+        (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(labels, MESH_K8S_KEY_COMPLETION_INDEX)) ||
+         cJSON_IsString(cJSON_GetObjectItemCaseSensitive(labels, MESH_K8S_KEY_POD_INDEX)));
     return derive_selector(ctx, pod, err);
 }
 

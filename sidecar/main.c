@@ -315,6 +315,9 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     if (rc == 0) {
         rc = mesh_sidecar_check_selector(ctx, c, &st.stop, err);
     }
+    if (rc == 0) {
+        rc = mesh_sidecar_job_identify(ctx, c);
+    }
     int stopped = st.stop;
     st.stop = 1;
     pthread_join(st.thread, NULL);
@@ -423,6 +426,7 @@ out:
     }
     mesh_sidecar_topology_cleanup(&ctx);
     mesh_sidecar_opts_cleanup(&ctx.opts);
+    mesh_sidecar_job_cleanup(&ctx);
     pthread_mutex_destroy(&ctx.mu);
     pthread_mutex_destroy(&ctx.chg_mu);
     return exit_code;

@@ -44,8 +44,17 @@
 
 #define MOD "relay"
 
+/* What the relay thread last found of the relay pod. */
+enum { POD_UNKNOWN, POD_WAITING, POD_RUNNING };
+
 struct mesh_sidecar_relay {
     struct mesh_sidecar *ctx;
+    atomic_int pod_state;                    /* POD_*: only a running relay pod's silence counts */
+    atomic_int_fast64_t running_since;       /* CLOCK_MONOTONIC ms it was first seen running */
+    atomic_uint_fast64_t candidates_refused; /* pods at the index of another job */
+    uint64_t lists, watches;            /* relay thread: API requests spent finding the relay */
+    char refused_why[MESH_ERR_MSG_MAX]; /* relay thread: last refusal logged */
+    struct mesh_sidecar_verify verify;  /* relay thread: records checked against the API */
     struct mesh_relay_store *store;
     pthread_t thread;
     bool running;
@@ -111,6 +120,15 @@ int mesh_sidecar_relay_plan(struct mesh_sidecar *ctx)
                   o->watch_mode == MESH_SIDECAR_WATCH_RELAY ? "relay" : "auto");
         return 0;
     }
+    if (rank > 0 && (!ctx->index_labeled || !ctx->job.known)) {
+        mesh_warn(MOD, "watch mode %s: %s; watching the API directly",
+                  o->watch_mode == MESH_SIDECAR_WATCH_RELAY ? "relay" : "auto",
+                  !ctx->index_labeled
+                      ? "this pod's index is not a label (Kubernetes before 1.28 sets only the "
+                        "annotation), so its relay pod cannot be selected"
+                      : "this pod has no controller, so no relay can be checked to be of its job");
+        return 0;
+    }
     ctx->relay_mode = true;
     ctx->rank = rank;
     ctx->relay_per_slice = per_slice;
@@ -140,55 +158,314 @@ static void relay_selector(const struct mesh_sidecar *ctx, long r, char *out, si
     }
 }
 
-/* ---- resolving the relay pod ---- */
+static void nap(struct mesh_sidecar_relay *r, int64_t ms)
+{
+    int64_t until = mesh_sys_now_ms() + ms;
+    while (!atomic_load(&r->stop) && mesh_sys_now_ms() < until) {
+        mesh_sys_sleep_ms(50);
+    }
+}
+
+/* ---- resolving the relay pod ----
+ *
+ * The relay is the pod at the relay's index that belongs to this job (the
+ * same top-level controller, jobid.c); a pod that merely carries the
+ * labels is refused and logged. While that pod is not running with an IP
+ * the subscriber WAITS: the topology cannot be complete without it, so its
+ * own API watch would buy nothing. It watches that one pod (the relay's
+ * label selector, plus a metadata.name field selector once the pod exists:
+ * O(1) events, no polling LIST) and subscribes the moment it runs. */
+
+#define PICK_MAX 8 /* a handful at most: the old and the new pod of a replaced relay */
 
 struct pick {
-    char name[MESH_POD_MAX];
-    char ip[MESH_IP_MAX];
-    bool v6;
-    int seen;
+    struct mesh_k8s_pod pods[PICK_MAX];
+    int n, seen;
 };
 
 static int pick_item(void *vp, const char *item, size_t len, struct mesh_err *err)
 {
     struct pick *pk = vp;
-    struct mesh_k8s_pod p;
     pk->seen++;
-    if (mesh_k8s_pod_parse(item, len, &p, err) < 0) {
-        return 0;
-    }
-    if (!p.invalid && !p.terminating && !p.finished && p.ip[0] != '\0' && pk->ip[0] == '\0') {
-        snprintf(pk->name, sizeof(pk->name), "%s", p.name);
-        snprintf(pk->ip, sizeof(pk->ip), "%s", p.ip);
-        pk->v6 = p.ip_v6;
+    if (pk->n < PICK_MAX && mesh_k8s_pod_parse(item, len, &pk->pods[pk->n], err) == 0) {
+        pk->n++;
     }
     return 0;
 }
 
-static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, struct mesh_err *err)
+static bool is_running(const struct mesh_k8s_pod *p)
+{
+    return !p->invalid && !p->terminating && !p->finished && p->ip[0] != '\0';
+}
+
+/* Log a refused relay candidate once per distinct reason. */
+static void refuse_candidate(struct mesh_sidecar_relay *r, const char *why)
+{
+    if (strcmp(why, r->refused_why) != 0) {
+        mesh_warn(MOD, "not following a pod as relay: %s (only a pod of this job is a relay)", why);
+        snprintf(r->refused_why, sizeof(r->refused_why), "%s", why);
+    }
+    atomic_fetch_add(&r->candidates_refused, 1);
+}
+
+/* One LIST of the relay's selector. 0 with the running relay's target, or
+ * MESH_E_NOTREADY with *waiting = the name of the job's pod at that index
+ * that does not run yet ("" = none), *rv = the LIST's resourceVersion. */
+static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, char *waiting, char *rv,
+                   struct mesh_err *err)
 {
     struct mesh_sidecar *ctx = r->ctx;
     struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods", .label_selector = r->selector};
-    struct pick pk = {0};
+    struct pick *pk = mesh_calloc(1, sizeof(*pk));
     struct mesh_k8s_list_meta meta;
     memset(&meta, 0, sizeof(meta));
-    /* A handful at most: the old and the new pod of a replaced relay. */
-    int rc =
-        mesh_k8s_client_list(r->client, &q, 8, NULL, NULL, 1 << 20, 0, pick_item, &pk, &meta, err);
+    waiting[0] = '\0';
+    int rc = mesh_k8s_client_list(r->client, &q, PICK_MAX, NULL, NULL, 1 << 20, 0, pick_item, pk,
+                                  &meta, err);
+    snprintf(rv, MESH_K8S_RV_MAX, "%s", meta.rv);
     mesh_k8s_list_meta_cleanup(&meta);
+    r->lists++;
     if (rc < 0) {
+        mesh_free(pk);
         return mesh_err_prefix(err, "cannot list the relay pod");
     }
-    if (pk.ip[0] == '\0') {
-        return mesh_err_set(err, MESH_E_NOTFOUND, 0,
-                            "no running relay pod with an IP matches %s (%d listed)", r->selector,
-                            pk.seen);
+    const struct mesh_k8s_pod *run = NULL;
+    for (int i = 0; i < pk->n && run == NULL; i++) {
+        const struct mesh_k8s_pod *p = &pk->pods[i];
+        char why[MESH_ERR_MSG_MAX];
+        int same = mesh_sidecar_job_same(ctx, r->client, p, why, sizeof(why));
+        if (same == -MESH_E_INVAL) {
+            refuse_candidate(r, why);
+            continue;
+        }
+        if (same < 0) {
+            mesh_free(pk);
+            return mesh_err_set(err, MESH_E_API, 0, "cannot check relay pod %s: %s", p->name, why);
+        }
+        if (is_running(p)) {
+            run = p;
+        } else if (!p->terminating && !p->finished && waiting[0] == '\0') {
+            snprintf(waiting, MESH_POD_MAX, "%s", p->name);
+        }
+    }
+    if (run == NULL) {
+        rc = mesh_err_set(err, MESH_E_NOTREADY, 0,
+                          "the relay pod (%s) is not running with an IP yet (%d listed)",
+                          waiting[0] ? waiting : r->selector, pk->seen);
+        mesh_free(pk);
+        return rc;
     }
     pthread_mutex_lock(&r->mu);
-    snprintf(r->pod_name, sizeof(r->pod_name), "%s", pk.name);
-    snprintf(r->ip, sizeof(r->ip), "%s", pk.ip);
+    snprintf(r->pod_name, sizeof(r->pod_name), "%s", run->name);
+    snprintf(r->ip, sizeof(r->ip), "%s", run->ip);
     pthread_mutex_unlock(&r->mu);
-    snprintf(target, cap, pk.v6 ? "[%s]:%d" : "%s:%d", pk.ip, r->grpc_port);
+    snprintf(target, cap, run->ip_v6 ? "[%s]:%d" : "%s:%d", run->ip, r->grpc_port);
+    mesh_free(pk);
+    return 0;
+}
+
+struct waiter {
+    struct mesh_sidecar_relay *r;
+    bool changed;
+};
+
+/* A watch event of the relay pod: end the watch (so the caller lists
+ * again) when the pod may now run, went away or another one appeared. */
+static int wait_event(void *vw, const struct mesh_k8s_watch_event *ev, struct mesh_err *err)
+{
+    struct waiter *w = vw;
+    if (ev->type == MESH_K8S_EV_BOOKMARK) {
+        return 0;
+    }
+    if (ev->type == MESH_K8S_EV_ERROR) {
+        return mesh_err_set(err, MESH_E_GONE, 0, "the relay pod's watch ended (status %d)",
+                            ev->status.code);
+    }
+    struct mesh_k8s_pod p;
+    if (ev->type != MESH_K8S_EV_DELETED && mesh_k8s_pod_extract(ev->object, &p, NULL) == 0 &&
+        !is_running(&p)) {
+        return 0; /* still not running: keep waiting, O(1) */
+    }
+    w->changed = true;
+    return -MESH_E_INCOMPLETE; /* sentinel: list again */
+}
+
+/* Wait for the relay pod to run: one watch from the LIST's rv. Returns
+ * when an event may have changed the answer, the watch ended, or stop. */
+static void wait_for_pod(struct mesh_sidecar_relay *r, const char *name, const char *rv)
+{
+    char field[MESH_POD_MAX + 32] = "";
+    if (name[0] != '\0') {
+        snprintf(field, sizeof(field), "metadata.name=%s", name);
+    }
+    struct mesh_k8s_query q = {.ns = r->ctx->ns,
+                               .resource = "pods",
+                               .label_selector = r->selector,
+                               .field_selector = field[0] ? field : NULL};
+    struct mesh_k8s_watch_opts wo = {
+        .rv = rv, .timeout_s = 120, .stall_ms = 150000, .bookmarks = true};
+    struct waiter w = {.r = r};
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    r->watches++;
+    int rc = mesh_k8s_client_watch(r->client, &q, &wo, wait_event, &w, &err);
+    if (rc < 0 && rc != -MESH_E_INCOMPLETE && !atomic_load(&r->stop)) {
+        mesh_debug(MOD, "watching the relay pod: %s", err.msg);
+        nap(r, 1000); /* an API failure: do not spin on LISTs */
+    }
+}
+
+/* ---- checking what cannot be got wrong ----
+ *
+ * Before a message is applied, every record it upserts at rank 0 (the
+ * coordinator every worker dials) or under this pod's own name is compared
+ * with the API (one GET per record that changed since it was last found
+ * right). Fields a relay may legitimately lag on (ready, terminating, an IP
+ * not yet seen) may differ; fields that never change for a pod (host name,
+ * subdomain, the indexes, an IP once assigned) and its job (the
+ * controller) must not. A pod the API does not have is refused unless the
+ * relay itself says it is leaving. */
+
+static bool rank0(const struct mesh_sidecar *ctx, const struct mesh_k8s_pod_rec *x)
+{
+    if (strcmp(ctx->relay_kind, "sts") == 0) {
+        return x->pod_index == 0;
+    }
+    if (strcmp(ctx->relay_kind, "jobset") == 0) {
+        return x->completion_index == 0 && x->job_global_index == 0;
+    }
+    return x->completion_index == 0;
+}
+
+static bool verified(struct mesh_sidecar_verify *v, const struct mesh_k8s_pod_rec *x)
+{
+    for (size_t i = 0; i < v->n; i++) {
+        if (mesh_k8s_pod_rec_equal(v->ok[i], x)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void remember(struct mesh_sidecar_verify *v, const struct mesh_k8s_pod_rec *x)
+{
+    struct mesh_k8s_pod_rec *c = mesh_malloc(x->size);
+    memcpy(c, x, x->size);
+    if (v->n < MESH_SIDECAR_VERIFY_MAX) {
+        v->ok[v->n++] = c;
+        return;
+    }
+    mesh_free(v->ok[v->next]);
+    v->ok[v->next] = c;
+    v->next = (v->next + 1) % MESH_SIDECAR_VERIFY_MAX;
+}
+
+#define DIFF(field, fmt, a, b)                                                                     \
+    do {                                                                                           \
+        if ((a) != (b)) {                                                                          \
+            return mesh_err_set(err, MESH_E_INVAL, 0,                                              \
+                                "relay's record of %s differs from the API: " field " " fmt        \
+                                " (relay) vs " fmt " (API)",                                       \
+                                name, a, b);                                                       \
+        }                                                                                          \
+    } while (0)
+
+static int compare(const char *name, const struct mesh_k8s_pod_rec *x, const struct mesh_k8s_pod *a,
+                   struct mesh_err *err)
+{
+    DIFF("completion index", "%d", (int)x->completion_index, a->completion_index);
+    DIFF("pod index", "%d", (int)x->pod_index, a->pod_index);
+    DIFF("job index", "%d", (int)x->job_index, a->job_index);
+    DIFF("job global index", "%d", (int)x->job_global_index, a->job_global_index);
+    const char *xs[] = {mesh_k8s_pod_rec_hostname(x), mesh_k8s_pod_rec_subdomain(x)};
+    const char *as[] = {a->hostname, a->subdomain};
+    const char *what[] = {"spec.hostname", "spec.subdomain"};
+    for (int i = 0; i < 2; i++) {
+        if (strcmp(xs[i], as[i]) != 0) {
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "relay's record of %s differs from the API: %s '%s' (relay) vs "
+                                "'%s' (API)",
+                                name, what[i], xs[i], as[i]);
+        }
+    }
+    const char *ip = mesh_k8s_pod_rec_ip(x);
+    if (ip[0] != '\0' && strcmp(ip, a->ip) != 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0,
+                            "relay's record of %s differs from the API: IP %s (relay) vs %s (API)",
+                            name, ip, a->ip[0] ? a->ip : "none");
+    }
+    return 0;
+}
+
+static int check_one(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x,
+                     struct mesh_err *err)
+{
+    struct mesh_sidecar *ctx = r->ctx;
+    const char *name = mesh_k8s_pod_rec_name(x);
+    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
+    cJSON *obj = NULL;
+    struct mesh_err e;
+    mesh_err_clear(&e);
+    r->verify.gets++;
+    int rc = mesh_k8s_client_get(r->client, &q, name, &obj, &e);
+    if (rc == -MESH_E_NOTFOUND) {
+        if ((x->flags & (MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED)) != 0) {
+            return 0; /* leaving: the relay lags behind its deletion */
+        }
+        return mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod %s, which the API does not have",
+                            name);
+    }
+    if (rc < 0) {
+        /* The API cannot answer now: not the relay's fault, but nothing
+         * unchecked is applied; the session ends and is tried again. */
+        return mesh_err_set(err, MESH_E_API, 0, "cannot check relay's record of %s: %s", name,
+                            e.msg);
+    }
+    struct mesh_k8s_pod a;
+    rc = mesh_k8s_pod_extract(obj, &a, NULL);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "the API's pod %s is unreadable", name);
+    }
+    char why[MESH_ERR_MSG_MAX];
+    rc = mesh_sidecar_job_same(ctx, r->client, &a, why, sizeof(why));
+    if (rc < 0) {
+        return mesh_err_set(err, rc == -MESH_E_INVAL ? MESH_E_INVAL : MESH_E_API, 0,
+                            "relay sent pod %s, which is not of this job: %s", name, why);
+    }
+    rc = compare(name, x, &a, err);
+    if (rc == 0) {
+        remember(&r->verify, x);
+    }
+    return rc;
+}
+
+/* The store's check (relay_client.h): the records a message upserts, before
+ * anything is applied. Relay thread. */
+int mesh_sidecar_relay_check(void *vr, struct mesh_k8s_pod_rec *const *up, size_t n,
+                             struct mesh_err *err)
+{
+    struct mesh_sidecar_relay *r = vr;
+    struct mesh_sidecar *ctx = r->ctx;
+    size_t checked = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct mesh_k8s_pod_rec *x = up[i];
+        bool own = strcmp(mesh_k8s_pod_rec_name(x), ctx->pod_name) == 0;
+        if ((x->flags & MESH_K8S_REC_INVALID) != 0 || (!own && !rank0(ctx, x)) ||
+            verified(&r->verify, x)) {
+            continue;
+        }
+        if (++checked > 4) {
+            /* A job has one coordinator, briefly two while it is replaced. */
+            return mesh_err_set(err, MESH_E_INVAL, 0,
+                                "relay sent more than 4 records at rank 0 in one message");
+        }
+        int rc = check_one(r, x, err);
+        if (rc < 0) {
+            r->verify.mismatches += rc == -MESH_E_INVAL ? 1 : 0;
+            return rc;
+        }
+    }
     return 0;
 }
 
@@ -207,12 +484,34 @@ static void notify(void *vctx)
     (void)!write(ctx->wake_fd, &one, sizeof(one));
 }
 
-static void nap(struct mesh_sidecar_relay *r, int64_t ms)
+static void log_once(char *last, size_t cap, int rc, const char *msg)
 {
-    int64_t until = mesh_sys_now_ms() + ms;
-    while (!atomic_load(&r->stop) && mesh_sys_now_ms() < until) {
-        mesh_sys_sleep_ms(50);
+    if (strcmp(msg, last) != 0) {
+        mesh_log(rc == -MESH_E_INVAL ? MESH_LOG_ERROR : MESH_LOG_WARN, MOD, "%s%s", msg,
+                 rc == -MESH_E_INVAL ? " (refused; using the API watch)" : "");
+        snprintf(last, cap, "%s", msg);
     }
+}
+
+static int session(struct mesh_sidecar_relay *r, const char *target, struct mesh_err *err)
+{
+    struct mesh_sidecar *ctx = r->ctx;
+    struct mesh_relay_client_opts co = {
+        .target = target,
+        .ns = ctx->ns,
+        .selector = ctx->selector,
+        .subscriber = ctx->pod_name,
+        .silence_ms = 6000,
+        .lag_ms = 2 * ctx->opts.stall_timeout_s * 1000,
+        .max_pods = ctx->expected,
+        .check = mesh_sidecar_relay_check,
+        .check_ctx = r,
+        .stop = &r->stop,
+        .notify = notify,
+        .ctx = ctx,
+    };
+    mesh_debug(MOD, "subscribing to %s", target);
+    return mesh_relay_client_run(&co, r->store, err);
 }
 
 static void *relay_thread(void *arg)
@@ -220,48 +519,60 @@ static void *relay_thread(void *arg)
     struct mesh_sidecar_relay *r = arg;
     struct mesh_sidecar *ctx = r->ctx;
     char last_err[MESH_ERR_MSG_MAX] = "";
-    int64_t backoff = 200;
+    char target[MESH_IP_MAX + 16] = "";
+    int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
+    int64_t backoff = 200, resolved_at = 0;
     while (!atomic_load(&r->stop)) {
-        char target[MESH_IP_MAX + 16];
         struct mesh_err err;
         mesh_err_clear(&err);
-        int rc = resolve(r, target, sizeof(target), &err);
+        int rc = 0;
+        /* List again when the target is unknown, a session that worked
+         * ended (the relay may have been replaced), or every F otherwise:
+         * a relay that runs but does not answer costs no LIST per retry. */
+        if (target[0] == '\0' || mesh_sys_now_ms() - resolved_at >= f) {
+            char waiting[MESH_POD_MAX], rv[MESH_K8S_RV_MAX];
+            rc = resolve(r, target, sizeof(target), waiting, rv, &err);
+            resolved_at = mesh_sys_now_ms();
+            if (rc == -MESH_E_NOTREADY) {
+                atomic_store(&r->pod_state, POD_WAITING);
+                target[0] = '\0';
+                log_once(last_err, sizeof(last_err), rc, err.msg);
+                wait_for_pod(r, waiting, rv);
+                continue;
+            }
+            if (rc < 0) {
+                target[0] = '\0';
+            } else if (atomic_load(&r->pod_state) != POD_RUNNING) {
+                atomic_store(&r->running_since, mesh_sys_now_ms());
+                atomic_store(&r->pod_state, POD_RUNNING);
+                backoff = 200;
+            }
+        }
         struct mesh_relay_status before;
         mesh_relay_store_status(r->store, &before);
         if (rc == 0) {
-            struct mesh_relay_client_opts co = {
-                .target = target,
-                .ns = ctx->ns,
-                .selector = ctx->selector,
-                .subscriber = ctx->pod_name,
-                .silence_ms = 6000,
-                .lag_ms = 2 * ctx->opts.stall_timeout_s * 1000,
-                .stop = &r->stop,
-                .notify = notify,
-                .ctx = ctx,
-            };
-            mesh_debug(MOD, "subscribing to %s", target);
-            rc = mesh_relay_client_run(&co, r->store, &err);
+            rc = session(r, target, &err);
             struct mesh_relay_status st;
             mesh_relay_store_status(r->store, &st);
             if (st.messages > before.messages && rc != -MESH_E_INVAL) {
-                backoff = 200; /* this session worked for a while: retry soon */
+                backoff = 200;    /* this session worked for a while: retry soon */
+                target[0] = '\0'; /* and find the relay again: it may be a new pod */
             }
         }
         if (atomic_load(&r->stop)) {
             break;
         }
-        if (strcmp(err.msg, last_err) != 0) {
-            mesh_log(rc == -MESH_E_INVAL ? MESH_LOG_ERROR : MESH_LOG_WARN, MOD, "%s%s", err.msg,
-                     rc == -MESH_E_INVAL ? " (refused; using the API watch)" : "");
-            snprintf(last_err, sizeof(last_err), "%s", err.msg);
-        }
+        log_once(last_err, sizeof(last_err), rc, err.msg);
         /* A refusing relay is tried again only after a long pause; an
-         * unreachable one with a growing, jittered pause. */
-        int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
+         * unreachable one with a growing, jittered pause of at most 1 s
+         * (a reconnect costs the API nothing). */
         int64_t pause = rc == -MESH_E_INVAL ? 3 * f : backoff;
+        if (rc == -MESH_E_INVAL) {
+            target[0] = '\0';
+        }
         nap(r, pause / 2 + (int64_t)(random() % (pause / 2 + 1)));
-        backoff = backoff * 2 > f ? f : backoff * 2;
+        int64_t cap = f < 1000 ? f : 1000;
+        backoff = backoff * 2 > cap ? cap : backoff * 2;
     }
     return NULL;
 }
@@ -315,6 +626,9 @@ void mesh_sidecar_relay_stop(struct mesh_sidecar *ctx)
     pthread_mutex_unlock(&ctx->mu);
     mesh_relay_store_free(r->store);
     pthread_mutex_destroy(&r->mu);
+    for (size_t i = 0; i < r->verify.n; i++) {
+        mesh_free(r->verify.ok[i]);
+    }
     mesh_free(r);
 }
 
@@ -344,6 +658,12 @@ void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx)
         r->waiting_since = now - r->fallback_ms;
     }
     bool good = relay_good(r, &st, now);
+    if (!good && atomic_load(&r->pod_state) != POD_RUNNING) {
+        /* Waiting is not failing: the relay pod does not run yet, and the
+         * topology cannot be complete without it. The fallback delay
+         * counts from when it runs. */
+        r->waiting_since = now;
+    }
     if (good) {
         r->waiting_since = now;
         if (!ctx->following) {

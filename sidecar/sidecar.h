@@ -134,6 +134,31 @@ struct mesh_sidecar_delta {
     struct mesh_k8s_pod_rec *old;
 };
 
+/* Slices' Jobs remembered as checked (jobid.c). */
+#define MESH_SIDECAR_JOB_SLICES_MAX 64
+
+/* Which job this pod belongs to: its top-level controller (jobid.c). */
+struct mesh_sidecar_job {
+    bool inited, known;                /* known: the own pod has a controller */
+    char kind[MESH_K8S_KIND_MAX];      /* "Job", "StatefulSet", "JobSet", ... */
+    char owner_uid[MESH_K8S_UID_MAX];  /* the own pod's controller */
+    char jobset_uid[MESH_K8S_UID_MAX]; /* its Job's JobSet, "" = none or unknown */
+    pthread_mutex_t mu;                /* guards slices */
+    char slices[MESH_SIDECAR_JOB_SLICES_MAX][MESH_K8S_UID_MAX]; /* Jobs checked to be the
+                                                                   JobSet's */
+    size_t nslices;
+};
+
+/* Records a subscriber checked against the API (relay.c): the coordinator
+ * (rank 0) and its own, by name and packed bytes, so that an unchanged
+ * record costs no second GET. */
+#define MESH_SIDECAR_VERIFY_MAX 8
+struct mesh_sidecar_verify {
+    struct mesh_k8s_pod_rec *ok[MESH_SIDECAR_VERIFY_MAX]; /* owned */
+    size_t n, next;
+    uint64_t gets, mismatches;
+};
+
 /* Process context (docs/STYLE.md R7): one per process, created by main. */
 struct mesh_sidecar {
     struct mesh_sidecar_opts opts;
@@ -144,6 +169,8 @@ struct mesh_sidecar {
     struct mesh_k8s_pod self;                 /* own pod's record */
     char selector[MESH_SIDECAR_SELECTOR_MAX]; /* label selector used for peers */
     char owner_filter[MESH_K8S_LABEL_MAX];    /* StatefulSet name pods must be owned by, or "" */
+    struct mesh_sidecar_job job;              /* the own job's controller (jobid.c) */
+    bool index_labeled; /* the own index is a label (Kubernetes >= 1.28), not only an annotation */
     bool have_slice;
     struct mesh_slice slice;
     char job_name[MESH_JOB_NAME_MAX];             /* "" = DTensor's default */
@@ -281,6 +308,26 @@ int mesh_sidecar_check_selector(struct mesh_sidecar *ctx, struct mesh_k8s_client
 void mesh_sidecar_status_reason(struct mesh_sidecar *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* ---- jobid.c ---- */
+
+/* Fill ctx->job from ctx->self (after identify): the own controller, and
+ * for a JobSet's pod its JobSet (one GET of the own Job; a failure is
+ * logged and leaves only the own Job as this job). Returns 0. */
+int mesh_sidecar_job_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *client);
+void mesh_sidecar_job_cleanup(struct mesh_sidecar *ctx);
+/* Is pod p (borrowed) of this pod's job, from its ownerReferences alone?
+ * 0 yes; -MESH_E_INVAL no (why says what differed); 1 = maybe: p's
+ * controller is another Job and this pod is in a JobSet (ask
+ * mesh_sidecar_job_same). No I/O; any thread. */
+int mesh_sidecar_job_same_quick(const struct mesh_sidecar *ctx, const struct mesh_k8s_pod *p,
+                                char *why, size_t cap);
+/* As above, answering "maybe" with one GET of p's Job (client borrowed;
+ * the caller's thread), remembered when it is the JobSet's. 0 yes;
+ * -MESH_E_INVAL no (why); another negative code when the API could not
+ * tell (why). Thread-safe. */
+int mesh_sidecar_job_same(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
+                          const struct mesh_k8s_pod *p, char *why, size_t cap);
+
 /* ---- expected.c ---- */
 
 /* Choose ctx->expected and ctx->expected_source (after identify and
@@ -367,6 +414,11 @@ int mesh_sidecar_relay_start(struct mesh_sidecar *ctx, int grpc_port, struct mes
 void mesh_sidecar_relay_stop(struct mesh_sidecar *ctx);
 /* Main loop, every iteration: follow the relay, fall back, return. */
 void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx);
+/* The relay store's check (io/relay_client.h mesh_relay_check_fn): the
+ * coordinator's and the own record a message upserts, against the API.
+ * vr = the struct mesh_sidecar_relay. Relay thread. */
+int mesh_sidecar_relay_check(void *vr, struct mesh_k8s_pod_rec *const *up, size_t n,
+                             struct mesh_err *err);
 /* The current source has a full set of pods (main thread). */
 bool mesh_sidecar_source_synced(struct mesh_sidecar *ctx);
 /* One line: which source this pod follows and how far behind it is. */

@@ -67,6 +67,16 @@ void *mesh_sidecar_extract(void *vctx, const cJSON *obj)
     if (ctx->owner_filter[0] != '\0' && strcmp(p.owner_name, ctx->owner_filter) != 0) {
         return NULL;
     }
+    /* A pod that carries the job's labels but another controller (or none)
+     * is not a worker (jobid.c). Another slice's Job of the same JobSet is
+     * taken on its labels here: checking it costs a GET per slice, which
+     * the relay side pays only for its relay. */
+    char why[256];
+    if (ctx->opts.selector == NULL && ctx->job.known &&
+        mesh_sidecar_job_same_quick(ctx, &p, why, sizeof(why)) < 0) {
+        mesh_debug(MOD, "not a worker: %s", why);
+        return NULL;
+    }
     return mesh_k8s_pod_pack(&p);
 }
 

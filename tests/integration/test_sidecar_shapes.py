@@ -32,7 +32,7 @@ def statefulset_pod(name, index, owner_kind, owner, ip):
                                     "statefulset.kubernetes.io/pod-name": name,
                                     "controller-revision-hash": "w-5d8f7"},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
-                                              "uid": "0f00aa00-0000-4000-8000-00000000000%d" % index,
+                                              "uid": "0f00aa00-0000-4000-8000-%012x" % sum(map(ord, owner_kind + owner)),
                                               "controller": True}]},
             "spec": {"hostname": name, "subdomain": "w", "containers": [{"name": "app", "image": "x"}]},
             "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],

@@ -1,0 +1,279 @@
+"""Relay mode against strangers (issue 22): real sidecars bound to pod IPs in 127.64.0.0/16,
+against the kube-apiserver simulator, and hostile relays written with python3-grpcio.
+
+1. Waiting is not failing, and forged relays are never followed: the relay pod (index 0) of job
+   "ft" is Pending; two pods at index 0 that carry the job's labels and run a Topology service
+   that advertises forged addresses — one without an owner, one owned by another Job — are refused
+   and logged; the subscribers neither follow them nor fall back to their own API watch (no LIST
+   polling while they wait); when the real relay pod gets its IP and its sidecar starts, they
+   follow it and publish the real addresses.
+2. A relay of the job that sends a wrong coordinator (index 0 at another IP) is refused: the
+   subscriber compares the coordinator's record with the API, logs what differed, falls back and
+   publishes the API's address.
+3. A 32 MiB message of empty records: refused (the gRPC receive limit follows the job's 2 workers),
+   and the subscriber's peak memory grows by at most 16 MiB.
+4. Relay slots: a peer whose IP is not a pod of the job gets no VIEW_PODS stream at all; a pod of
+   the job gets at most 4."""
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent import futures
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from meshgrpc import ROOT, Sidecar, topo_pb2  # noqa: E402
+from tap import check, done, scaled, wait  # noqa: E402
+
+import grpc  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
+from simctl import start_sim  # noqa: E402
+
+FALLBACK = str(int(scaled(2)))
+
+
+def free_port(host):
+    s = socket.socket()
+    s.bind((host, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class EvilRelay:
+    """A Topology/Watch server that sends `first` (a WatchResponse or raw bytes), then heartbeats."""
+
+    def __init__(self, host, port, first):
+        self.calls = 0
+
+        def watch(req, ctx):
+            self.calls += 1
+            yield first
+            while ctx.is_active():
+                time.sleep(0.5)
+                yield topo_pb2.WatchResponse(synced=True, resource_version="5").SerializeToString()
+        handler = grpc.method_handlers_generic_handler("tpumesh.v1.Topology", {
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                watch, request_deserializer=topo_pb2.WatchRequest.FromString,
+                response_serializer=lambda b: b if isinstance(b, bytes) else b.SerializeToString())})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                                  options=[("grpc.max_send_message_length", 64 << 20)])
+        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_insecure_port("%s:%d" % (host, port))
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(0)
+
+
+def pod(name, ip, index):
+    return topo_pb2.Pod(name=name, ip=ip, completion_index=index, pod_index=-1, job_index=-1, job_global_index=-1,
+                        hostname=name.rsplit("-", 1)[0], subdomain=name.split("-")[0], ready=True)
+
+
+def snapshot(pods):
+    return topo_pb2.WatchResponse(synced=True, resource_version="5",
+                                  pods=topo_pb2.PodDelta(reset=True, upserts=pods))
+
+
+def files_text(out):
+    r = ""
+    for f in ("dtensor.env", "jax.env", "tf_config.json", "topology.json"):
+        try:
+            with open(os.path.join(out, f)) as fh:
+                r += fh.read()
+        except OSError:
+            pass
+    return r
+
+
+def mem_kib(proc, key):
+    with open("/proc/%d/status" % proc.pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def h2_frame(ftype, flags, stream, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
+
+
+def hpack_literal(name, value):
+    n, v = name.encode(), value.encode()
+    return bytes([0, len(n)]) + n + bytes([len(v)]) + v
+
+
+def raw_subscribers(src, host, port, streams, selector):
+    """HTTP/2 by hand from source address src: `streams` VIEW_PODS Watch calls on one connection."""
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(scaled(5))
+    s.connect((host, port))
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
+    body = topo_pb2.WatchRequest(view=topo_pb2.VIEW_PODS, namespace="default", selector=selector,
+                                 subscriber="stranger").SerializeToString()
+    for k in range(streams):
+        sid = 1 + 2 * k
+        hdrs = b"".join(hpack_literal(a, b) for a, b in [
+            (":method", "POST"), (":scheme", "http"), (":path", "/tpumesh.v1.Topology/Watch"),
+            (":authority", "%s:%d" % (host, port)), ("content-type", "application/grpc"), ("te", "trailers")])
+        s.sendall(h2_frame(1, 4, sid, hdrs))
+        s.sendall(h2_frame(0, 1, sid, b"\x00" + struct.pack(">I", len(body)) + body))
+    return s
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="tpumesh-relay-trust.")
+    tok = os.path.join(tmp, "token")
+    with open(tok, "w") as f:
+        f.write("t0\n")
+    sim = start_sim(["--token-file", tok, "--bookmark-interval", "2"])
+    cars, evils, socks = [], [], []
+    try:
+        run(sim, tmp, tok, cars, evils, socks)
+    finally:
+        for s in socks:
+            s.close()
+        for e in evils:
+            e.stop()
+        for c in cars:
+            c.stop()
+            if os.environ.get("VERBOSE"):
+                print("\n".join("# %s: %s" % (c.name, l) for l in c.lines))
+        sim.stop()
+        subprocess.run(["rm", "-rf", tmp])
+    return done()
+
+
+def run(sim, tmp, tok, cars, evils, socks):
+    c = sim.client
+    port = free_port("127.64.4.1")
+
+    def car(tag, name, ip, extra=()):
+        out = os.path.join(tmp, "out-" + tag)
+        os.makedirs(out, exist_ok=True)
+        s = Sidecar(tag, sim.url, tok, name, out, host=ip, grpc_port=port,
+                    extra=["--watch-mode", "relay", "--relay-fanout", "2", "--relay-fallback", FALLBACK,
+                           "--address-mode", "ip"] + list(extra))
+        cars.append(s)
+        return s
+
+    # 1. Forged relays while the real one is Pending.
+    anno = {"tpumesh.dev/expected-workers": "3"}
+    c.make(name="ft-0-aaaaa", job="ft", index=0, ip="", annotations=anno)
+    c.make(name="ft-1-aaaaa", job="ft", index=1, ip="127.64.4.2", annotations=anno)
+    c.make(name="ft-2-aaaaa", job="ft", index=2, ip="127.64.4.3", annotations=anno)
+    # a-forged: the job's labels and index 0, no owner; b-forged: owned by another Job.
+    c.make(name="a-forged", job="ft", index=0, ip="127.64.4.10", annotations=anno)
+    p = next(x for x in c.pods() if x["metadata"]["name"] == "a-forged")
+    p["metadata"]["ownerReferences"] = []
+    c.update(pod=p)
+    c.make(name="b-forged", job="other", index=0, ip="127.64.4.11", annotations=anno,
+           labels={"batch.kubernetes.io/job-name": "ft", "job-name": "ft"})
+    forged = snapshot([pod("ft-0-aaaaa", "127.64.4.10", 0), pod("ft-1-aaaaa", "127.64.4.10", 1),
+                       pod("ft-2-aaaaa", "127.64.4.10", 2)])
+    for ip in ("127.64.4.10", "127.64.4.11"):
+        evils.append(EvilRelay(ip, port, forged))
+    subs = [car("ft1", "ft-1-aaaaa", "127.64.4.2"), car("ft2", "ft-2-aaaaa", "127.64.4.3")]
+    check("forged relays: refused and logged (no owner; another owner)",
+          wait(lambda: all(s.log_count("not following a pod as relay") >= 1 for s in subs), 15)
+          and any("a-forged has no controller owner" in l for s in subs for l in s.lines)
+          and any("b-forged is controlled by Job other" in l for s in subs for l in s.lines),
+          [l for s in subs for l in s.lines if "relay" in l][-6:])
+    check("waiting: the relay pod not running yet is logged",
+          wait(lambda: all(s.log_count("is not running with an IP yet") >= 1 for s in subs), 10))
+    base = c.stats()["requests"]
+    time.sleep(max(3.0, 2 * float(FALLBACK)))
+    after = c.stats()["requests"]
+    check("waiting is not failing: no fallback to the API watch past --relay-fallback",
+          all((s.metric("tpumesh_relay_fallbacks_total") or 0) == 0 for s in subs)
+          and all(s.log_count("falling back to the API watch") == 0 for s in subs),
+          [s.metric("tpumesh_relay_fallbacks_total") for s in subs])
+    check("waiting watches the relay pod: no LIST while it waits",
+          after.get("list", 0) == base.get("list", 0), (base, after))
+    check("forged relays never followed: never contacted, nothing forged published",
+          all(e.calls == 0 for e in evils) and all("127.64.4.10" not in files_text(s.out) for s in subs),
+          [e.calls for e in evils])
+    c.set_ip(name="ft-0-aaaaa", ip="127.64.4.1")
+    # Room for more subscribers than the tree gives it, so that the per-address limit shows.
+    root = car("ft0", "ft-0-aaaaa", "127.64.4.1", extra=["--relay-fanout", "16"])
+    check("the real relay runs: both subscribers follow it and are ready",
+          wait(lambda: all(s.readyz()[0] == 200 and "source relay 127.64.4.1:%d" % port in s.readyz()[1]
+                           for s in subs), 20), [s.readyz() for s in subs])
+    check("the real relay: files carry the real addresses only",
+          all("127.64.4.1:" in files_text(s.out) and "127.64.4.10" not in files_text(s.out) for s in subs))
+    check("the real relay: no subscriber ever fell back",
+          all((s.metric("tpumesh_relay_fallbacks_total") or 0) == 0 for s in subs))
+
+    # 4. Slots: a stranger's IP gets none; a pod of the job at most 4.
+    sel = "batch.kubernetes.io/job-name=ft"
+    refused0 = root.metric("tpumesh_grpc_streams_refused_total") or 0
+    for _ in range(5):
+        socks.append(raw_subscribers("127.64.9.9", "127.64.4.1", port, 14, sel))
+    check("foreign IP: 70 relay streams refused, logged, no slot taken",
+          wait(lambda: (root.metric("tpumesh_grpc_streams_refused_total") or 0) >= refused0 + 70, 15)
+          and root.metric("tpumesh_grpc_relay_subscribers") == 2
+          and root.log_count("not the IP of a pod of this job") >= 1,
+          (root.metric("tpumesh_grpc_streams_refused_total"), root.metric("tpumesh_grpc_relay_subscribers")))
+    socks.append(raw_subscribers("127.64.4.3", "127.64.4.1", port, 6, sel))
+    check("a pod of the job: at most 4 relay streams from its address",
+          wait(lambda: root.metric("tpumesh_grpc_relay_subscribers") == 6
+               and root.log_count("4 streams from that address") >= 1, 10),
+          (root.metric("tpumesh_grpc_relay_subscribers"), root.lines[-3:]))
+    check("slots: the real subscribers still follow", all(s.readyz()[0] == 200 for s in subs))
+
+    # 2. A relay of the job that sends a wrong coordinator.
+    anno2 = {"tpumesh.dev/expected-workers": "3"}
+    for i in range(3):
+        c.make(name="wc-%d-aaaaa" % i, job="wc", index=i, ip="127.64.5.%d" % (i + 1), annotations=anno2)
+    evils.append(EvilRelay("127.64.5.1", port, snapshot([
+        pod("wc-0-aaaaa", "127.64.5.99", 0), pod("wc-1-aaaaa", "127.64.5.2", 1), pod("wc-2-aaaaa", "127.64.5.3", 2)])))
+    w1 = car("wc1", "wc-1-aaaaa", "127.64.5.2")
+    check("wrong coordinator: refused, and the log says what differed",
+          wait(lambda: any("differs from the API: IP 127.64.5.99 (relay) vs 127.64.5.1 (API)" in l
+                           for l in w1.lines), 15), w1.lines[-6:])
+    check("wrong coordinator: falls back and publishes the API's address",
+          wait(lambda: w1.readyz()[0] == 200 and "source api" in w1.readyz()[1], 20)
+          and "127.64.5.1:" in files_text(w1.out) and "127.64.5.99" not in files_text(w1.out), w1.readyz())
+    check("wrong coordinator: counted as refused", (w1.metric("tpumesh_relay_refused_total") or 0) >= 1)
+
+    # 3. A 32 MiB message of empty records.
+    anno3 = {"tpumesh.dev/expected-workers": "2"}
+    c.make(name="big-0-aaaaa", job="big", index=0, ip="127.64.6.1", annotations=anno3)
+    c.make(name="big-1-aaaaa", job="big", index=1, ip="127.64.6.2", annotations=anno3)
+    n = (32 << 20) // 2
+    delta = b"\x12\x00" * n  # PodDelta.upserts = an empty Pod, n times
+    blob = b"\x18\x01" + b"\x12" + _varint(len(delta)) + delta  # synced, pods
+    evils.append(EvilRelay("127.64.6.1", port, blob))
+    b1 = car("big1", "big-1-aaaaa", "127.64.6.2")
+    wait(lambda: b1.log_count("relay: finding the relay") >= 1 or b1.log_count("finding the relay") >= 1, 10)
+    hwm0 = mem_kib(b1.proc, "VmHWM")
+    check("32 MiB message: refused (the stream ends; the subscriber falls back and is ready)",
+          wait(lambda: evils[-1].calls >= 1 and b1.readyz()[0] == 200 and "source api" in b1.readyz()[1], 30),
+          (evils[-1].calls, b1.readyz(), b1.lines[-4:]))
+    hwm1 = mem_kib(b1.proc, "VmHWM")
+    check("32 MiB message: peak memory grew by at most 16 MiB (%d KiB)" % (hwm1 - hwm0),
+          hwm0 > 0 and hwm1 - hwm0 <= 16 << 10, (hwm0, hwm1))
+    t = json.loads(b1.topology_text())
+    check("32 MiB message: the published workers are the API's",
+          [w["pod"] for w in t["workers"]] == ["big-0-aaaaa", "big-1-aaaaa"], t)
+
+
+def _varint(v):
+    out = b""
+    while True:
+        b = v & 0x7f
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

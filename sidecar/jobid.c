@@ -1,6 +1,6 @@
 /*
  * jobid.c - which job this pod belongs to, and whether another pod belongs
- * to the same one (docs/DESIGN.md §9, docs/security.md "Relay trust").
+ * to the same one (docs/DESIGN.md §9, docs/scale.md "Trust").
  *
  * A job is identified by its top-level controller, read from
  * metadata.ownerReferences (the entry with controller: true), never from

@@ -159,6 +159,7 @@ static void tick_progress(struct mesh_sidecar *ctx, int64_t mono)
 {
     uint64_t pr = 0;
     bool new_watch = false;
+    int64_t progress_at = mono;
     if (ctx->inf != NULL && !ctx->following) {
         struct mesh_k8s_informer_stats s;
         mesh_k8s_informer_stats(ctx->inf, &s);
@@ -170,21 +171,35 @@ static void tick_progress(struct mesh_sidecar *ctx, int64_t mono)
         ctx->api_watches = s.watches;
         ctx->api_failures = s.failures;
     } else {
+        /* Following a relay: progress is when the relay's source (the root's
+         * API watch) last moved, as its message says (received at
+         * last_msg_ms, source_age_ms old then), not when a heartbeat came:
+         * heartbeats from a stuck root must not look like progress here
+         * nor to this sidecar's own subscribers. Moves under 250 ms are
+         * the jitter of two heartbeats of one unchanged source. */
         struct mesh_relay_status rs;
         bool have = false;
         mesh_sidecar_relay_status(ctx, &rs, &have);
-        pr = have ? rs.messages : 0;
+        int64_t src = have && rs.last_msg_ms > 0 ? rs.last_msg_ms - rs.source_age_ms : 0;
+        int64_t at = src > ctx->relay_src_ms + 250 ? src : 0;
+        if (at > 0) {
+            ctx->relay_src_ms = src;
+            pr = ctx->api_progress + 1;
+            progress_at = at < mono ? at : mono;
+        } else {
+            pr = ctx->api_progress;
+        }
     }
     pthread_mutex_lock(&ctx->mu);
     ctx->st.loop_tick_ms = mono; /* /healthz: the loop is alive */
     bool moved = pr != ctx->api_progress || new_watch || ctx->st.last_progress_ms == 0;
     if (moved) {
         ctx->api_progress = pr;
-        ctx->st.last_progress_ms = mono;
+        ctx->st.last_progress_ms = progress_at;
     }
     pthread_mutex_unlock(&ctx->mu);
     if (ctx->grpc != NULL && moved) {
-        mesh_grpc_server_note_progress(ctx->grpc, mono);
+        mesh_grpc_server_note_progress(ctx->grpc, progress_at);
     }
 }
 

@@ -254,7 +254,8 @@ struct mesh_sidecar {
     struct mesh_k8s_client *wclient; /* the informer's client */
     pthread_t inf_thread;
     bool inf_running;
-    uint64_t api_progress;              /* main loop: informer counters at the last tick */
+    uint64_t api_progress; /* main loop: informer counters at the last tick */
+    int64_t relay_src_ms;  /* main loop: when the followed relay's source last moved (mono ms) */
     uint64_t api_watches, api_failures; /* main loop: watches started, requests failed */
 
     /* Relay mode (relay.c). */

@@ -568,7 +568,10 @@ function networkPolicyErrors(objs) {
     if (!same(np.spec.podSelector.matchLabels, sel)) e.push('podSelector is not the job label');
     if (!same(np.spec.policyTypes, ['Ingress'])) e.push('policyTypes is not [Ingress]');
     const own = ing[0] || {};
-    if (!same(own.from, [{ podSelector: { matchLabels: sel } }]) || own.ports) e.push('rule 1 does not admit the job\'s own pods on every port');
+    const managed = { ...sel, 'tpumesh.dev/inject': 'true' };
+    const peer = ((own.from || [])[0] || {}).podSelector || {};
+    if (!same(own.from, [{ podSelector: { matchLabels: peer.matchLabels } }]) || !same(Object.entries(peer.matchLabels || {}).sort(), Object.entries(managed).sort())
+        || own.ports) e.push('rule 1 does not admit the job\'s own tpumesh-managed pods (job labels + tpumesh.dev/inject) on every port');
     const mon = ing[1] || {};
     if (!same(mon.from, [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }])
         || !same(mon.ports, [{ protocol: 'TCP', port: 9431 }])) e.push('rule 2 is not: namespace monitoring -> TCP 9431');
@@ -609,8 +612,16 @@ for (const h of HELMS) {
             continue;
         }
         checkRendered(objs, `${tag} template charts/tpumesh [${c.name}]`);
+        if (c.name === 'tests/helm/values/no-injector.yaml') {
+            const np = objs.find((o) => o.kind === 'NetworkPolicy');
+            const peer = np ? (((np.spec.ingress || [])[0] || {}).from || [])[0] : null;
+            const want = { 'batch.kubernetes.io/job-name': 'trainer', 'example.com/tpumesh': 'on' };
+            check(`${tag} [${c.name}]: the NetworkPolicy's peers carry networkPolicy.managedLabels instead of the injection label`,
+                peer && JSON.stringify(Object.entries(peer.podSelector.matchLabels).sort()) === JSON.stringify(Object.entries(want).sort())
+                    ? [] : [`peer: ${JSON.stringify(peer)}`]);
+        }
         if (c.name === 'ci/networkpolicy-values.yaml') {
-            check(`${tag} [${c.name}]: the NetworkPolicy admits the job's pods (any port), the metrics namespace on the HTTP port only, then extraIngress`, networkPolicyErrors(objs));
+            check(`${tag} [${c.name}]: the NetworkPolicy admits the job's tpumesh-managed pods (any port, the relay's gRPC port among them), the metrics namespace on the HTTP port only, then extraIngress`, networkPolicyErrors(objs));
         }
         if (c.name === 'defaults') {
             rendered[h.version] = { chart: objs };

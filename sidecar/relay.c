@@ -337,10 +337,23 @@ static bool rank0(const struct mesh_sidecar *ctx, const struct mesh_k8s_pod_rec 
     return x->completion_index == 0;
 }
 
+/* x was found right before, or differs from a record found right only in
+ * what may change without a new GET proving anything (ready, terminating,
+ * finished): the fields compared with the API are the same. */
 static bool verified(struct mesh_sidecar_verify *v, const struct mesh_k8s_pod_rec *x)
 {
     for (size_t i = 0; i < v->n; i++) {
-        if (mesh_k8s_pod_rec_equal(v->ok[i], x)) {
+        const struct mesh_k8s_pod_rec *y = v->ok[i];
+        if (mesh_k8s_pod_rec_equal(y, x)) {
+            return true;
+        }
+        if (strcmp(mesh_k8s_pod_rec_name(y), mesh_k8s_pod_rec_name(x)) == 0 &&
+            y->completion_index == x->completion_index && y->pod_index == x->pod_index &&
+            y->job_index == x->job_index && y->job_global_index == x->job_global_index &&
+            (y->flags & MESH_K8S_REC_INVALID) == (x->flags & MESH_K8S_REC_INVALID) &&
+            strcmp(mesh_k8s_pod_rec_hostname(y), mesh_k8s_pod_rec_hostname(x)) == 0 &&
+            strcmp(mesh_k8s_pod_rec_subdomain(y), mesh_k8s_pod_rec_subdomain(x)) == 0 &&
+            strcmp(mesh_k8s_pod_rec_ip(y), mesh_k8s_pod_rec_ip(x)) == 0) {
             return true;
         }
     }

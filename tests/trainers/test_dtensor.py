@@ -69,6 +69,25 @@ def run_job(env, py, job, label, head):
           % (label, n, 2 * n, want_sum, took), not problems, "\n".join(problems[:3]))
 
 
+COUNT = r'''
+import json, os
+from tensorflow.experimental import dtensor
+print("RESULT " + json.dumps({"num_clients": dtensor.num_clients(), "client_id": dtensor.client_id(),
+                              "env": os.environ["DTENSOR_NUM_CLIENTS"]}), flush=True)
+'''
+
+
+def num_clients_test(env, py, pod, head):
+    """DTensor counts DTENSOR_JOBS; DTENSOR_NUM_CLIENTS (in dtensor.env for people) is not read."""
+    (rc, text), = env.finish([env.trainer(pod, py, head + "\nexport DTENSOR_NUM_CLIENTS=99\n", COUNT)], 120)
+    r = results(text)
+    dt = pod.env("dtensor.env")
+    want = {"num_clients": len(dt["DTENSOR_JOBS"].split(",")), "client_id": int(dt["DTENSOR_CLIENT_ID"]),
+            "env": "99"}
+    check("DTensor's num_clients() is the length of DTENSOR_JOBS; DTENSOR_NUM_CLIENTS (99 here) is "
+          "not read", rc == 0 and r and r[0] == want, "%r want %r\n%s" % (r, want, tail(text)))
+
+
 def main():
     py = harness.need_venv("tf")
     env = harness.Env()
@@ -82,6 +101,7 @@ def main():
                   % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
         run_job(env, py, one, "single slice", head)
         run_job(env, py, multi, "2 x 2 multi-slice", head)
+        num_clients_test(env, py, multi.pods[2], head)
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()

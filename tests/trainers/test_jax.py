@@ -8,7 +8,10 @@
    multi-slice job, a JAX process with that pod's tpu.env (JAX_FORCE_TPU_INIT forces TPU
    presence; no TPU is needed) runs ClusterEnv.auto_detect_unset_distributed_params, the
    function jax.distributed.initialize() calls: it must pick GkeTpuCluster and compute the
-   coordinator host and port, process id and process count that jax.env holds.
+   coordinator host and port, process id and process count that jax.env holds. On a single
+   slice it asks the metadata server (the simulator) for MEGASCALE_*; TPU_PROCESS_ADDRESSES
+   and JAX_COORDINATOR_PORT in the pod's environment take precedence over tpu.env and
+   jax.env (docs/runtimes.md says why tpumesh writes neither).
 """
 import json
 import os
@@ -117,6 +120,38 @@ def detect_test(env, py, job, label):
           not problems, "\n".join(problems[:4]))
 
 
+def metadata_asks(env):
+    """How often the metadata simulator was asked for the tpu-env attribute."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/_stats" % env.md_port, timeout=10) as r:
+        paths = json.loads(r.read()).get("paths", {})
+    return sum(v for k, v in paths.items() if k.endswith("/attributes/tpu-env"))
+
+
+def detect_overrides(env, py, pod):
+    """What JAX's detection does with two variables tpu.env never holds (docs/runtimes.md)."""
+    jx = pod.env("jax.env")
+    host = jx["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0]
+    # Three processes per slice where tpu.env lists two hosts: JAX counts 3 x 2 slices and puts
+    # process 3 (worker 1 of slice 1) at 1 + 1 x 3 = 4.
+    others = "127.64.0.77:8476,127.64.0.78:8476,127.64.0.79:8476"
+    cases = [({"TPU_PROCESS_ADDRESSES": others},
+              {"address": host + ":8482", "count": 3 * 2, "id": pod.worker + pod.slice * 3},
+              "TPU_PROCESS_ADDRESSES in the pod's environment wins over tpu.env's "
+              "TPU_WORKER_HOSTNAMES (its length is the processes per slice: count and id "
+              "then differ from jax.env)"),
+             ({"JAX_COORDINATOR_PORT": "9123"},
+              {"address": host + ":9123", "count": int(jx["JAX_NUM_PROCESSES"]),
+               "id": int(jx["JAX_PROCESS_ID"])},
+              "JAX_COORDINATOR_PORT replaces the port 8482 jax.env names")]
+    for extra, want, label in cases:
+        extra = dict(extra, JAX_FORCE_TPU_INIT="1")
+        (rc, text), = env.finish([env.trainer(pod, py, DETECT_ENV, DETECT, extra)], 120)
+        r = results(text)
+        got = {k: r[0][k] for k in ("address", "count", "id")} if r else None
+        check("JAX's detection: %s" % label, got == want, "got %r, want %r\n%s" % (got, want, tail(text)))
+
+
 def main():
     py = harness.need_venv("jax")
     env = harness.Env()
@@ -127,8 +162,15 @@ def main():
             check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
                   % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
         psum_test(env, py, one)
+        asked = metadata_asks(env)
         detect_test(env, py, one, "a single-slice job (4 pods)")
+        single = metadata_asks(env) - asked
         detect_test(env, py, multi, "a 2 x 2 multi-slice job")
+        multi_asks = metadata_asks(env) - asked - single
+        check("JAX's detection asks the metadata server for tpu-env (MEGASCALE_*) on a single "
+              "slice, where tpu.env has no MEGASCALE_*, and never on a multi-slice job",
+              single >= len(one.pods) and multi_asks == 0, (single, multi_asks))
+        detect_overrides(env, py, multi.pods[3])
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()

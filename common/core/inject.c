@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "annotations.h"
+#include "base64.h"
 #include "buf.h"
 #include "cleanup.h"
 #include "json.h"
@@ -1122,33 +1123,6 @@ int mesh_inject_decide(const struct mesh_inject_config *c, const struct mesh_inj
 
 /* ---- response --------------------------------------------------------------------- */
 
-char *mesh_inject_base64(const void *in, size_t len, size_t *out_len)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *s = in;
-    size_t n = (len + 2) / 3 * 4;
-    char *o = mesh_malloc(n + 1);
-    size_t j = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16;
-        if (i + 1 < len) {
-            v |= (uint32_t)s[i + 1] << 8;
-        }
-        if (i + 2 < len) {
-            v |= s[i + 2];
-        }
-        o[j++] = tab[(v >> 18) & 63];
-        o[j++] = tab[(v >> 12) & 63];
-        o[j++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
-        o[j++] = i + 2 < len ? tab[v & 63] : '=';
-    }
-    o[j] = '\0';
-    if (out_len != NULL) {
-        *out_len = j;
-    }
-    return o;
-}
-
 char *mesh_inject_response(const char *uid, const struct mesh_inject_decision *d,
                            const char *const *warnings, size_t nwarn, size_t *out_len,
                            struct mesh_err *err)
@@ -1167,7 +1141,7 @@ char *mesh_inject_response(const char *uid, const struct mesh_inject_decision *d
         cJSON_AddStringToObject(st, "message", msg);
     }
     if (d->verdict == MESH_INJECT_PATCH && d->patch != NULL) {
-        mesh_autofree char *b64 = mesh_inject_base64(d->patch, d->patch_len, NULL);
+        mesh_autofree char *b64 = mesh_base64_encode(d->patch, d->patch_len, NULL);
         cJSON_AddStringToObject(resp, "patchType", "JSONPatch");
         cJSON_AddStringToObject(resp, "patch", b64);
     }

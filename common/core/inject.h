@@ -157,7 +157,4 @@ char *mesh_inject_response(const char *uid, const struct mesh_inject_decision *d
                            const char *const *warnings, size_t nwarn, size_t *out_len,
                            struct mesh_err *err);
 
-/* Standard base64 (RFC 4648 §4, with padding) of in[0..len). Owned. */
-char *mesh_inject_base64(const void *in, size_t len, size_t *out_len);
-
 #endif

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/base64.h"
 #include "core/buf.h"
 #include "core/cleanup.h"
 #include "core/json.h"
@@ -161,24 +162,6 @@ static int token_file_read(struct mesh_k8s_client *c, struct mesh_err *err)
     return 0;
 }
 
-static char *base64_encode(const unsigned char *p, size_t n)
-{
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = mesh_malloc((n + 2) / 3 * 4 + 1);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16;
-        v |= i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0;
-        v |= i + 2 < n ? (uint32_t)p[i + 2] : 0;
-        out[k++] = tbl[(v >> 18) & 63];
-        out[k++] = tbl[(v >> 12) & 63];
-        out[k++] = i + 1 < n ? tbl[(v >> 6) & 63] : '=';
-        out[k++] = i + 2 < n ? tbl[v & 63] : '=';
-    }
-    out[k] = '\0';
-    return out;
-}
-
 /* KUBERNETES_EXEC_INFO: the ExecCredential input of client-go's exec
  * plugin runner (plugin/pkg/client/auth/exec/exec.go), with spec.cluster
  * when the kubeconfig says provideClusterInfo: true. */
@@ -200,7 +183,7 @@ static char *exec_info(const struct mesh_k8s_client *c)
             cJSON_AddBoolToObject(cl, "insecure-skip-tls-verify", true);
         }
         if (c->ca_data != NULL) {
-            mesh_autofree char *b64 = base64_encode(c->ca_data, c->ca_data_len);
+            mesh_autofree char *b64 = mesh_base64_encode(c->ca_data, c->ca_data_len, NULL);
             cJSON_AddStringToObject(cl, "certificate-authority-data", b64);
         }
     }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "core/base64.h"
 #include "core/buf.h"
 #include "core/cleanup.h"
 #include "core/json.h"
@@ -170,63 +171,6 @@ static char *resolve_path(const struct kc *k, const char *p)
     return mesh_asprintf("%s/%s", k->dir, p);
 }
 
-static int b64val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (c >= '0' && c <= '9') {
-        return c - '0' + 52;
-    }
-    if (c == '+' || c == '-') {
-        return 62;
-    }
-    if (c == '/' || c == '_') {
-        return 63;
-    }
-    return -1;
-}
-
-int mesh_kubeconfig_base64_decode(const char *in, size_t len, unsigned char **out, size_t *out_len,
-                                  struct mesh_err *err)
-{
-    mesh_autofree unsigned char *buf = mesh_malloc(len / 4 * 3 + 4);
-    size_t n = 0, pad = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)in[i];
-        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
-            continue;
-        }
-        if (c == '=') {
-            pad++;
-            continue;
-        }
-        int v = b64val(c);
-        if (v < 0 || pad > 0) {
-            return mesh_err_set(err, MESH_E_PARSE, 0,
-                                "not valid base64 (bad character at byte %zu)", i);
-        }
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            buf[n++] = (unsigned char)(acc >> bits);
-        }
-    }
-    if (pad > 2 || bits >= 6) {
-        return mesh_err_set(err, MESH_E_PARSE, 0, "not valid base64 (truncated)");
-    }
-    buf[n] = '\0';
-    *out = MESH_STEAL(buf);
-    *out_len = n;
-    return 0;
-}
-
 /* A path field: resolved against the kubeconfig's directory. */
 static int take_path(const struct kc *k, const yaml_node_t *n, const char *key, const char *where,
                      char **out, struct mesh_err *err)
@@ -260,7 +204,7 @@ static int take_data(const struct kc *k, const yaml_node_t *n, const char *key, 
         return rc;
     }
     struct mesh_err e2;
-    if (mesh_kubeconfig_base64_decode(s, strlen(s), out, out_len, &e2) < 0) {
+    if (mesh_base64_decode(s, strlen(s), out, out_len, &e2) < 0) {
         char kp[200];
         snprintf(kp, sizeof(kp), "%s.%s", where, key);
         return cfg_err(k, err, kp, "%s; it must be the base64 of the PEM file (base64 -w0 FILE)",

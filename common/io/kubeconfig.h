@@ -5,11 +5,12 @@
  * (gke-gcloud-auth-plugin).
  *
  * Resolution: the context is the caller's override, else current-context;
- * the context names a cluster and a user (both must exist) and may carry
- * a namespace. Relative file paths (certificate-authority,
+ * the context names a cluster (which must exist), may name a user (which
+ * then must exist; without one the client sends no credentials) and may
+ * carry a namespace. Relative file paths (certificate-authority,
  * client-certificate, client-key, tokenFile, exec command containing '/')
  * are resolved against the kubeconfig file's directory, like client-go.
- * *-data fields are base64 of PEM and are decoded here.
+ * *-data fields are base64 of PEM and are decoded here (core/base64.h).
  *
  * Every error is -MESH_E_CONFIG with a message naming the file, the key
  * path (e.g. "users[u1].user.client-key-data") and what to do about it.
@@ -101,11 +102,5 @@ int mesh_kubeconfig_parse_exec_credential(const char *buf, size_t len, const cha
 /* RFC 3339 UTC ("2026-07-01T12:00:00Z", optional fraction, "Z" or
  * +hh:mm) to seconds since the epoch. -MESH_E_PARSE on anything else. */
 int mesh_kubeconfig_parse_time(const char *s, int64_t *out_epoch_s, struct mesh_err *err);
-
-/* Decode standard base64 (padding optional, whitespace ignored) of len
- * bytes. *out: owned (mesh_free), NUL-terminated for convenience, length
- * in *out_len. -MESH_E_PARSE on a bad character. */
-int mesh_kubeconfig_base64_decode(const char *in, size_t len, unsigned char **out, size_t *out_len,
-                                  struct mesh_err *err);
 
 #endif

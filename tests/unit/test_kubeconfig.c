@@ -1,7 +1,7 @@
 /*
  * test_kubeconfig.c - kubeconfig resolution (contexts, clusters, users,
  * *-data decoding, relative paths, exec plugins), its error messages
- * (file, key, what to do), ExecCredential replies, RFC 3339 and base64.
+ * (file, key, what to do), ExecCredential replies and RFC 3339.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -328,48 +328,12 @@ static void test_time(void **state)
     }
 }
 
-static void test_base64(void **state)
-{
-    (void)state;
-    static const struct {
-        const char *in;
-        int rc;
-        const char *want;
-    } rows[] = {
-        {"", 0, ""},
-        {"Zg==", 0, "f"},
-        {"Zm8=", 0, "fo"},
-        {"Zm9v", 0, "foo"},
-        {"Zm9vYg", 0, "foob"},
-        {"Zm9v\nYmFy\n", 0, "foobar"},
-        {"Zm9v YmE=", 0, "fooba"},
-        {"Zm9v!", -MESH_E_PARSE, NULL},
-        {"Zg==Zg", -MESH_E_PARSE, NULL},
-        {"Z", -MESH_E_PARSE, NULL},
-        {"Zg===", -MESH_E_PARSE, NULL},
-    };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-        unsigned char *out = NULL;
-        size_t n = 0;
-        int rc = mesh_kubeconfig_base64_decode(rows[i].in, strlen(rows[i].in), &out, &n, NULL);
-        assert_int_equal(rc, rows[i].rc);
-        if (rc == 0) {
-            assert_int_equal(n, strlen(rows[i].want));
-            assert_memory_equal(out, rows[i].want, n);
-            mesh_free(out);
-        } else {
-            assert_null(out);
-        }
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve_contexts), cmocka_unit_test(test_exec_fields),
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_exec_credential),  cmocka_unit_test(test_time),
-        cmocka_unit_test(test_base64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
  */
 #include "buf.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,7 +46,7 @@ static int ensure(struct mesh_buf *b, size_t extra, struct mesh_err *err)
     while (cap < need) {
         cap *= 2;
     }
-    if (cap > b->max + 1) {
+    if (b->max < SIZE_MAX && cap > b->max + 1) { /* max + 1 would wrap for "no limit" */
         cap = b->max + 1;
     }
     b->data = mesh_realloc(b->data, cap);

@@ -31,6 +31,7 @@
 #include "injector.h"
 #include "io/k8s_client.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "access"
 #define CACHE_MAX 256
@@ -70,13 +71,6 @@ struct mesh_injector_access {
     void (*notify)(void *);
     void *notify_arg;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* One SubjectAccessReview: 1 allowed, 0 not, <0 the check failed. */
 static int allowed(struct mesh_k8s_client *c, const char *ns, const char *sa, const char *verb,
@@ -177,7 +171,7 @@ static void *worker(void *arg)
         int rc = ask(a->client, ns, sa, &warning, &err);
         pthread_mutex_lock(&a->mu);
         e->queued = false;
-        e->at_ms = now_ms();
+        e->at_ms = mesh_sys_now_ms();
         mesh_free(e->warning);
         mesh_free(e->reason);
         e->warning = e->reason = NULL;
@@ -322,7 +316,7 @@ int mesh_injector_access_lookup(struct mesh_injector_access *a, const char *ns, 
         return MESH_ACCESS_KNOWN;
     }
     mesh_autofree char *key = mesh_asprintf("%s/%s", ns, sa);
-    int64_t now = now_ms();
+    int64_t now = mesh_sys_now_ms();
     pthread_mutex_lock(&a->mu);
     struct entry *e = NULL;
     for (size_t i = 0; i < CACHE_MAX && e == NULL; i++) {

@@ -31,23 +31,10 @@
 #include "io/secret.h"
 #include "io/log.h"
 #include "io/relay_client.h"
+#include "io/sys.h"
 #include "sidecar.h"
 
 #define MOD "sidecar"
-
-static int64_t now_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static void *informer_thread(void *arg)
 {
@@ -212,11 +199,11 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
         /* A held-back publish (topology.c, coalescing) is due at hold_until_ms. */
         int timeout = 1000;
         if (ctx->hold_until_ms > 0) {
-            int64_t left = ctx->hold_until_ms - now_ms(CLOCK_MONOTONIC);
+            int64_t left = ctx->hold_until_ms - mesh_sys_now_ms();
             timeout = left <= 0 ? 0 : (left < 1000 ? (int)left : 1000);
         }
         int n = poll(p, 3, timeout);
-        int64_t woke_us = now_us();
+        int64_t woke_us = mesh_sys_now_us();
         if (n < 0 && errno != EINTR) {
             mesh_error(MOD, "poll: %s", strerror(errno));
             return -1;
@@ -231,7 +218,7 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
                 mesh_info(MOD, "publishing the %llu change%s held back before stopping",
                           (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s");
                 ctx->flush = true;
-                (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
+                (void)mesh_sidecar_recompute(ctx, mesh_sys_wall_ms(), woke_us);
             }
             return 0;
         }
@@ -242,7 +229,7 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
             }
         }
         mesh_sidecar_relay_tick(ctx);
-        int64_t mono = now_ms(CLOCK_MONOTONIC);
+        int64_t mono = mesh_sys_now_ms();
         bool tick = mono - last_tick >= 1000;
         if (tick) {
             last_tick = mono;
@@ -253,7 +240,7 @@ static int run_loop(struct mesh_sidecar *ctx, int sfd)
                               (ctx->opts.verify_dns && ctx->have_cur && !ctx->last_complete));
         bool due = ctx->hold_until_ms > 0 && mono >= ctx->hold_until_ms;
         if (mesh_sidecar_source_synced(ctx) && (dirty || retry || due)) {
-            (void)mesh_sidecar_recompute(ctx, now_ms(CLOCK_REALTIME), woke_us);
+            (void)mesh_sidecar_recompute(ctx, mesh_sys_wall_ms(), woke_us);
         }
         mesh_sidecar_grpc_update(ctx);
         if (ctx->http != NULL && ctx->generation != ctx->http_gen) {
@@ -384,7 +371,7 @@ int main(int argc, char **argv)
     }
     mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
     /* Each sidecar its own jitter (relay fallback delays and retry pauses). */
-    srandom((unsigned)getpid() ^ (unsigned)now_us());
+    srandom((unsigned)getpid() ^ (unsigned)mesh_sys_now_us());
     pthread_mutex_init(&ctx.mu, NULL);
     pthread_mutex_init(&ctx.chg_mu, NULL);
     /* /readyz says why it is not ready from the first request on. */
@@ -421,14 +408,14 @@ int main(int argc, char **argv)
 
 out:
     if (ctx.inf_running || ctx.relay != NULL) {
-        int64_t t0 = now_ms(CLOCK_MONOTONIC);
+        int64_t t0 = mesh_sys_now_ms();
         if (ctx.inf_running) {
             mesh_k8s_informer_stop(ctx.inf);
             pthread_join(ctx.inf_thread, NULL);
             ctx.inf_running = false;
         }
         mesh_info(MOD, "watch stopped in %lld ms; files stay at generation %llu",
-                  (long long)(now_ms(CLOCK_MONOTONIC) - t0), (unsigned long long)ctx.generation);
+                  (long long)(mesh_sys_now_ms() - t0), (unsigned long long)ctx.generation);
     }
     ctx.http = NULL;
     mesh_sidecar_http_stop(http);

@@ -46,6 +46,7 @@
 #include "io/log.h"
 #include "io/publish.h"
 #include "io/relay_client.h"
+#include "io/sys.h"
 #include "sidecar.h"
 
 #define MOD "topo"
@@ -181,13 +182,6 @@ void mesh_sidecar_on_synced(void *vctx, size_t count)
 
 /* ---- helpers ---- */
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 struct collect {
     const struct mesh_k8s_pod_rec **v;
     size_t n, cap;
@@ -285,8 +279,7 @@ static bool verify_dns(struct mesh_sidecar *ctx, const struct mesh_workers *w, c
 {
     struct mesh_buf b;
     mesh_buf_init(&b, cap - 1);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = mesh_sys_now_ms();
     size_t added = 0;
     if (ctx->ndns_ok > 4 * w->nworkers + 64) {
         ctx->ndns_ok = 0; /* pods came and went: forget, re-resolve the current ones */
@@ -298,8 +291,7 @@ static bool verify_dns(struct mesh_sidecar *ctx, const struct mesh_workers *w, c
             bsearch(&h, ctx->dns_ok, ctx->ndns_ok, sizeof(h), cmp_u64) != NULL) {
             continue;
         }
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        int64_t spent = mesh_sys_now_ms() - t0;
         if (spent < DNS_BUDGET_MS && dns_matches(wk->host, wk->ip)) {
             ctx->dns_ok = mesh_reallocarray(ctx->dns_ok, ctx->ndns_ok + 1, sizeof(h));
             ctx->dns_ok[ctx->ndns_ok++] = h;
@@ -442,7 +434,7 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     struct mesh_err err;
     mesh_err_clear(&err);
     in->generation = ctx->generation + 1;
-    int64_t t0 = mono_us();
+    int64_t t0 = mesh_sys_now_us();
     int rc = mesh_render_cache_set_generation(ctx->cache, in, &err);
     if (rc < 0) {
         ctx->known = 0;
@@ -453,9 +445,9 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     struct mesh_render_out out;
     mesh_render_cache_view(ctx->cache, &out);
     mask |= TOPO_BIT;
-    int64_t t1 = mono_us();
+    int64_t t1 = mesh_sys_now_us();
     rc = publish(ctx, &out, mask, written, &err);
-    ctx->renamed_us = mono_us();
+    ctx->renamed_us = mesh_sys_now_us();
     if (rc == 0 && *written > 0) {
         /* The files are visible from the swap of "..data" on; the commit
          * then tidied up (symlinks, the version before last). */
@@ -527,7 +519,7 @@ static void hold(struct mesh_sidecar *ctx, int64_t now, int64_t until, bool read
 static bool hold_ready(struct mesh_sidecar *ctx, unsigned todo, unsigned changed,
                        bool readiness_only, bool complete)
 {
-    int64_t now = mono_us() / 1000, until = 0;
+    int64_t now = mesh_sys_now_us() / 1000, until = 0;
     bool ready_change = readiness_only || (ctx->ready_held && changed == 0);
     if (ctx->flush || !complete || !ctx->pub_complete || ctx->publish_pending || todo != TOPO_BIT ||
         !ready_change || !mesh_pace_hold(&ctx->pace, now, &until)) {
@@ -573,7 +565,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
     }
     struct mesh_err err;
     mesh_err_clear(&err);
-    int64_t t0 = mono_us();
+    int64_t t0 = mesh_sys_now_us();
     unsigned changed = 0;
     int rc = mesh_render_cache_update(ctx->cache, &in, &changed, &err);
     if (rc < 0) {
@@ -597,7 +589,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
             }
         }
     }
-    ctx->cost_render_us = mono_us() - t0;
+    ctx->cost_render_us = mesh_sys_now_us() - t0;
     bool readiness_only = mesh_render_cache_is_readiness_only(ctx->cache);
     if (hold_ready(ctx, todo, changed, readiness_only, complete)) {
         ctx->known &= ~TOPO_BIT;
@@ -625,7 +617,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
             if (ctx->held > 0) {
                 snprintf(held, sizeof(held), "; %llu recompute%s over %lld ms coalesced into it",
                          (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s",
-                         (long long)(mono_us() / 1000 - ctx->held_since_ms));
+                         (long long)(mesh_sys_now_us() / 1000 - ctx->held_since_ms));
             }
             mesh_log(readiness_only && ctx->held == 0 ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
                      "published generation %llu (%zu file%s rewritten, %.1f ms after the %s%s): %s",
@@ -727,7 +719,7 @@ static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_op
  * never held back here. */
 static bool hold_back(struct mesh_sidecar *ctx, bool complete)
 {
-    int64_t now = mono_us() / 1000, until = 0;
+    int64_t now = mesh_sys_now_us() / 1000, until = 0;
     if (ctx->flush || complete || ctx->pub_complete || ctx->publish_pending ||
         !mesh_pace_hold(&ctx->pace, now, &until)) {
         return false;
@@ -744,7 +736,7 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
 
     /* Records are borrowed from the store: patch or build under its lock
      * (the worker list copies what it needs). */
-    int64_t t0 = mono_us();
+    int64_t t0 = mesh_sys_now_us();
     size_t dirty[MESH_SIDECAR_DELTA_MAX], ndirty = 0;
     int rc = 0;
     bool patched = false;
@@ -785,7 +777,7 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
         }
         mesh_k8s_informer_unlock(ctx->inf);
     }
-    ctx->cost_workers_us = mono_us() - t0;
+    ctx->cost_workers_us = mesh_sys_now_us() - t0;
     if (rc < 0) {
         if (strcmp(err.msg, ctx->last_reason) != 0) {
             mesh_error(MOD, "%s", err.msg);
@@ -842,7 +834,7 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
             render_and_publish(ctx, w, hint ? dirty : NULL, ndirty, self, complete, reason, now_ms);
         ctx->w_rendered = true; /* after a failure the cache is empty: a full render next */
         if (ctx->generation != gen) {
-            int64_t now = mono_us() / 1000;
+            int64_t now = mesh_sys_now_us() / 1000;
             mesh_pace_note(&ctx->pace, now, ctx->held > 0 ? ctx->held_since_ms : now);
             ctx->pub_complete = complete;
             pthread_mutex_lock(&ctx->mu);

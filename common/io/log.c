@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
+#include "io/sys.h"
 
 enum mesh_log_level mesh_log_threshold = MESH_LOG_INFO;
 static enum mesh_log_format log_format = MESH_LOG_TEXT;
@@ -33,9 +34,7 @@ void mesh_log_emit(enum mesh_log_level level, const char *mod, const struct mesh
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
 
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now_ms = mesh_sys_wall_ms();
 
     struct mesh_buf line;
     mesh_buf_init(&line, 16384);

@@ -17,6 +17,9 @@
  * clock; only differences are meaningful). */
 int64_t mesh_sys_now_ms(void);
 int64_t mesh_sys_now_us(void);
+/* CLOCK_REALTIME in milliseconds since the epoch: for timestamps that leave
+ * the process (log lines, published documents), never for measuring time. */
+int64_t mesh_sys_wall_ms(void);
 
 /* Sleep ms milliseconds (nothing for ms <= 0); a signal does not cut it short. */
 void mesh_sys_sleep_ms(int64_t ms);

@@ -40,9 +40,11 @@
 #include "core/cleanup.h"
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/prom.h"
 #include "injector.h"
 #include "io/httpd.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "server"
 #define CHUNK 16384
@@ -105,13 +107,6 @@ struct session {
     lws_sorted_usec_list_t deadline;
     struct session *pnext, *pprev;
 };
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static void unpark(struct mesh_injector_server *srv, struct session *s)
 {
@@ -230,7 +225,7 @@ static int write_body(struct lws *wsi, struct session *s)
 static void observe(struct mesh_injector_server *srv, enum outcome o, int64_t start_us)
 {
     atomic_fetch_add(&srv->reviews[o], 1);
-    int64_t us = mono_us() - start_us;
+    int64_t us = mesh_sys_now_us() - start_us;
     double secs = (double)us / 1e6;
     atomic_fetch_add(&srv->lat_count, 1);
     atomic_fetch_add(&srv->lat_sum_us, (uint_fast64_t)(us > 0 ? us : 0));
@@ -331,7 +326,7 @@ static bool review(struct mesh_injector_server *srv, const char *buf, size_t len
 static void answer_parked(struct mesh_injector_server *srv, struct session *s, char *warning)
 {
     unpark(srv, s);
-    atomic_fetch_add(&srv->access_wait_us, (uint_fast64_t)(mono_us() - s->parked_us));
+    atomic_fetch_add(&srv->access_wait_us, (uint_fast64_t)(mesh_sys_now_us() - s->parked_us));
     unsigned code = 500;
     char *text = NULL;
     enum outcome o = finish(srv, &s->rv, &s->d, warning, &code, &text);
@@ -386,7 +381,7 @@ static int on_request(struct lws *wsi, struct mesh_injector_server *srv, struct 
                       const char *in, size_t len)
 {
     session_reset(srv, s);
-    s->start_us = mono_us();
+    s->start_us = mesh_sys_now_us();
     bool post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
     if (len != 7 || memcmp(in, "/mutate", 7) != 0) {
         return respond(wsi, s, 404, "text/plain", mesh_strdup("not found: POST /mutate\n"));
@@ -451,7 +446,7 @@ static int on_body_done(struct lws *wsi, struct mesh_injector_server *srv, struc
     if (!done) {
         /* Park it until the check's thread answers or the timeout passes. */
         s->parked = true;
-        s->parked_us = mono_us();
+        s->parked_us = mesh_sys_now_us();
         s->wsi = wsi;
         s->pprev = NULL;
         s->pnext = srv->parked;
@@ -508,67 +503,49 @@ static char *metrics_text(struct mesh_injector_server *srv)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, 1 << 20);
-    mesh_buf_puts(&b,
-                  "# HELP tpumesh_injector_reviews_total AdmissionReviews answered, by outcome.\n"
-                  "# TYPE tpumesh_injector_reviews_total counter\n",
-                  NULL);
+    mesh_prom_family(&b, "tpumesh_injector_reviews_total", "counter",
+                     "AdmissionReviews answered, by outcome.");
     for (int i = 0; i < OUT__N; i++) {
-        mesh_buf_printf(&b, NULL, "tpumesh_injector_reviews_total{outcome=\"%s\"} %llu\n",
-                        outcome_names[i], ld(&srv->reviews[i]));
+        mesh_prom_u64(&b, "tpumesh_injector_reviews_total", "outcome", outcome_names[i],
+                      ld(&srv->reviews[i]));
     }
-    mesh_buf_printf(&b, NULL,
-                    "# HELP tpumesh_injector_request_too_large_total Requests refused with 413.\n"
-                    "# TYPE tpumesh_injector_request_too_large_total counter\n"
-                    "tpumesh_injector_request_too_large_total %llu\n"
-                    "# HELP tpumesh_injector_access_warnings_total Patched pods warned that "
-                    "their service account lacks get/list/watch on pods or that it could not be "
-                    "verified.\n"
-                    "# TYPE tpumesh_injector_access_warnings_total counter\n"
-                    "tpumesh_injector_access_warnings_total %llu\n"
-                    "# HELP tpumesh_injector_access_waits_total Reviews that waited for a "
-                    "service-account check (an account's first pod).\n"
-                    "# TYPE tpumesh_injector_access_waits_total counter\n"
-                    "tpumesh_injector_access_waits_total %llu\n"
-                    "# HELP tpumesh_injector_access_unverified_total Of those, answered after "
-                    "--access-check-timeout without the check's answer.\n"
-                    "# TYPE tpumesh_injector_access_unverified_total counter\n"
-                    "tpumesh_injector_access_unverified_total %llu\n"
-                    "# HELP tpumesh_injector_access_wait_seconds_total Time reviews waited for "
-                    "service-account checks.\n"
-                    "# TYPE tpumesh_injector_access_wait_seconds_total counter\n"
-                    "tpumesh_injector_access_wait_seconds_total %.6f\n"
-                    "# HELP tpumesh_injector_cert_reloads_total Serving certificate reloads.\n"
-                    "# TYPE tpumesh_injector_cert_reloads_total counter\n"
-                    "tpumesh_injector_cert_reloads_total %llu\n"
-                    "# HELP tpumesh_injector_cert_reload_failures_total Changed certificate "
-                    "files that were not a valid pair (the previous pair stays).\n"
-                    "# TYPE tpumesh_injector_cert_reload_failures_total counter\n"
-                    "tpumesh_injector_cert_reload_failures_total %llu\n"
-                    "# HELP tpumesh_injector_review_seconds Time from request to answer.\n"
-                    "# TYPE tpumesh_injector_review_seconds histogram\n",
-                    ld(&srv->too_big), ld(&srv->warnings), ld(&srv->access_waits),
-                    ld(&srv->access_unverified), (double)ld(&srv->access_wait_us) / 1e6,
-                    ld(&srv->cert_reloads), ld(&srv->cert_reload_failures));
+    mesh_prom_counter(&b, "tpumesh_injector_request_too_large_total", "Requests refused with 413.",
+                      ld(&srv->too_big));
+    mesh_prom_counter(&b, "tpumesh_injector_access_warnings_total",
+                      "Patched pods warned that their service account lacks get/list/watch on "
+                      "pods or that it could not be verified.",
+                      ld(&srv->warnings));
+    mesh_prom_counter(&b, "tpumesh_injector_access_waits_total",
+                      "Reviews that waited for a service-account check (an account's first pod).",
+                      ld(&srv->access_waits));
+    mesh_prom_counter(&b, "tpumesh_injector_access_unverified_total",
+                      "Of those, answered after --access-check-timeout without the check's answer.",
+                      ld(&srv->access_unverified));
+    mesh_prom_family(&b, "tpumesh_injector_access_wait_seconds_total", "counter",
+                     "Time reviews waited for service-account checks.");
+    mesh_prom_f64(&b, "tpumesh_injector_access_wait_seconds_total", NULL, NULL,
+                  (double)ld(&srv->access_wait_us) / 1e6);
+    mesh_prom_counter(&b, "tpumesh_injector_cert_reloads_total", "Serving certificate reloads.",
+                      ld(&srv->cert_reloads));
+    mesh_prom_counter(&b, "tpumesh_injector_cert_reload_failures_total",
+                      "Changed certificate files that were not a valid pair (the previous pair "
+                      "stays).",
+                      ld(&srv->cert_reload_failures));
+    uint64_t cum[NBUCKETS];
     for (size_t i = 0; i < NBUCKETS; i++) {
-        mesh_buf_printf(&b, NULL, "tpumesh_injector_review_seconds_bucket{le=\"%g\"} %llu\n",
-                        buckets[i], ld(&srv->lat_bucket[i]));
+        cum[i] = ld(&srv->lat_bucket[i]);
     }
-    mesh_buf_printf(&b, NULL,
-                    "tpumesh_injector_review_seconds_bucket{le=\"+Inf\"} %llu\n"
-                    "tpumesh_injector_review_seconds_sum %.6f\n"
-                    "tpumesh_injector_review_seconds_count %llu\n",
-                    ld(&srv->lat_count), (double)ld(&srv->lat_sum_us) / 1e6, ld(&srv->lat_count));
+    mesh_prom_histogram(&b, "tpumesh_injector_review_seconds", "Time from request to answer.",
+                        buckets, cum, NBUCKETS, (double)ld(&srv->lat_sum_us) / 1e6,
+                        ld(&srv->lat_count));
     struct mesh_httpd_stats hs;
     mesh_httpd_get_stats(srv->probes, &hs);
-    mesh_buf_printf(&b, NULL,
-                    "# HELP tpumesh_injector_probe_connections_total Connections to the probe "
-                    "server, by what became of them.\n"
-                    "# TYPE tpumesh_injector_probe_connections_total counter\n"
-                    "tpumesh_injector_probe_connections_total{event=\"accepted\"} %llu\n"
-                    "tpumesh_injector_probe_connections_total{event=\"evicted\"} %llu\n"
-                    "tpumesh_injector_probe_connections_total{event=\"timed_out\"} %llu\n",
-                    (unsigned long long)hs.accepted, (unsigned long long)hs.evicted,
-                    (unsigned long long)hs.timed_out);
+    mesh_prom_family(&b, "tpumesh_injector_probe_connections_total", "counter",
+                     "Connections to the probe server, by what became of them.");
+    mesh_prom_u64(&b, "tpumesh_injector_probe_connections_total", "event", "accepted", hs.accepted);
+    mesh_prom_u64(&b, "tpumesh_injector_probe_connections_total", "event", "evicted", hs.evicted);
+    mesh_prom_u64(&b, "tpumesh_injector_probe_connections_total", "event", "timed_out",
+                  hs.timed_out);
     return mesh_buf_steal(&b, NULL);
 }
 
@@ -587,7 +564,7 @@ static void probe(void *arg, const char *path, struct mesh_httpd_resp *r)
         strcmp(path, "/readyz") == 0) {
         int64_t limit = 3000LL * srv->o->cert_check_s;
         limit = limit < 30000 ? 30000 : limit;
-        int64_t idle = mono_us() / 1000 - atomic_load(&srv->tick_ms);
+        int64_t idle = mesh_sys_now_us() / 1000 - atomic_load(&srv->tick_ms);
         if (idle > limit) {
             r->status = 503;
             r->text = mesh_asprintf("stuck: the admission thread has not run for %llds\n",
@@ -654,7 +631,7 @@ static void cert_check(lws_sorted_usec_list_t *sul)
 {
     struct mesh_injector_server *srv = lws_container_of(sul, struct mesh_injector_server, sul);
     const struct mesh_injector_opts *o = srv->o;
-    atomic_store(&srv->tick_ms, mono_us() / 1000);
+    atomic_store(&srv->tick_ms, mesh_sys_now_us() / 1000);
     struct file_id c, k;
     if (file_id_of(o->tls_cert, &c) && file_id_of(o->tls_key, &k) &&
         !(file_id_eq(&c, &srv->cert_id) && file_id_eq(&k, &srv->key_id))) {
@@ -774,7 +751,7 @@ struct mesh_injector_server *mesh_injector_server_start(const struct mesh_inject
         return NULL;
     }
     *out_https_port = lws_get_vhost_listen_port(https);
-    atomic_store(&srv->tick_ms, mono_us() / 1000);
+    atomic_store(&srv->tick_ms, mesh_sys_now_us() / 1000);
     struct mesh_httpd_opts po = {
         .addr = o->http_addr,
         .handler = probe,

@@ -10,6 +10,7 @@
 
 #include "core/buf.h"
 #include "core/mem.h"
+#include "core/prom.h"
 #include "core/topo_msg.h"
 #include "io/grpc_server.h"
 #include "io/k8s_informer.h"
@@ -126,30 +127,20 @@ void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b)
     }
     struct mesh_grpc_server_stats g;
     mesh_grpc_server_stats(ctx->grpc, &g);
-    (void)mesh_buf_printf(
-        b, NULL,
-        "# HELP tpumesh_grpc_calls_total gRPC calls accepted (health, topology).\n"
-        "# TYPE tpumesh_grpc_calls_total counter\ntpumesh_grpc_calls_total %llu\n"
-        "# HELP tpumesh_grpc_streams Watch streams open (health and topology).\n"
-        "# TYPE tpumesh_grpc_streams gauge\ntpumesh_grpc_streams %llu\n"
-        "# HELP tpumesh_grpc_relay_subscribers Sidecars following this one (Watch VIEW_PODS).\n"
-        "# TYPE tpumesh_grpc_relay_subscribers gauge\ntpumesh_grpc_relay_subscribers %llu\n"
-        "# HELP tpumesh_grpc_streams_refused_total Streams refused at the stream or fan-out "
-        "limit.\n"
-        "# TYPE tpumesh_grpc_streams_refused_total counter\n"
-        "tpumesh_grpc_streams_refused_total %llu\n"
-        "# HELP tpumesh_grpc_streams_dropped_total Streams cancelled because the peer did not "
-        "read.\n"
-        "# TYPE tpumesh_grpc_streams_dropped_total counter\n"
-        "tpumesh_grpc_streams_dropped_total %llu\n"
-        "# HELP tpumesh_grpc_messages_sent_total Messages sent (replies and stream messages).\n"
-        "# TYPE tpumesh_grpc_messages_sent_total counter\ntpumesh_grpc_messages_sent_total "
-        "%llu\n"
-        "# HELP tpumesh_grpc_sent_bytes_total Message bytes sent (before HTTP/2 framing).\n"
-        "# TYPE tpumesh_grpc_sent_bytes_total counter\ntpumesh_grpc_sent_bytes_total %llu\n",
-        (unsigned long long)g.calls, (unsigned long long)g.streams,
-        (unsigned long long)g.pod_streams, (unsigned long long)g.refused,
-        (unsigned long long)g.dropped, (unsigned long long)g.messages, (unsigned long long)g.bytes);
+    mesh_prom_counter(b, "tpumesh_grpc_calls_total", "gRPC calls accepted (health, topology).",
+                      g.calls);
+    mesh_prom_gauge(b, "tpumesh_grpc_streams", "Watch streams open (health and topology).",
+                    (double)g.streams);
+    mesh_prom_gauge(b, "tpumesh_grpc_relay_subscribers",
+                    "Sidecars following this one (Watch VIEW_PODS).", (double)g.pod_streams);
+    mesh_prom_counter(b, "tpumesh_grpc_streams_refused_total",
+                      "Streams refused at the stream or fan-out limit.", g.refused);
+    mesh_prom_counter(b, "tpumesh_grpc_streams_dropped_total",
+                      "Streams cancelled because the peer did not read.", g.dropped);
+    mesh_prom_counter(b, "tpumesh_grpc_messages_sent_total",
+                      "Messages sent (replies and stream messages).", g.messages);
+    mesh_prom_counter(b, "tpumesh_grpc_sent_bytes_total",
+                      "Message bytes sent (before HTTP/2 framing).", g.bytes);
     struct mesh_relay_status rs;
     bool have = false;
     mesh_sidecar_relay_status(ctx, &rs, &have);
@@ -158,35 +149,27 @@ void mesh_sidecar_grpc_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b)
     pthread_mutex_unlock(&ctx->mu);
     bool following = ctx->following;
     int64_t now = mesh_sys_now_ms();
-    (void)mesh_buf_printf(
-        b, NULL,
-        "# HELP tpumesh_source Where the worker list comes from (1 on the current one).\n"
-        "# TYPE tpumesh_source gauge\ntpumesh_source{source=\"api\"} %d\n"
-        "tpumesh_source{source=\"relay\"} %d\n"
-        "# HELP tpumesh_relay_depth Relay hops between this pod and the API (0: own watch).\n"
-        "# TYPE tpumesh_relay_depth gauge\ntpumesh_relay_depth %d\n"
-        "# HELP tpumesh_relay_last_message_age_seconds Since the relay's last message (-1: none).\n"
-        "# TYPE tpumesh_relay_last_message_age_seconds gauge\n"
-        "tpumesh_relay_last_message_age_seconds %.3f\n"
-        "# HELP tpumesh_relay_source_age_seconds The relay's own source age in its last message.\n"
-        "# TYPE tpumesh_relay_source_age_seconds gauge\ntpumesh_relay_source_age_seconds %.3f\n"
-        "# HELP tpumesh_relay_fallbacks_total API watches started because the relay was not "
-        "usable.\n"
-        "# TYPE tpumesh_relay_fallbacks_total counter\ntpumesh_relay_fallbacks_total %llu\n"
-        "# HELP tpumesh_relay_refused_total Relay messages refused (a value the API rules "
-        "refuse).\n"
-        "# TYPE tpumesh_relay_refused_total counter\ntpumesh_relay_refused_total %llu\n"
-        "# HELP tpumesh_relay_sessions_total Relay subscriptions started.\n"
-        "# TYPE tpumesh_relay_sessions_total counter\ntpumesh_relay_sessions_total %llu\n"
-        "# HELP tpumesh_relay_received_messages_total Messages received from the relay.\n"
-        "# TYPE tpumesh_relay_received_messages_total counter\n"
-        "tpumesh_relay_received_messages_total %llu\n"
-        "# HELP tpumesh_relay_received_bytes_total Message bytes received from the relay.\n"
-        "# TYPE tpumesh_relay_received_bytes_total counter\n"
-        "tpumesh_relay_received_bytes_total %llu\n",
-        following ? 0 : 1, following ? 1 : 0, following ? rs.depth + 1 : 0,
-        have && rs.last_msg_ms ? (double)(now - rs.last_msg_ms) / 1000.0 : -1.0,
-        (double)rs.source_age_ms / 1000.0, (unsigned long long)fallbacks,
-        (unsigned long long)rs.refused, (unsigned long long)rs.sessions,
-        (unsigned long long)rs.messages, (unsigned long long)rs.bytes);
+    mesh_prom_family(b, "tpumesh_source", "gauge",
+                     "Where the worker list comes from (1 on the current one).");
+    mesh_prom_u64(b, "tpumesh_source", "source", "api", following ? 0 : 1);
+    mesh_prom_u64(b, "tpumesh_source", "source", "relay", following ? 1 : 0);
+    mesh_prom_gauge(b, "tpumesh_relay_depth",
+                    "Relay hops between this pod and the API (0: own watch).",
+                    following ? rs.depth + 1 : 0);
+    mesh_prom_gauge(b, "tpumesh_relay_last_message_age_seconds",
+                    "Since the relay's last message (-1: none).",
+                    have && rs.last_msg_ms ? (double)(now - rs.last_msg_ms) / 1000.0 : -1.0);
+    mesh_prom_gauge(b, "tpumesh_relay_source_age_seconds",
+                    "The relay's own source age in its last message.",
+                    (double)rs.source_age_ms / 1000.0);
+    mesh_prom_counter(b, "tpumesh_relay_fallbacks_total",
+                      "API watches started because the relay was not usable.", fallbacks);
+    mesh_prom_counter(b, "tpumesh_relay_refused_total",
+                      "Relay messages refused (a value the API rules refuse).", rs.refused);
+    mesh_prom_counter(b, "tpumesh_relay_sessions_total", "Relay subscriptions started.",
+                      rs.sessions);
+    mesh_prom_counter(b, "tpumesh_relay_received_messages_total",
+                      "Messages received from the relay.", rs.messages);
+    mesh_prom_counter(b, "tpumesh_relay_received_bytes_total",
+                      "Message bytes received from the relay.", rs.bytes);
 }

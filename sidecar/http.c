@@ -33,6 +33,7 @@
 
 #include "core/cleanup.h"
 #include "core/mem.h"
+#include "core/prom.h"
 #include "io/httpd.h"
 #include "io/log.h"
 #include "sidecar.h"
@@ -122,51 +123,46 @@ static struct mesh_httpd_body *watch_doc(void *arg, uint64_t *out_version)
     return mesh_httpd_body_ref(h->topo);
 }
 
+/* /metrics: the sidecar's document (metrics.c), then the HTTP server's own. */
+static char *metrics(struct mesh_sidecar_http *h)
+{
+    struct mesh_buf b;
+    mesh_buf_init(&b, (size_t)1 << 20);
+    mesh_sidecar_metrics(h->ctx, &b);
+    struct mesh_httpd_stats hs;
+    mesh_httpd_get_stats(atomic_load(&h->srv), &hs);
+    mesh_prom_gauge(&b, "tpumesh_http_connections", "Connections to the HTTP server open now.",
+                    hs.open);
+    mesh_prom_family(&b, "tpumesh_http_connections_closed_total", "counter",
+                     "Connections the HTTP server closed early, by reason.");
+    mesh_prom_u64(&b, "tpumesh_http_connections_closed_total", "reason", "evicted", hs.evicted);
+    mesh_prom_u64(&b, "tpumesh_http_connections_closed_total", "reason", "refused", hs.refused);
+    mesh_prom_u64(&b, "tpumesh_http_connections_closed_total", "reason", "timeout", hs.timed_out);
+    mesh_prom_u64(&b, "tpumesh_http_connections_closed_total", "reason", "upgrade", hs.upgrades);
+    char help[160];
+    snprintf(help, sizeof(help),
+             "/topology requests answered 503 because %d transfers were in flight.",
+             MESH_SIDECAR_TOPOLOGY_TRANSFERS);
+    mesh_prom_counter(&b, "tpumesh_http_busy_total", help, hs.bulk_busy);
+    mesh_prom_gauge(&b, "tpumesh_watch_clients", "WebSocket /watch clients connected now.",
+                    hs.ws_open);
+    mesh_prom_counter(&b, "tpumesh_watch_busy_total",
+                      "/watch upgrades answered 503 (--watch-max-clients reached).", hs.ws_busy);
+    mesh_prom_counter(&b, "tpumesh_watch_messages_total",
+                      "topology.json documents sent to /watch clients.", hs.ws_sent);
+    mesh_prom_counter(&b, "tpumesh_watch_dropped_total",
+                      "/watch clients closed for reading nothing while a document waited, or for "
+                      "sending a message.",
+                      hs.ws_dropped);
+    return mesh_buf_steal(&b, NULL);
+}
+
 static void route(void *arg, const char *path, struct mesh_httpd_resp *r)
 {
     struct mesh_sidecar_http *h = arg;
     struct mesh_sidecar *ctx = h->ctx;
     if (strcmp(path, "/metrics") == 0) {
-        size_t n = 0;
-        mesh_autofree char *m = mesh_sidecar_metrics_text(ctx, &n);
-        struct mesh_httpd_stats hs;
-        mesh_httpd_get_stats(atomic_load(&h->srv), &hs);
-        r->text = mesh_asprintf(
-            "%s"
-            "# HELP tpumesh_http_connections Connections to the HTTP server open now.\n"
-            "# TYPE tpumesh_http_connections gauge\n"
-            "tpumesh_http_connections %d\n"
-            "# HELP tpumesh_http_connections_closed_total Connections the HTTP server closed "
-            "early, by reason.\n"
-            "# TYPE tpumesh_http_connections_closed_total counter\n"
-            "tpumesh_http_connections_closed_total{reason=\"evicted\"} %llu\n"
-            "tpumesh_http_connections_closed_total{reason=\"refused\"} %llu\n"
-            "tpumesh_http_connections_closed_total{reason=\"timeout\"} %llu\n"
-            "tpumesh_http_connections_closed_total{reason=\"upgrade\"} %llu\n"
-            "# HELP tpumesh_http_busy_total /topology requests answered 503 because "
-            "%d transfers were in flight.\n"
-            "# TYPE tpumesh_http_busy_total counter\n"
-            "tpumesh_http_busy_total %llu\n"
-            "# HELP tpumesh_watch_clients WebSocket /watch clients connected now.\n"
-            "# TYPE tpumesh_watch_clients gauge\n"
-            "tpumesh_watch_clients %d\n"
-            "# HELP tpumesh_watch_busy_total /watch upgrades answered 503 (--watch-max-clients "
-            "reached).\n"
-            "# TYPE tpumesh_watch_busy_total counter\n"
-            "tpumesh_watch_busy_total %llu\n"
-            "# HELP tpumesh_watch_messages_total topology.json documents sent to /watch "
-            "clients.\n"
-            "# TYPE tpumesh_watch_messages_total counter\n"
-            "tpumesh_watch_messages_total %llu\n"
-            "# HELP tpumesh_watch_dropped_total /watch clients closed for reading nothing "
-            "while a document waited, or for sending a message.\n"
-            "# TYPE tpumesh_watch_dropped_total counter\n"
-            "tpumesh_watch_dropped_total %llu\n",
-            m, hs.open, (unsigned long long)hs.evicted, (unsigned long long)hs.refused,
-            (unsigned long long)hs.timed_out, (unsigned long long)hs.upgrades,
-            MESH_SIDECAR_TOPOLOGY_TRANSFERS, (unsigned long long)hs.bulk_busy, hs.ws_open,
-            (unsigned long long)hs.ws_busy, (unsigned long long)hs.ws_sent,
-            (unsigned long long)hs.ws_dropped);
+        r->text = metrics(h);
         r->type = "text/plain; version=0.0.4; charset=utf-8";
         return;
     }

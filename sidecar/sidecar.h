@@ -460,8 +460,9 @@ void mesh_sidecar_http_stop(struct mesh_sidecar_http *h);
  * at the server's next one-second check. Any thread; NULL does nothing. */
 void mesh_sidecar_http_notify(struct mesh_sidecar_http *h);
 
-/* Render the Prometheus text of /metrics into a new string (owned,
- * mesh_free). Takes ctx->mu itself. */
-char *mesh_sidecar_metrics_text(struct mesh_sidecar *ctx, size_t *out_len);
+/* Append the sidecar's /metrics samples (Prometheus text, core/prom.h) to b:
+ * the informer, the loop, the published topology and the gRPC server. Takes
+ * ctx->mu itself. */
+void mesh_sidecar_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b);
 
 #endif

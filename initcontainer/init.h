@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/logfmt.h"
 #include "core/model.h"
 
 #define MESH_INIT_MAX_WORKERS 4096
@@ -43,6 +44,8 @@ struct mesh_init_opts {
     int expected_workers; /* 0 = unknown */
     int timeout_s;        /* default 600 */
     bool skip_init;
+    enum mesh_log_level log_level;
+    enum mesh_log_format log_format;
     char *tf_version;      /* tf-version.cloud-tpus.google.com annotation, or NULL */
     int megascale_port;    /* tpumesh.dev/megascale-port annotation, 0 = not given */
     char *jax_coordinator; /* jobset.sigs.k8s.io/coordinator annotation, or NULL */
@@ -115,39 +118,18 @@ int mesh_init_publish(struct mesh_init *ctx, struct mesh_err *err);
 /* The exit code for an error code (table above). */
 int mesh_init_exit_code(int code);
 
-/* opts.c: what the command line asks for besides the options. */
-enum mesh_init_action {
-    MESH_INIT_ACTION_RUN = 0,
-    MESH_INIT_ACTION_HELP,
-    MESH_INIT_ACTION_VERSION,
-};
-
-struct mesh_init_cli {
-    enum mesh_init_action action;
-    int log_level;  /* enum mesh_log_level */
-    int log_format; /* enum mesh_log_format */
-};
-
-/* Parse argv (long options, "--flag value" and "--flag=value"), the pod
- * annotations file (tpumesh.dev/ keys, --annotations-file) and the
+/* opts.c: parse argv (io/cliopts.h: "--flag value" and "--flag=value"), the
+ * pod annotations file (tpumesh.dev/ keys, --annotations-file) and the
  * TPUMESH_<FLAG_UPPER_SNAKE> environment into ctx->opts (flag > annotation >
- * environment; empty environment values count as unset) and apply the
- * defaults of docs/DESIGN.md §6. Logs each effective option and its source at
- * debug level. argv is borrowed; strings stored in ctx->opts are owned by
- * ctx. --help/--version set out_cli->action and skip the rest.
- * Returns 0 or -MESH_E_CONFIG with a message naming the flag or variable
- * and the accepted values (exit 2). */
-int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char *const argv[],
-                         struct mesh_init_cli *out_cli, struct mesh_err *err);
+ * environment > default, docs/DESIGN.md §6; empty environment values count
+ * as unset). argv is borrowed; strings stored in ctx->opts are owned by ctx.
+ * Returns 0 (run), 1 (--help or --version printed: exit 0) or
+ * -MESH_E_CONFIG with a message naming the flag, annotation or variable and
+ * the accepted values (exit 2). */
+int mesh_init_opts_parse(struct mesh_init *ctx, int argc, char **argv, struct mesh_err *err);
 
-/* Best effort, before the full parse: the log format and level from
- * --log-format/--log-level (either form) or TPUMESH_LOG_FORMAT/_LEVEL,
- * defaults for anything missing or malformed, so that even a command-line
- * error is logged in the format asked for. Never fails. */
-void mesh_init_log_prefs(int argc, char *const argv[], struct mesh_init_cli *out_cli);
-
-/* The --help text: every flag, its variable, default, and the exit codes.
- * Static string. */
-const char *mesh_init_usage_text(void);
+/* Before the parse: the log format and level the command line or the
+ * variables ask for (mesh_cliopts_log_setup). Never fails. */
+void mesh_init_log_setup(int argc, char **argv);
 
 #endif

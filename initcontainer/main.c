@@ -8,10 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <curl/curl.h>
-
 #include "core/logfmt.h"
 #include "init.h"
+#include "io/cliopts.h"
 #include "io/secret.h"
 #include "io/log.h"
 #include "io/sys.h"
@@ -59,30 +58,16 @@ int main(int argc, char **argv)
      * temp file, instead of SIGXFSZ killing the process mid-publish. */
     signal(SIGXFSZ, SIG_IGN);
     struct mesh_init ctx;
-    struct mesh_init_cli cli;
     struct mesh_err err;
     mesh_err_clear(&err);
     mesh_init_init(&ctx);
-    mesh_init_log_prefs(argc, argv, &cli);
-    mesh_log_setup((enum mesh_log_level)cli.log_level, (enum mesh_log_format)cli.log_format);
-    if (mesh_init_opts_parse(&ctx, argc, argv, &cli, &err) < 0) {
-        int code = fail("command line", &err);
+    mesh_init_log_setup(argc, argv);
+    int rc = mesh_init_opts_parse(&ctx, argc, argv, &err);
+    if (rc != 0) {
         mesh_init_cleanup(&ctx);
-        return code;
+        return rc > 0 ? 0 : mesh_cliopts_fail(MOD, &err);
     }
-    if (cli.action == MESH_INIT_ACTION_HELP) {
-        fputs(mesh_init_usage_text(), stdout);
-        mesh_init_cleanup(&ctx);
-        return 0;
-    }
-    if (cli.action == MESH_INIT_ACTION_VERSION) {
-        /* Second line: the libraries that talk to the network (libcurl
-         * names itself and the TLS, zlib, ... libraries it loads). */
-        printf("tpumesh-init %s\n%s\n", MESH_VERSION, curl_version());
-        mesh_init_cleanup(&ctx);
-        return 0;
-    }
-    mesh_log_setup((enum mesh_log_level)cli.log_level, (enum mesh_log_format)cli.log_format);
+    mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
     int code = run(&ctx);
     mesh_init_cleanup(&ctx);
     return code;

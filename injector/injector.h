@@ -36,6 +36,8 @@ struct mesh_injector_opts {
 int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *out,
                              struct mesh_err *err);
 void mesh_injector_opts_cleanup(struct mesh_injector_opts *o);
+/* Before the parse: the log format and level asked for (mesh_cliopts_log_setup). */
+void mesh_injector_log_setup(int argc, char **argv);
 
 /* Split "[HOST]:PORT" (":9443", "127.0.0.1:9443", "[::1]:9443") into iface
  * ("" = every interface) and port. -MESH_E_CONFIG naming flag. */

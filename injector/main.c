@@ -19,6 +19,7 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "injector.h"
+#include "io/cliopts.h"
 #include "io/log.h"
 
 #define MOD "injector"
@@ -83,14 +84,10 @@ int main(int argc, char **argv)
 {
     struct mesh_injector_opts o;
     struct mesh_err err = {0};
+    mesh_injector_log_setup(argc, argv);
     int rc = mesh_injector_opts_parse(argc, argv, &o, &err);
-    if (rc == 1) {
-        return 0;
-    }
-    if (rc < 0) {
-        mesh_log_setup(MESH_LOG_INFO, MESH_LOG_TEXT);
-        mesh_error(MOD, "%s", err.msg);
-        return 2;
+    if (rc != 0) {
+        return rc > 0 ? 0 : mesh_cliopts_fail(MOD, &err);
     }
     mesh_log_setup(o.log_level, o.log_format);
     struct mesh_inject_config cfg;

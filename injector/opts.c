@@ -1,10 +1,9 @@
 /*
  * opts.c - tpumesh-injector's command line (docs/DESIGN.md §6).
  *
- * Every option is "--flag VALUE" or "--flag=VALUE" and also the variable
- * TPUMESH_<FLAG_UPPER_SNAKE> (TPUMESH_IMAGE for --image); the flag wins over
- * the variable, the variable over the default; an empty variable counts as
- * unset.
+ * The option table for the shared engine (io/cliopts.h: "--flag VALUE",
+ * "--flag=VALUE", TPUMESH_<FLAG_UPPER_SNAKE> (TPUMESH_IMAGE for --image),
+ * flag > variable > default).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -68,6 +67,15 @@ static const char usage_head[] =
     "with the rule. SIGTERM/SIGINT: stop serving, exit 0.\n\n"
     "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n";
 
+static const char usage_tail[] =
+    "\n"
+    "Exit codes:\n"
+    "  0  stopped by SIGTERM or SIGINT; --check-namespace: the pod was injected; --help,\n"
+    "     --version\n"
+    "  1  serving failed; --check-namespace: the pod was not injected or the dry run failed\n"
+    "  2  usage or configuration error (bad flag or value, --config, certificates)\n"
+    "The last log line says why.\n";
+
 static void print_version(void)
 {
     printf("tpumesh-injector %s\nlibwebsockets %s\n", MESH_VERSION, lws_get_library_version());
@@ -77,8 +85,8 @@ int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *o
                              struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
-    int rc =
-        mesh_cliopts_parse_main(defs, NDEFS, argc, argv, out, NULL, usage_head, print_version, err);
+    const struct mesh_cliopt_usage usage = {usage_head, usage_tail, print_version};
+    int rc = mesh_cliopts_parse_main(defs, NDEFS, argc, argv, out, NULL, NULL, &usage, err);
     if (rc != 0) {
         return rc;
     }
@@ -101,6 +109,11 @@ int mesh_injector_opts_parse(int argc, char **argv, struct mesh_injector_opts *o
 void mesh_injector_opts_cleanup(struct mesh_injector_opts *o)
 {
     mesh_cliopts_cleanup(defs, NDEFS, o);
+}
+
+void mesh_injector_log_setup(int argc, char **argv)
+{
+    mesh_cliopts_log_setup(defs, NDEFS, argc, argv);
 }
 
 int mesh_injector_parse_addr(const char *flag, const char *addr, char *iface, size_t cap,

@@ -25,6 +25,7 @@
 
 #include "core/cleanup.h"
 #include "core/mem.h"
+#include "io/cliopts.h"
 #include "io/grpc_server.h"
 #include "io/k8s_client.h"
 #include "io/k8s_informer.h"
@@ -360,14 +361,11 @@ int main(int argc, char **argv)
     static struct mesh_sidecar ctx; /* large; zero-initialised */
     struct mesh_err err;
     mesh_err_clear(&err);
+    mesh_sidecar_log_setup(argc, argv);
     int rc = mesh_sidecar_opts_parse(argc, argv, &ctx.opts, &err);
     if (rc != 0) {
         mesh_sidecar_opts_cleanup(&ctx.opts);
-        if (rc > 0) {
-            return 0;
-        }
-        fprintf(stderr, "tpumesh-sidecar: %s\n", err.msg);
-        return 2;
+        return rc > 0 ? 0 : mesh_cliopts_fail(MOD, &err);
     }
     mesh_log_setup(ctx.opts.log_level, ctx.opts.log_format);
     /* Each sidecar its own jitter (relay fallback delays and retry pauses). */

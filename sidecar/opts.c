@@ -1,11 +1,9 @@
 /*
  * opts.c - tpumesh-sidecar's command line (docs/DESIGN.md §6).
  *
- * Every option is "--flag VALUE" or "--flag=VALUE" and also the variable
- * TPUMESH_<FLAG_UPPER_SNAKE>; the flag wins over the variable, the variable
- * over the default; an empty variable counts as unset. The pod name also
- * falls back to POD_NAME (the downward-API convention). Each value is
- * converted once, so an error names exactly where it came from.
+ * The option table for the shared engine (io/cliopts.h: "--flag VALUE",
+ * "--flag=VALUE", TPUMESH_<FLAG_UPPER_SNAKE>, flag > variable > default).
+ * The pod name also falls back to POD_NAME (the downward-API convention).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -83,6 +81,15 @@ static const char usage_head[] =
     "complete. SIGTERM/SIGINT: stop watching, finish a publish, exit 0.\n\n"
     "Options (each also read from TPUMESH_<FLAG>; the flag wins):\n";
 
+static const char usage_tail[] = "\n"
+                                 "Exit codes:\n"
+                                 "  0  stopped by SIGTERM or SIGINT (the files stay), or --help, "
+                                 "--version\n"
+                                 "  1  runtime failure (a server cannot start, the loop failed)\n"
+                                 "  2  usage or configuration error (bad flag or value, "
+                                 "conflicting ports, bad namespace)\n"
+                                 "The last log line says why.\n";
+
 static void print_version(void)
 {
     /* Second line: the libraries that talk to the network (libcurl names
@@ -94,9 +101,9 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
                             struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
-    bool expl[NDEFS];
-    int rc =
-        mesh_cliopts_parse_main(defs, NDEFS, argc, argv, out, expl, usage_head, print_version, err);
+    enum mesh_cliopt_source src[NDEFS];
+    const struct mesh_cliopt_usage usage = {usage_head, usage_tail, print_version};
+    int rc = mesh_cliopts_parse_main(defs, NDEFS, argc, argv, out, NULL, src, &usage, err);
     if (rc != 0) {
         return rc;
     }
@@ -106,9 +113,10 @@ int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out
         out->pod_name = mesh_strdup(pn);
     }
     for (size_t i = 0; i < NDEFS; i++) {
-        if (expl[i] && defs[i].off == OFF(port)) {
+        bool given = src[i] != MESH_CLIOPT_FROM_DEFAULT;
+        if (given && defs[i].off == OFF(port)) {
             out->port_given = true;
-        } else if (expl[i] && defs[i].off == OFF(address_mode)) {
+        } else if (given && defs[i].off == OFF(address_mode)) {
             out->address_mode_given = true;
         }
     }
@@ -137,4 +145,9 @@ int mesh_sidecar_check_ports(const struct mesh_sidecar_opts *o, const char *port
 void mesh_sidecar_opts_cleanup(struct mesh_sidecar_opts *o)
 {
     mesh_cliopts_cleanup(defs, NDEFS, o);
+}
+
+void mesh_sidecar_log_setup(int argc, char **argv)
+{
+    mesh_cliopts_log_setup(defs, NDEFS, argc, argv);
 }

@@ -89,6 +89,8 @@ struct mesh_sidecar_opts {
 int mesh_sidecar_opts_parse(int argc, char **argv, struct mesh_sidecar_opts *out,
                             struct mesh_err *err);
 void mesh_sidecar_opts_cleanup(struct mesh_sidecar_opts *o);
+/* Before the parse: the log format and level asked for (mesh_cliopts_log_setup). */
+void mesh_sidecar_log_setup(int argc, char **argv);
 
 /* The port rules (core/ports.h) for the DTensor port (named port_what in
  * the message: where it came from), --http-addr and --grpc-addr: 0 or

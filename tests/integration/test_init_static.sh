@@ -255,12 +255,15 @@ expect_exit() { # expect_exit NAME CODE PATTERN-OF-LAST-LINE cmd...
 DE=$TMP/err-dir; mkdir -p "$DE"
 expect_exit "unknown flag: exit 2" 2 "unknown option '--bogus'" v4 "$DE" --bogus
 expect_exit "missing value: exit 2" 2 "--port needs a value" v4 "$DE" --port
-expect_exit "bad --port: exit 2" 2 "--port: 'abc' is not a whole number in 1..65535" \
+expect_exit "bad --port: exit 2" 2 "--port: 'abc' is not an integer in 1..65535" \
     v4 "$DE" --port abc
 TPUMESH_PORT=0 expect_exit "bad TPUMESH_PORT: exit 2 naming the variable" 2 \
     "TPUMESH_PORT: '0'" v4 "$DE"
-expect_exit "bad --address-mode: exit 2" 2 "is not auto, dns or ip" v4 "$DE" --address-mode x
-expect_exit "bad --log-format: exit 2" 2 "is not text or json" v4 "$DE" --log-format xml
+expect_exit "bad --address-mode: exit 2" 2 "is not auto|dns|ip" v4 "$DE" --address-mode x
+expect_exit "bad --log-format: exit 2" 2 "is not text|json" v4 "$DE" --log-format xml
+expect_exit "empty --tpu=: exit 2" 2 "--tpu needs a non-empty value" v4 "$DE" --tpu=
+expect_exit "bad --skip-init: exit 2 naming every spelling" 2 \
+    "--skip-init: 'maybe' is not a boolean (true|false, 1|0, yes|no, on|off)" v4 "$DE" --skip-init=maybe
 expect_exit "positional argument: exit 2" 2 "unexpected argument 'extra'" v4 "$DE" extra
 # Port rules (README: not 8470-8476, 8080, 9470, 9476), from any source.
 expect_exit "reserved --port: exit 2 naming the rule" 2 \

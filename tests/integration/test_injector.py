@@ -313,6 +313,11 @@ check("--help lists every flag with its variable", r.returncode == 0 and all(
     f in r.stdout for f in ("--listen", "--tls-cert-file", "--tls-key-file", "--image",
                             "--http-addr", "--config", "TPUMESH_IMAGE", "--log-format",
                             "--log-level")), r.stdout)
+check("--help lists the exit codes", "\n  2  usage or configuration error" in r.stdout, r.stdout)
+r = run("--cert-check-interval", "0")
+check("a command-line error: exit 2, one log line in the format all three programs use",
+      r.returncode == 2 and "command line failed (exit 2, configuration error): "
+      "--cert-check-interval: '0' is not an integer in 1..3600" in r.stderr, r.stderr)
 r = run("--version")
 check("--version", r.returncode == 0 and r.stdout.startswith("tpumesh-injector "), r.stdout)
 r = run()

@@ -20,6 +20,8 @@ done
 check_eq "--help lists every flag of docs/DESIGN.md §6 plus --verify-dns and the stuck/stall limits" \
     "" "$missing"
 check "--help names the TPUMESH_ variables" grep -q TPUMESH_EXPECTED_WORKERS <<<"$out"
+check "--help lists the exit codes" grep -q "^  2  usage or configuration error" <<<"$out"
+check "--help says which boolean spellings are accepted" grep -q "BOOL is true|false (also 1|0, yes|no, on|off)" <<<"$out"
 
 # expect_config NAME 'message substring' args... : exit 2, message on stderr
 expect_config() {
@@ -37,6 +39,11 @@ expect_config "bad TPUMESH_EXPECTED_WORKERS names the variable" \
 expect_config "flag wins over variable (bad flag reported, not the good variable)" \
     "--expected-workers: '-1'" env TPUMESH_EXPECTED_WORKERS=4 "$SC" --expected-workers -1
 expect_config "missing value" "--selector needs a value" "$SC" --selector
+expect_config "a command-line error is one log line in the format all three programs use" \
+    "command line failed (exit 2, configuration error): unknown option '--nope'" "$SC" --nope
+expect_config "... in JSON when asked for" \
+    '"msg":"command line failed (exit 2, configuration error): --verify-dns: '"'"'maybe'"'"' is not a boolean' \
+    "$SC" --log-format=json --verify-dns=maybe
 # Port rules: not 8470-8476, 8080, 9470, 9476; DTensor, probe and gRPC ports distinct.
 expect_config "reserved --port names the rule" \
     "DTensor port (--port / TPUMESH_PORT) 8476 is reserved: TPU software uses ports 8470-8476, 8080, 9470 and 9476" \

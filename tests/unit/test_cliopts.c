@@ -1,9 +1,11 @@
 /*
- * test_cliopts.c - the shared command-line engine: precedence (flag,
+ * test_cliopts.c - the shared command-line engine: precedence (flag, layer,
  * TPUMESH_ variable, default; an empty variable is unset), "--flag=value"
- * and "--flag value", bare booleans, choices, errors naming where a value
- * came from, --help / --version (and what mesh_cliopts_parse_main prints
- * for them), and the strings released on failure.
+ * and "--flag value", bare booleans and every boolean spelling, choices,
+ * errors naming where a value came from, --help / --version (and what
+ * mesh_cliopts_parse_main prints for them), a layer (tpumesh-init's
+ * annotations) and its errors, peeking before the parse, and the strings
+ * released on failure.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,6 +59,19 @@ static void test_table(void **state)
         {{NULL}, "", NULL, 0, "/var/run/x", 10000, 0, false, false, NULL},
         {{"--verbose", "--mode", "ip"}, NULL, NULL, 0, "/var/run/x", 10000, 2, true, false, NULL},
         {{"--verbose=no", "--mode=dns"}, NULL, NULL, 0, "/var/run/x", 10000, 1, false, false, NULL},
+        {{"--verbose=on"}, NULL, NULL, 0, "/var/run/x", 10000, 0, true, false, NULL},
+        {{"--verbose=off"}, NULL, NULL, 0, "/var/run/x", 10000, 0, false, false, NULL},
+        {{"--verbose=1"}, NULL, NULL, 0, "/var/run/x", 10000, 0, true, false, NULL},
+        {{"--out-dir="},
+         NULL,
+         NULL,
+         -MESH_E_CONFIG,
+         NULL,
+         0,
+         0,
+         false,
+         false,
+         "--out-dir needs a non-empty value (DIR)"},
         {{NULL},
          "0",
          NULL,
@@ -96,7 +111,7 @@ static void test_table(void **state)
          0,
          false,
          false,
-         "is not true|false"},
+         "--verbose: 'maybe' is not a boolean (true|false, 1|0, yes|no, on|off)"},
         {{"--port"}, NULL, NULL, -MESH_E_CONFIG, NULL, 0, 0, false, false, "--port needs a value"},
         {{"--nope"},
          NULL,
@@ -140,17 +155,17 @@ static void test_table(void **state)
         }
         struct opts o;
         memset(&o, 0, sizeof(o));
-        bool expl[NDEFS];
+        enum mesh_cliopt_source src[NDEFS];
         struct mesh_err err = {0};
         print_message("row %zu\n", r);
-        int rc = mesh_cliopts_parse(defs, NDEFS, argc, argv, &o, expl, &err);
+        int rc = mesh_cliopts_parse(defs, NDEFS, argc, argv, &o, NULL, src, &err);
         assert_int_equal(rc, rows[r].rc);
         if (rc == 0) {
             assert_string_equal(o.dir, rows[r].dir);
             assert_int_equal(o.port, rows[r].port);
             assert_int_equal(o.mode, rows[r].mode);
             assert_int_equal(o.verbose, rows[r].verbose);
-            assert_int_equal(expl[1], rows[r].port_explicit);
+            assert_int_equal(src[1] != MESH_CLIOPT_FROM_DEFAULT, rows[r].port_explicit);
             assert_int_equal(o.level, MESH_LOG_INFO);
         }
         if (rows[r].msg != NULL) {
@@ -191,8 +206,8 @@ static int parse_main(const char *const *args, struct opts *o, char *out, size_t
     assert_true(saved >= 0);
     assert_true(dup2(fileno(tmp), STDOUT_FILENO) >= 0);
     memset(o, 0, sizeof(*o));
-    int rc = mesh_cliopts_parse_main(defs, NDEFS, argc, argv, o, NULL, "usage: prog\n",
-                                     print_version, err);
+    const struct mesh_cliopt_usage u = {"usage: prog\n", "Exit codes: none\n", print_version};
+    int rc = mesh_cliopts_parse_main(defs, NDEFS, argc, argv, o, NULL, NULL, &u, err);
     fflush(stdout);
     assert_true(dup2(saved, STDOUT_FILENO) >= 0);
     close(saved);
@@ -215,6 +230,9 @@ static void test_parse_main(void **state)
     assert_int_equal(parse_main(help, &o, out, sizeof(out), &err), 1);
     assert_non_null(strstr(out, "usage: prog\n  --out-dir DIR"));
     assert_non_null(strstr(out, "TPUMESH_PORT  default 10000"));
+    assert_non_null(strstr(out, "--verbose [BOOL]"));
+    assert_non_null(strstr(out, "--help, --version\nBOOL is true|false"));
+    assert_non_null(strstr(out, "\nExit codes: none\n"));
     assert_null(o.dir); /* nothing converted */
     assert_int_equal(versions_printed, 0);
 
@@ -236,6 +254,84 @@ static void test_parse_main(void **state)
     assert_null(o.dir); /* released on failure */
 }
 
+/* A layer between flag and variable: "port" and "mode" only. */
+struct layer_state {
+    int opened;
+    int fail_open;
+};
+
+static int layer_open(void *arg, struct mesh_err *err)
+{
+    struct layer_state *l = arg;
+    l->opened++;
+    return l->fail_open ? mesh_err_set(err, MESH_E_CONFIG, 0, "annotations file: broken") : 0;
+}
+
+static const char *layer_get(void *arg, const char *flag, char *where, size_t cap)
+{
+    (void)arg;
+    snprintf(where, cap, "annotation x/%s", flag);
+    if (strcmp(flag, "port") == 0) {
+        return "0";
+    }
+    return strcmp(flag, "mode") == 0 ? "dns" : NULL;
+}
+
+static void test_layer(void **state)
+{
+    (void)state;
+    setenv("TPUMESH_MODE", "ip", 1);
+    struct layer_state ls = {0, 0};
+    const struct mesh_cliopt_layer layer = {layer_open, layer_get, &ls};
+    enum mesh_cliopt_source src[NDEFS];
+    struct mesh_err err = {0};
+    struct opts o;
+
+    /* The layer wins over the variable ... and names itself in errors. */
+    char *a1[] = {"prog"};
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(mesh_cliopts_parse(defs, NDEFS, 1, a1, &o, &layer, src, &err), -MESH_E_CONFIG);
+    assert_non_null(strstr(err.msg, "annotation x/port: '0' is not an integer in 1..65535"));
+    assert_int_equal(ls.opened, 1);
+
+    /* ... and the flag over the layer. */
+    char *a2[] = {"prog", "--port", "7"};
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(mesh_cliopts_parse(defs, NDEFS, 3, a2, &o, &layer, src, &err), 0);
+    assert_int_equal(o.port, 7);
+    assert_int_equal(src[1], MESH_CLIOPT_FROM_FLAG);
+    assert_int_equal(o.mode, 1);
+    assert_int_equal(src[3], MESH_CLIOPT_FROM_LAYER);
+    assert_int_equal(src[0], MESH_CLIOPT_FROM_DEFAULT);
+    mesh_cliopts_cleanup(defs, NDEFS, &o);
+
+    /* --help never opens the layer; a failing open stops the parse. */
+    char *a3[] = {"prog", "--help"};
+    assert_int_equal(mesh_cliopts_parse(defs, NDEFS, 2, a3, &o, &layer, src, &err),
+                     MESH_CLIOPT_HELP);
+    assert_int_equal(ls.opened, 2);
+    ls.fail_open = 1;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(mesh_cliopts_parse(defs, NDEFS, 3, a2, &o, &layer, src, &err), -MESH_E_CONFIG);
+    assert_string_equal(err.msg, "annotations file: broken");
+    assert_null(o.dir);
+    unsetenv("TPUMESH_MODE");
+}
+
+static void test_peek(void **state)
+{
+    (void)state;
+    char *argv[] = {"prog", "--port", "9", "--out-dir=/a", "--port=8", "--verbose"};
+    setenv("TPUMESH_MODE", "ip", 1);
+    assert_string_equal(mesh_cliopts_peek(defs, NDEFS, 6, argv, "port"), "8");
+    assert_string_equal(mesh_cliopts_peek(defs, NDEFS, 6, argv, "out-dir"), "/a");
+    assert_string_equal(mesh_cliopts_peek(defs, NDEFS, 6, argv, "verbose"), "true");
+    assert_string_equal(mesh_cliopts_peek(defs, NDEFS, 6, argv, "mode"), "ip");
+    assert_null(mesh_cliopts_peek(defs, NDEFS, 6, argv, "log-level")); /* default: not asked */
+    assert_null(mesh_cliopts_peek(defs, NDEFS, 6, argv, "nope"));
+    unsetenv("TPUMESH_MODE");
+}
+
 static void test_env_name(void **state)
 {
     (void)state;
@@ -249,8 +345,8 @@ static void test_env_name(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_parse_main),
+        cmocka_unit_test(test_table),    cmocka_unit_test(test_parse_main),
+        cmocka_unit_test(test_layer),    cmocka_unit_test(test_peek),
         cmocka_unit_test(test_env_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

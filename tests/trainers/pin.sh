@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/trainers/pin.sh - regenerate requirements-tf.txt and requirements-jax.txt,
-# the hash-pinned environments the real-runtime tests run in (tests/trainers/README.md).
+# the hash-pinned environments the real-runtime tests run in (docs/runtimes.md).
 #
 #   tests/trainers/pin.sh            # both; the top-level pins are TF_PIN and JAX_PIN below
 #

@@ -842,6 +842,62 @@ static void limits_defaults(struct mesh_httpd_limits *l)
     }
 }
 
+/* Connection counts the process can afford: the table (2 x max_conns) must
+ * fit under RLIMIT_NOFILE with room for the rest of the process (API client,
+ * gRPC, files), else lws would drop connections whose fd numbers exceed the
+ * limit; stream clients are never evicted, so they get at most a quarter. */
+static void fit_limits(struct mesh_httpd *h)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (rlim_t)(2 * h->lim.max_conns + 64) > rl.rlim_cur) {
+        int fit = rl.rlim_cur > 96 ? (int)((rl.rlim_cur - 64) / 2) : 16;
+        mesh_warn(MOD, "the open file limit (%llu) allows %d HTTP connections instead of %d",
+                  (unsigned long long)rl.rlim_cur, fit, h->lim.max_conns);
+        h->lim.max_conns = fit;
+        if (h->lim.max_per_peer > fit) {
+            h->lim.max_per_peer = fit;
+        }
+    }
+    /* Stream clients: at most a quarter; the rest stays for probes and scrapes. */
+    if (h->lim.max_ws > h->lim.max_conns / 4) {
+        h->lim.max_ws = h->lim.max_conns / 4 > 0 ? h->lim.max_conns / 4 : 1;
+    }
+}
+
+/* lws's context for h listening on port: its limits and clocks. */
+static void context_info(struct mesh_httpd *h, int port, struct lws_context_creation_info *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->port = port;
+    info->iface = h->iface[0] ? h->iface : NULL;
+    info->protocols = h->protocols;
+    info->user = h;
+    info->options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
+    if (h->iface[0] != '\0' && strchr(h->iface, ':') == NULL) {
+        info->options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    }
+    /* lws's own clocks: a backstop 2 s behind ours (the 1 s sweep), which
+     * close and count first. */
+    info->timeout_secs = (unsigned)h->lim.header_timeout_s + 2;
+    info->timeout_secs_ah_idle = (unsigned)h->lim.header_timeout_s + 2;
+    info->keepalive_timeout = h->lim.header_timeout_s + 2;
+    info->max_http_header_data = (unsigned short)h->lim.max_header_bytes;
+    /* One header buffer per table entry, so no connection waits for one
+     * (lws stops accepting while its pool is exhausted); they are
+     * allocated only while a request is being read. */
+    info->max_http_header_pool = (unsigned short)h->nconns;
+    /* The table plus the listen sockets and lws's cancel pipe. Without a
+     * limit lws sizes its fd tables by RLIMIT_NOFILE and zeroes them
+     * (16 MiB at the 1,048,576 many container runtimes set). */
+    info->fd_limit_per_thread = (unsigned)h->nconns + 8;
+    /* Stream clients: a ping after ws_idle_s without a pong (or other proof
+     * that the peer reads), hung up after twice that. */
+    h->idle_policy.secs_since_valid_ping = (uint16_t)h->lim.ws_idle_s;
+    h->idle_policy.secs_since_valid_hangup = (uint16_t)(2 * h->lim.ws_idle_s);
+    info->retry_and_idle_policy = &h->idle_policy;
+}
+
 struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out_port,
                                     struct mesh_err *err)
 {
@@ -856,25 +912,7 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
         mesh_free(h);
         return NULL;
     }
-    /* The table (2 x max_conns) must fit under RLIMIT_NOFILE with room for
-     * the rest of the process (API client, gRPC, files): else lws would
-     * drop connections whose fd numbers exceed the limit. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        (rlim_t)(2 * h->lim.max_conns + 64) > rl.rlim_cur) {
-        int fit = rl.rlim_cur > 96 ? (int)((rl.rlim_cur - 64) / 2) : 16;
-        mesh_warn(MOD, "the open file limit (%llu) allows %d HTTP connections instead of %d",
-                  (unsigned long long)rl.rlim_cur, fit, h->lim.max_conns);
-        h->lim.max_conns = fit;
-        if (h->lim.max_per_peer > fit) {
-            h->lim.max_per_peer = fit;
-        }
-    }
-    /* Stream clients are never evicted: they may take at most a quarter of
-     * the connections, the rest stays for probes and scrapes. */
-    if (h->lim.max_ws > h->lim.max_conns / 4) {
-        h->lim.max_ws = h->lim.max_conns / 4 > 0 ? h->lim.max_conns / 4 : 1;
-    }
+    fit_limits(h);
     if (opts->ws_path != NULL && opts->ws_doc != NULL) {
         snprintf(h->ws_path, sizeof(h->ws_path), "%s", opts->ws_path);
         snprintf(h->ws_name, sizeof(h->ws_name), "%s",
@@ -887,34 +925,7 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log);
 
     struct lws_context_creation_info info;
-    memset(&info, 0, sizeof(info));
-    info.port = port;
-    info.iface = h->iface[0] ? h->iface : NULL;
-    info.protocols = h->protocols;
-    info.user = h;
-    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
-    if (h->iface[0] != '\0' && strchr(h->iface, ':') == NULL) {
-        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
-    }
-    /* lws's own clocks: a backstop 2 s behind ours (the 1 s sweep), which
-     * close and count first. */
-    info.timeout_secs = (unsigned)h->lim.header_timeout_s + 2;
-    info.timeout_secs_ah_idle = (unsigned)h->lim.header_timeout_s + 2;
-    info.keepalive_timeout = h->lim.header_timeout_s + 2;
-    info.max_http_header_data = (unsigned short)h->lim.max_header_bytes;
-    /* One header buffer per table entry, so no connection waits for one
-     * (lws stops accepting while its pool is exhausted); they are
-     * allocated only while a request is being read. */
-    info.max_http_header_pool = (unsigned short)h->nconns;
-    /* The table plus the listen sockets and lws's cancel pipe. Without a
-     * limit lws sizes its fd tables by RLIMIT_NOFILE and zeroes them
-     * (16 MiB at the 1,048,576 many container runtimes set). */
-    info.fd_limit_per_thread = (unsigned)h->nconns + 8;
-    /* Stream clients: a ping after ws_idle_s without a pong (or other proof
-     * that the peer reads), hung up after twice that. */
-    h->idle_policy.secs_since_valid_ping = (uint16_t)h->lim.ws_idle_s;
-    h->idle_policy.secs_since_valid_hangup = (uint16_t)(2 * h->lim.ws_idle_s);
-    info.retry_and_idle_policy = &h->idle_policy;
+    context_info(h, port, &info);
     h->lws = lws_create_context(&info);
     if (h->lws == NULL) {
         mesh_free(h->conns);

@@ -195,6 +195,116 @@ static const char *short_method(const char *method)
     return method;
 }
 
+/* The six operations of a unary call and the buffers they fill. */
+struct unary {
+    grpc_op ops[6];
+    grpc_byte_buffer *send, *recv;
+    grpc_metadata_array initial_md, trailing_md;
+    grpc_status_code status;
+    grpc_slice details;
+    const char *error_string;
+};
+
+static void unary_init(struct unary *u, const uint8_t *req, size_t req_len)
+{
+    memset(u, 0, sizeof(*u));
+    grpc_slice req_slice = grpc_slice_from_copied_buffer((const char *)req, req_len);
+    u->send = grpc_raw_byte_buffer_create(&req_slice, 1);
+    grpc_slice_unref(req_slice);
+    grpc_metadata_array_init(&u->initial_md);
+    grpc_metadata_array_init(&u->trailing_md);
+    u->status = GRPC_STATUS_UNKNOWN;
+    u->details = grpc_empty_slice();
+    grpc_op *ops = u->ops;
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    /* TF's client uses fail_fast=false: wait for the channel instead of
+     * failing while the TPU server boots. */
+    ops[0].flags =
+        GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = u->send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &u->initial_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &u->recv;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &u->trailing_md;
+    ops[5].data.recv_status_on_client.status = &u->status;
+    ops[5].data.recv_status_on_client.status_details = &u->details;
+    ops[5].data.recv_status_on_client.error_string = &u->error_string;
+}
+
+static void unary_cleanup(struct unary *u)
+{
+    if (u->error_string != NULL) {
+        gpr_free((void *)u->error_string);
+    }
+    grpc_slice_unref(u->details);
+    grpc_metadata_array_destroy(&u->initial_md);
+    grpc_metadata_array_destroy(&u->trailing_md);
+    grpc_byte_buffer_destroy(u->send);
+    if (u->recv != NULL) {
+        grpc_byte_buffer_destroy(u->recv);
+    }
+}
+
+/* Wait for the batch tagged tag to complete, saying every PROGRESS_MS that
+ * we still wait, and cancelling the call once it is past its deadline. */
+static void wait_batch(struct mesh_tf_master *m, grpc_call *call, void *tag, const char *method,
+                       int64_t deadline_ms)
+{
+    int64_t start = mesh_sys_now_ms();
+    bool cancelled = false;
+    for (;;) {
+        int64_t now = mesh_sys_now_ms();
+        grpc_event ev =
+            grpc_completion_queue_pluck(m->cq, tag, deadline_ts(now + PROGRESS_MS), NULL);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            return;
+        }
+        now = mesh_sys_now_ms();
+        if (now > deadline_ms + CANCEL_GRACE_MS && !cancelled) {
+            /* gRPC should have failed the call at its deadline; make sure. */
+            grpc_call_cancel(call, NULL);
+            cancelled = true;
+            continue;
+        }
+        mesh_info(MOD, "still waiting for %s from %s (%lld s)", short_method(method), m->target,
+                  (long long)((now - start) / 1000));
+    }
+}
+
+/* The finished call's status, details and (when OK) reply into out. */
+static int take_result(struct mesh_tf_master *m, const char *method, const struct unary *u,
+                       struct mesh_tf_call_result *out, struct mesh_err *err)
+{
+    out->status = (int)u->status;
+    size_t dl = GRPC_SLICE_LENGTH(u->details);
+    if (dl >= sizeof(out->message)) {
+        dl = sizeof(out->message) - 1;
+    }
+    memcpy(out->message, GRPC_SLICE_START_PTR(u->details), dl);
+    out->message[dl] = '\0';
+    if (u->status != GRPC_STATUS_OK) {
+        if (u->error_string != NULL) {
+            mesh_debug(MOD, "%s to %s: %s", method, m->target, u->error_string);
+        }
+        return 0;
+    }
+    if (u->recv == NULL) {
+        return mesh_err_set(err, MESH_E_API, 0, "%s to %s returned OK without a message", method,
+                            m->target);
+    }
+    out->response =
+        mesh_grpc_util_copy_message(u->recv, MESH_TF_MAX_RESPONSE, &out->response_len, NULL);
+    if (out->response == NULL) {
+        return mesh_err_set(err, MESH_E_API, 0, "cannot read the %s reply from %s", method,
+                            m->target);
+    }
+    return 0;
+}
+
 int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint8_t *req,
                         size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
                         struct mesh_err *err)
@@ -207,102 +317,19 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
         return mesh_err_set(err, MESH_E_API, 0, "gRPC could not create the call %s to %s", method,
                             m->target);
     }
-    grpc_slice req_slice = grpc_slice_from_copied_buffer((const char *)req, req_len);
-    grpc_byte_buffer *send_bb = grpc_raw_byte_buffer_create(&req_slice, 1);
-    grpc_slice_unref(req_slice);
-    grpc_byte_buffer *recv_bb = NULL;
-    grpc_metadata_array initial_md;
-    grpc_metadata_array trailing_md;
-    grpc_metadata_array_init(&initial_md);
-    grpc_metadata_array_init(&trailing_md);
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-    const char *error_string = NULL;
-
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    /* TF's client uses fail_fast=false: wait for the channel instead of
-     * failing while the TPU server boots. */
-    ops[0].flags =
-        GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send_bb;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv_bb;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    ops[5].data.recv_status_on_client.error_string = &error_string;
-
-    int rc = 0;
+    struct unary u;
+    unary_init(&u, req, req_len);
+    int rc;
     int call_tag = 0; /* its address is the completion tag */
-    grpc_call_error ce = grpc_call_start_batch(call, ops, 6, &call_tag, NULL);
+    grpc_call_error ce = grpc_call_start_batch(call, u.ops, 6, &call_tag, NULL);
     if (ce != GRPC_CALL_OK) {
         rc = mesh_err_set(err, MESH_E_API, 0, "gRPC refused to start %s to %s (call error %d)",
                           method, m->target, (int)ce);
-        goto out;
+    } else {
+        wait_batch(m, call, &call_tag, method, deadline_ms);
+        rc = take_result(m, method, &u, out, err);
     }
-
-    int64_t start = mesh_sys_now_ms();
-    bool cancelled = false;
-    for (;;) {
-        int64_t now = mesh_sys_now_ms();
-        int64_t until = now + PROGRESS_MS;
-        grpc_event ev = grpc_completion_queue_pluck(m->cq, &call_tag, deadline_ts(until), NULL);
-        if (ev.type == GRPC_OP_COMPLETE) {
-            break;
-        }
-        now = mesh_sys_now_ms();
-        if (now > deadline_ms + CANCEL_GRACE_MS && !cancelled) {
-            /* gRPC should have failed the call at its deadline; make sure. */
-            grpc_call_cancel(call, NULL);
-            cancelled = true;
-            continue;
-        }
-        mesh_info(MOD, "still waiting for %s from %s (%lld s)", short_method(method), m->target,
-                  (long long)((now - start) / 1000));
-    }
-
-    out->status = (int)status;
-    size_t dl = GRPC_SLICE_LENGTH(details);
-    if (dl >= sizeof(out->message)) {
-        dl = sizeof(out->message) - 1;
-    }
-    memcpy(out->message, GRPC_SLICE_START_PTR(details), dl);
-    out->message[dl] = '\0';
-    if (status == GRPC_STATUS_OK) {
-        if (recv_bb == NULL) {
-            rc = mesh_err_set(err, MESH_E_API, 0, "%s to %s returned OK without a message", method,
-                              m->target);
-            goto out;
-        }
-        out->response =
-            mesh_grpc_util_copy_message(recv_bb, MESH_TF_MAX_RESPONSE, &out->response_len, NULL);
-        if (out->response == NULL) {
-            rc = mesh_err_set(err, MESH_E_API, 0, "cannot read the %s reply from %s", method,
-                              m->target);
-            goto out;
-        }
-    } else if (error_string != NULL) {
-        mesh_debug(MOD, "%s to %s: %s", method, m->target, error_string);
-    }
-
-out:
-    if (error_string != NULL) {
-        gpr_free((void *)error_string);
-    }
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&initial_md);
-    grpc_metadata_array_destroy(&trailing_md);
-    grpc_byte_buffer_destroy(send_bb);
-    if (recv_bb != NULL) {
-        grpc_byte_buffer_destroy(recv_bb);
-    }
+    unary_cleanup(&u);
     grpc_call_unref(call);
     return rc;
 }

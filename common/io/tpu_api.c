@@ -304,6 +304,59 @@ static bool is_ready(const struct mesh_tpu_api_node *n)
            (n->health[0] == '\0' || strcmp(n->health, "HEALTHY") == 0);
 }
 
+/* What one poll's node means: 1 with *out_node taken (READY and healthy),
+ * 0 to keep waiting (the state and health kept in last), or an error (READY
+ * without endpoints, or a state it will not recover from). */
+static int judge_node(const char *name, struct mesh_tpu_api_node *node, int attempt,
+                      struct mesh_tpu_api_node *last, struct mesh_tpu_api_node *out_node,
+                      struct mesh_err *err)
+{
+    if (is_ready(node)) {
+        if (node->nendpoints == 0) {
+            mesh_tpu_api_node_cleanup(node);
+            return mesh_err_set(err, MESH_E_API, 0,
+                                "TPU \"%s\" is READY but the API lists no networkEndpoints nor "
+                                "ipAddress",
+                                name);
+        }
+        mesh_info(MOD, "TPU \"%s\" is healthy.", name);
+        *out_node = *node;
+        return 1;
+    }
+    copy_str(last->state, sizeof(last->state), node->state);
+    copy_str(last->health, sizeof(last->health), node->health);
+    mesh_tpu_api_node_cleanup(node);
+    if (strcmp(last->state, "PREEMPTED") == 0 || strcmp(last->state, "TERMINATED") == 0) {
+        return mesh_err_set(err, MESH_E_NOTREADY, 0,
+                            "TPU \"%s\" is not yet ready; state: \"%s\" (it will not recover: "
+                            "recreate the TPU)",
+                            name, last->state);
+    }
+    /* TensorFlow's wait_for_healthy progress text. */
+    mesh_info(MOD,
+              "Waiting for TPU \"%s\" with state \"%s\" and health \"%s\" to become healthy "
+              "(poll %d)",
+              name, last->state, last->health, attempt);
+    return 0;
+}
+
+/* The deadline passed while the node was last seen as last: TensorFlow's
+ * wait_for_healthy text, then what was seen. */
+static int timed_out(const struct mesh_tpu_api *api, const char *name,
+                     const struct mesh_tpu_api_node *last, struct mesh_err *err)
+{
+    if (strcmp(last->state, "READY") == 0) {
+        return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                            "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is "
+                            "unhealthy: \"%s\" (--timeout %d s)",
+                            name, name, last->health, api->timeout_s);
+    }
+    return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                        "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is not yet "
+                        "ready; state: \"%s\", health \"%s\" (--timeout %d s)",
+                        name, name, last->state, last->health, api->timeout_s);
+}
+
 int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                             struct mesh_tpu_api_node *out_node, struct mesh_err *err)
 {
@@ -312,7 +365,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
                              ? api->deadline_ms
                              : start + (long long)(api->timeout_s > 0 ? api->timeout_s : 1) * 1000;
     long long pause = api->poll_initial_ms > 0 ? api->poll_initial_ms : 250;
-    char last_state[32] = "", last_health[32] = "";
+    struct mesh_tpu_api_node last = {0}; /* state and health only */
     bool last_transport = false;
     struct mesh_err lerr;
     for (int attempt = 1;; attempt++) {
@@ -332,32 +385,10 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         }
         last_transport = rc < 0;
         if (rc == 0) {
-            if (is_ready(&node)) {
-                if (node.nendpoints == 0) {
-                    mesh_tpu_api_node_cleanup(&node);
-                    return mesh_err_set(err, MESH_E_API, 0,
-                                        "TPU \"%s\" is READY but the API lists no "
-                                        "networkEndpoints nor ipAddress",
-                                        name);
-                }
-                mesh_info(MOD, "TPU \"%s\" is healthy.", name);
-                *out_node = node;
-                return 0;
+            rc = judge_node(name, &node, attempt, &last, out_node, err);
+            if (rc != 0) {
+                return rc > 0 ? 0 : rc;
             }
-            copy_str(last_state, sizeof(last_state), node.state);
-            copy_str(last_health, sizeof(last_health), node.health);
-            mesh_tpu_api_node_cleanup(&node);
-            if (strcmp(last_state, "PREEMPTED") == 0 || strcmp(last_state, "TERMINATED") == 0) {
-                return mesh_err_set(err, MESH_E_NOTREADY, 0,
-                                    "TPU \"%s\" is not yet ready; state: \"%s\" (it will not "
-                                    "recover: recreate the TPU)",
-                                    name, last_state);
-            }
-            /* TensorFlow's wait_for_healthy progress text. */
-            mesh_info(MOD,
-                      "Waiting for TPU \"%s\" with state \"%s\" and health \"%s\" to become "
-                      "healthy (poll %d)",
-                      name, last_state, last_health, attempt);
         } else {
             mesh_warn(MOD, "TPU \"%s\": %s; retrying", name, lerr.msg);
         }
@@ -365,11 +396,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         if (now >= deadline) {
             break;
         }
-        long long wait = pause;
-        if (now + wait > deadline) {
-            wait = deadline - now;
-        }
-        mesh_sys_sleep_ms(wait);
+        mesh_sys_sleep_ms(now + pause > deadline ? deadline - now : pause);
         pause = pause * 2 > 10000 ? 10000 : pause * 2;
     }
     if (last_transport) {
@@ -378,15 +405,5 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         }
         return mesh_err_prefix(err, "gave up after %d s", api->timeout_s);
     }
-    /* TensorFlow's wait_for_healthy text, then what was seen. */
-    if (strcmp(last_state, "READY") == 0) {
-        return mesh_err_set(err, MESH_E_TIMEOUT, 0,
-                            "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is "
-                            "unhealthy: \"%s\" (--timeout %d s)",
-                            name, name, last_health, api->timeout_s);
-    }
-    return mesh_err_set(err, MESH_E_TIMEOUT, 0,
-                        "Timed out waiting for TPU \"%s\" to become healthy: TPU \"%s\" is not yet "
-                        "ready; state: \"%s\", health \"%s\" (--timeout %d s)",
-                        name, name, last_state, last_health, api->timeout_s);
+    return timed_out(api, name, &last, err);
 }

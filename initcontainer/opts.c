@@ -46,7 +46,7 @@ static const struct mesh_cliopt defs[] = {
     {"topology", MESH_CLIOPT_STR, OFF(topology), 0, 0, NULL, "AxB[xC]",
      "e.g. 2x2x4 (else TPU_TOPOLOGY)"},
     {"annotations-file", MESH_CLIOPT_STR, OFF(annotations_file), 0, 0, "/etc/podinfo/annotations",
-     "FILE", "downward-API file with the pod's annotations (tpumesh.dev/*)"},
+     "FILE", "downward-API file with the pod's annotations (tpumesh.dev/*); must exist if named"},
     {"dev-dir", MESH_CLIOPT_STR, OFF(dev_dir), 0, 0, "/dev", "DIR",
      "where the TPU devices are (TPU VM preflight)"},
     {"timeout", MESH_CLIOPT_INT, OFF(timeout_s), 1, 86400, "600", "SECONDS",
@@ -113,10 +113,15 @@ struct ann_layer {
     struct mesh_annotations_config cfg;
 };
 
-/* Reads the downward-API file at path into l. A missing file is no layer
- * (0, nothing set), an unreadable or malformed one is a configuration
- * error. tpumesh.dev keys are validated (unknown keys, bad values) here. */
-static int load_annotations(const char *path, struct ann_layer *l, struct mesh_err *err)
+/* Reads the downward-API file at path into l. A missing file at the default
+ * path is no layer (0, nothing set): tpumesh-init run outside a pod. A
+ * missing file that was asked for (configured: --annotations-file or
+ * TPUMESH_ANNOTATIONS_FILE, as the chart and the injector set it) is an
+ * error, since every tpumesh.dev annotation would silently vanish; so is an
+ * unreadable or malformed one. tpumesh.dev keys are validated (unknown keys,
+ * bad values) here. */
+static int load_annotations(const char *path, bool configured, struct ann_layer *l,
+                            struct mesh_err *err)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, MESH_ANNOTATIONS_MAX_INPUT);
@@ -124,10 +129,20 @@ static int load_annotations(const char *path, struct ann_layer *l, struct mesh_e
     int rc = mesh_sys_read_file(path, MESH_ANNOTATIONS_MAX_INPUT, &b, &rerr);
     if (rc < 0) {
         mesh_buf_cleanup(&b);
-        if (rerr.sys_errno == ENOENT) {
+        if (rerr.sys_errno == ENOENT && !configured) {
             return 0;
         }
-        return mesh_err_set(err, MESH_E_CONFIG, 0, "annotations file: %s", rerr.msg);
+        if (rerr.sys_errno == ENOENT || rerr.sys_errno == ENOTDIR) {
+            return mesh_err_set(
+                err, MESH_E_CONFIG, 0,
+                "annotations file '%.80s' does not exist: is the pod's downward-API "
+                "volume (podinfo) mounted? Without it every tpumesh.dev/ "
+                "annotation is lost (outside a pod: --annotations-file /dev/null)",
+                path);
+        }
+        bool perm = rerr.sys_errno == EACCES || rerr.sys_errno == EPERM;
+        return mesh_err_set(err, MESH_E_CONFIG, 0, "annotations file: %s%s", rerr.msg,
+                            perm ? " (the downward-API volume must be readable by this user)" : "");
     }
     rc = mesh_annotations_parse(b.data ? b.data : "", b.len, &l->ann, err);
     mesh_buf_cleanup(&b);
@@ -147,7 +162,8 @@ static int ann_open(void *arg, struct mesh_err *err)
 {
     struct ann_layer *l = arg;
     const char *path = mesh_cliopts_peek(defs, NDEFS, l->argc, l->argv, "annotations-file");
-    return load_annotations(path != NULL ? path : "/etc/podinfo/annotations", l, err);
+    /* peek: NULL when neither the flag nor the variable names a file. */
+    return load_annotations(path != NULL ? path : "/etc/podinfo/annotations", path != NULL, l, err);
 }
 
 /* tpumesh.dev/<flag> for the flags that have one (their help says so). */

@@ -28,7 +28,7 @@ mkdir -p "$D"
 run_init() { # run_init HOSTS [args...]
     local hosts=$1; shift
     TPU_WORKER_ID=1 TPU_WORKER_HOSTNAMES=$hosts "$INIT" --skip-init --accelerator-type v4-32 \
-        --topology 2x2x4 --out-dir "$D" --annotations-file "$TMP/none" "$@" 2>>"$TMP/log"
+        --topology 2x2x4 --out-dir "$D" --annotations-file /dev/null "$@" 2>>"$TMP/log"
 }
 run_init "$GOOD_HOSTS"
 check_eq "good publish" "0" "$?"

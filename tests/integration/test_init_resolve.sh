@@ -21,7 +21,7 @@ run_init() {
     OUT=$TMP/$name
     mkdir -p "$OUT"
     # Defaults as variables, so a test's own variables and flags override them.
-    env -i PATH="$PATH" TPUMESH_ANNOTATIONS_FILE="$TMP/none" TPUMESH_METADATA_HOST="$NOMD" \
+    env -i PATH="$PATH" TPUMESH_ANNOTATIONS_FILE=/dev/null TPUMESH_METADATA_HOST="$NOMD" \
         "${vars[@]+"${vars[@]}"}" "$INIT" --skip-init --out-dir "$OUT" "$@" >"$OUT.log" 2>&1
     RC=$?
     LAST=$(tail -n 1 "$OUT.log")

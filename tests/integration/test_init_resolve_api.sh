@@ -37,7 +37,7 @@ run_init() {
     OUT=$TMP/$name
     mkdir -p "$OUT"
     local t0; t0=$(date +%s%N)
-    env -i PATH="$PATH" TPUMESH_ANNOTATIONS_FILE="$TMP/none" TPUMESH_METADATA_HOST="127.0.0.1:$MD_PORT" \
+    env -i PATH="$PATH" TPUMESH_ANNOTATIONS_FILE=/dev/null TPUMESH_METADATA_HOST="127.0.0.1:$MD_PORT" \
         TPUMESH_TPU_API_ENDPOINT="http://127.0.0.1:$API_PORT" "${vars[@]+"${vars[@]}"}" \
         "$INIT" --skip-init --out-dir "$OUT" "$@" >"$OUT.log" 2>&1
     RC=$?

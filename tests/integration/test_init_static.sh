@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 INIT=$BIN/tpumesh-init
 FIX=$ROOT/tests/fixtures/render
-NOANN=(--annotations-file "$TMP/no-annotations")
+NOANN=(--annotations-file /dev/null)
 
 # Everything that could steer resolve from outside the test is cleared.
 unset KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS TPU_NAME TPU_CONFIG TPU_ACCELERATOR_TYPE TPU_TOPOLOGY \
@@ -223,7 +223,7 @@ zone us-central2-b
 project my-project
 accelerator-type v5litepod-16
 topology 4x4
-annotations-file /tmp/tpumesh-no-annotations
+annotations-file /dev/null
 dev-dir /tmp/tpumesh-dev
 timeout 45
 metadata-host 127.0.0.1:8080
@@ -254,6 +254,22 @@ expect_exit() { # expect_exit NAME CODE PATTERN-OF-LAST-LINE cmd...
 }
 DE=$TMP/err-dir; mkdir -p "$DE"
 expect_exit "unknown flag: exit 2" 2 "unknown option '--bogus'" v4 "$DE" --bogus
+# A named annotations file that is missing is the downward-API volume missing: every
+# tpumesh.dev/* annotation would vanish, so it is an error; the default path may be absent.
+expect_exit "--annotations-file missing: exit 2 naming the file and the downward-API volume" 2 \
+    "annotations file '$TMP/gone' does not exist: is the pod's downward-API volume (podinfo) mounted?" \
+    v4 "$DE" --annotations-file "$TMP/gone"
+TPUMESH_ANNOTATIONS_FILE=$TMP/gone expect_exit \
+    "TPUMESH_ANNOTATIONS_FILE missing: exit 2 naming the file" 2 "annotations file '$TMP/gone' does not exist" \
+    env TPU_WORKER_ID=1 TPU_WORKER_HOSTNAMES=a.svc,b.svc,c.svc,d.svc "$INIT" --skip-init \
+    --accelerator-type v4-32 --topology 2x2x4 --out-dir "$DE"
+if [ -e /etc/podinfo/annotations ]; then
+    skip "the default annotations file may be absent" "/etc/podinfo/annotations exists here"
+else
+    expect_exit "the default annotations file may be absent (no annotation layer): exit 0" 0 "done: 4 worker" \
+        env TPU_WORKER_ID=1 TPU_WORKER_HOSTNAMES=a.svc,b.svc,c.svc,d.svc "$INIT" --skip-init \
+        --accelerator-type v4-32 --topology 2x2x4 --out-dir "$(mkdir -p "$TMP/defann" && echo "$TMP/defann")"
+fi
 expect_exit "missing value: exit 2" 2 "--port needs a value" v4 "$DE" --port
 expect_exit "bad --port: exit 2" 2 "--port: 'abc' is not an integer in 1..65535" \
     v4 "$DE" --port abc

@@ -282,8 +282,10 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
         return err->code != 0 ? -err->code : -MESH_E_IO; /* a bad address is a config error */
     }
     ctx->http = *out_http;
-    mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology /watch on %s (port %d)",
-              ctx->opts.http_addr, port);
+    /* ":PORT" binds every address: say so, since --http-addr and --grpc-addr are
+     * independent and a loopback HTTP address leaves gRPC where its own flag puts it. */
+    mesh_info(MOD, "http: serving /healthz /readyz /metrics /topology /watch on %s%s (port %d)",
+              ctx->opts.http_addr, ctx->opts.http_addr[0] == ':' ? ", every address" : "", port);
     struct mesh_grpc_server_opts go = {
         .addr = ctx->opts.grpc_addr,
         .max_pod_streams = ctx->opts.relay_fanout,
@@ -296,8 +298,8 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     if (ctx->grpc == NULL) {
         return err->code != 0 ? -err->code : -MESH_E_IO;
     }
-    mesh_info(MOD, "grpc: serving grpc.health.v1.Health and tpumesh.v1.Topology on %s (port %d)",
-              ctx->opts.grpc_addr, port);
+    mesh_info(MOD, "grpc: serving grpc.health.v1.Health and tpumesh.v1.Topology on %s%s (port %d)",
+              ctx->opts.grpc_addr, ctx->opts.grpc_addr[0] == ':' ? ", every address" : "", port);
     *out_grpc_port = port;
 
     /* Own pod first, on a client of this thread; a signal stops the retries. */

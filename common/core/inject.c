@@ -111,7 +111,7 @@ const char mesh_inject_default_config[] =
     "      port: tpumesh-http\n"
     "    periodSeconds: 2\n"
     "    timeoutSeconds: 2\n"
-    "    failureThreshold: 300\n"
+    "    failureThreshold: 1800\n"
     "  readinessProbe:\n"
     "    httpGet:\n"
     "      path: /readyz\n"

@@ -56,7 +56,11 @@ function webhookAndCert() {
     const crt = path.join(TMP, 'tls.crt');
     const key = path.join(TMP, 'tls.key');
     if (helm) {
+        /* Every namespace (the chart's default serves the release namespace only; the pods
+         * here are created in others). */
         const out = execFileSync(helm, ['template', 'tpumesh', path.join(ROOT, 'charts', 'tpumesh'), '--namespace', NS,
+            '--set', 'injector.namespaceSelector.matchExpressions[0].key=kubernetes.io/metadata.name',
+            '--set', 'injector.namespaceSelector.matchExpressions[0].operator=Exists',
             '--show-only', 'templates/injector-webhook.yaml'], { encoding: 'utf8' });
         const docs = YAML.parseAllDocuments(out).map((d) => d.toJS()).filter(Boolean);
         const secret = docs.find((d) => d.kind === 'Secret');
@@ -445,6 +449,8 @@ async function plainManifests(sim, create, getPod, env, tokenFile, chartWebhook)
         return;
     }
     await sim.ctl('webhook-service', { service: `${ns}/${svc.metadata.name}`, address: `127.0.0.1:${port}` });
+    /* k8s/injector.yaml serves the namespaces labelled tpumesh.dev/injection=enabled (k8s/README.md). */
+    await sim.ctl('namespace-labels', { namespace: 'ml', set: 'tpumesh.dev/injection=enabled' });
 
     /* A slow authorizer: every SubjectAccessReview answer held 1.5 s, so the three of a new
      * account take 4.5 s, near the webhook's timeoutSeconds (5). The injector (default

@@ -629,9 +629,9 @@ for (const h of HELMS) {
     }
     /* What k8s/injector*.yaml must equal (section 3). */
     if (rendered[h.version]) {
-        check(`${tag} template charts/tpumesh --namespace tpumesh-system --set injector.certManager.enabled=true (k8s/injector.yaml's source)`, guard(() => {
+        check(`${tag} template charts/tpumesh --namespace tpumesh-system --set injector.certManager.enabled=true --set injector.namespaceSelector.matchLabels.tpumesh\\.dev/injection=enabled (k8s/injector.yaml's source)`, guard(() => {
             rendered[h.version].injector = parseYamlText(helmlib.template(h.bin, CHART,
-                { namespace: 'tpumesh-system', sets: ['injector.certManager.enabled=true'] }), 'helm template');
+                { namespace: 'tpumesh-system', sets: ['injector.certManager.enabled=true', 'injector.namespaceSelector.matchLabels.tpumesh\\.dev/injection=enabled'] }), 'helm template');
             return [];
         }));
     }
@@ -724,6 +724,12 @@ for (const h of HELMS) {
         ['an injector access check as long as the webhook timeout: refused, saying which values',
             () => helmlib.template(h.bin, CHART, { sets: ['injector.timeoutSeconds=2', 'injector.accessCheckTimeoutMs=2000'] }),
             /injector\.accessCheckTimeoutMs 2000 is not below injector\.timeoutSeconds \(2 s\)/],
+        ['image.repository with an unset $PROJECT (an empty path segment): refused, naming the likely cause',
+            () => helmlib.template(h.bin, CHART, { sets: ['image.repository=us-docker.pkg.dev//tpumesh/tpumesh'] }),
+            /image\.repository "us-docker\.pkg\.dev\/\/tpumesh\/tpumesh" has an empty path segment: is a shell variable in it unset \(e\.g\. \$PROJECT/],
+        ['image.repository with a tag or capitals: refused, saying what a repository is',
+            () => helmlib.template(h.bin, CHART, { sets: ['image.repository=Reg.example/TPUmesh'] }),
+            /image\.repository "Reg\.example\/TPUmesh" is not an image repository: lowercase registry host/],
         ['a dependency with alias: refused, aliases are not supported',
             () => helmlib.template(h.bin, aliasChart, {}),
             /dependency with alias: "mesh"; aliases are not supported/],
@@ -791,7 +797,7 @@ for (const [ver, d] of Object.entries(rendered)) {
         check(`k8s/${f} has exactly the tpumesh parts of helm ${ver} template at default values`, errs);
     }
     if (d.injector) {
-        check(`k8s/injector.yaml and k8s/injector-cert-manager.yaml equal helm ${ver} template's injector objects (namespace tpumesh-system, injector.certManager.enabled=true; without Helm labels and the config checksum)`, guard(() => {
+        check(`k8s/injector.yaml and k8s/injector-cert-manager.yaml equal helm ${ver} template's injector objects (namespace tpumesh-system, injector.certManager.enabled=true, namespaces labelled tpumesh.dev/injection=enabled; without Helm labels and the config checksum)`, guard(() => {
             const e = [];
             const mine = (manifests['injector.yaml'] || []).concat(manifests['injector-cert-manager.yaml'] || [])
                 .filter((o) => o.kind !== 'Namespace');

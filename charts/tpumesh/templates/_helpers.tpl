@@ -283,6 +283,17 @@ mount, so the kubelet's updates reach it). */}}
 {{- end -}}
 
 {{/* tpumesh-injector: its resource name, labels and the values under .Values.injector. */}}
+{{- /* The namespaces the injector's webhook serves: injector.namespaceSelector, else the
+release namespace alone (every namespace carries kubernetes.io/metadata.name). */ -}}
+{{- define "tpumesh.injector.namespaceSelector" -}}
+{{- if .Values.injector.namespaceSelector -}}
+{{- toYaml .Values.injector.namespaceSelector -}}
+{{- else -}}
+matchLabels:
+  kubernetes.io/metadata.name: {{ .Release.Namespace }}
+{{- end -}}
+{{- end -}}
+
 {{- define "tpumesh.injector.fullname" -}}
 {{- printf "%s-injector" (include "tpumesh.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

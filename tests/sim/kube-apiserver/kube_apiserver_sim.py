@@ -550,6 +550,7 @@ class State:
         self.faults = []
         self.forbid = []  # (namespace or "*", set of verbs, set of resources: empty = pods)
         self.sar_delay = 0.0  # seconds every SubjectAccessReview answer is held (a slow authorizer)
+        self.ns_labels = {}  # namespace -> its labels beyond kubernetes.io/metadata.name (namespaceSelector)
         self.workloads = workloads.Store()
         smap = {}
         for spec in getattr(args, "webhook_service", None) or []:
@@ -1754,7 +1755,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             admitted, warnings = st.admission.admit({"apiVersion": "v1", "kind": "Pod", "metadata": md,
                                                      "spec": pod.get("spec")}, ns,
-                                                    {"kubernetes.io/metadata.name": ns}, self.server.user,
+                                                    dict(st.ns_labels.get(ns, {}),
+                                                         **{"kubernetes.io/metadata.name": ns}),
+                                                    self.server.user,
                                                     dry_run=dry_run)
         except admission.AdmissionError as e:
             raise ApiError(status_obj(e.code, e.reason, e.message))
@@ -2406,7 +2409,8 @@ class Control:
              "annotate", "phase", "cut", "malformed", "oversize", "stall", "token", "fail", "forbid",
              "compact", "restart", "stats", "reset-stats", "bookmark", "chunking", "config", "bulk-create",
              "churn", "churn-stop", "batch", "clear", "error-event", "make-job", "make-jobset",
-             "make-statefulset", "put-object", "delete-object", "objects", "webhook-service", "admission-calls", "sar-delay")
+             "make-statefulset", "put-object", "delete-object", "objects", "webhook-service", "admission-calls", "sar-delay",
+             "namespace-labels")
 
     def __init__(self, server):
         self.server = server
@@ -2524,6 +2528,19 @@ class Control:
         with self.st.admission.lock:
             self.st.admission.service_map[key] = (host, int(port))
         return {"services": {k: "%s:%d" % v for k, v in self.st.admission.service_map.items()}}
+
+    def v_namespace_labels(self, a):
+        """Labels of a namespace, as webhooks' namespaceSelector sees them: set (k=v,...) and
+        remove (k,...); kubernetes.io/metadata.name is always the namespace's name."""
+        ns = a.get("namespace") or "default"
+        with self.st.cond:
+            labels = self.st.ns_labels.setdefault(ns, {})
+            for k, v in _as_map(a.get("set")).items():
+                labels[k] = v
+            for k in _as_list(a.get("remove")):
+                labels.pop(k, None)
+            out = dict(labels, **{"kubernetes.io/metadata.name": ns})
+        return {"namespace": ns, "labels": out}
 
     def v_admission_calls(self, a):
         """Every webhook call so far: [webhook name, patched|allowed|denied|failed|ignored]."""

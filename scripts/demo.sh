@@ -7,15 +7,20 @@
 #   2. tpumesh-init, GKE TPU VM path, v5litepod-16 (4x4, 4 hosts), worker 3,
 #      pod IPs in TPU_WORKER_HOSTNAMES
 #   3. a hostile worker name is refused (exit 2) and the volume keeps its
-#      last good files
+#      last good files (an intentional failure, announced as such)
 #   4. legacy TPU Node: ConfigureDistributedTPU against the simulated TPU's
-#      TensorFlow server (tests/sim/tf-master), then a TPU-less server (exit 3)
-#
-# Env: BUILD (build dir, default build), PY (python with protobuf).
+#      TensorFlow server (tests/sim/tf-master), then a TPU-less server (exit 3,
+#      intentional)
 #   5. tpumesh-init + tpumesh-sidecar on a simulated 4-host slice: a pod is
 #      deleted, recreated without an IP, given one; files and /readyz follow
+#   6. the injector path: label -> admission -> injected pod -> files
+#      (scripts/demo_injector.py: k8s/injector.yaml and k8s/first-job.yaml
+#      through the simulator's admission)
 #
-# Add later flows as further sections.
+# Env: BUILD (build dir, default build), PY (python with protobuf).
+# tpumesh-init checks that its TPU_WORKER_HOSTNAMES entry matches the pod's host
+# name; the demo runs it in a UTS namespace with that pod's host name (unshare -u,
+# as root, or with a user namespace), as a pod's containers would have it.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -33,6 +38,16 @@ for v in $(env | sed -n 's/^\(TPUMESH_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
+intentional() { printf '\033[33m(intentional failure: %s)\033[0m\n' "$*"; }
+# as_pod HOST cmd...: cmd with the host name HOST (its own UTS namespace), like a pod's container.
+UTS=
+if unshare -u true 2>/dev/null; then UTS="unshare -u"
+elif unshare -Ur -u true 2>/dev/null; then UTS="unshare -Ur -u"; fi
+as_pod() {
+    local host=$1; shift
+    if [ -n "$UTS" ]; then $UTS sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+    else echo "(no UTS namespace here: tpumesh-init will warn that this machine's host name is not $host)"; "$@"; fi
+}
 
 # Print every file of a volume: env files as they are, JSON pretty-printed,
 # topology.pb decoded by Google's protobuf library when its module is built.
@@ -78,10 +93,11 @@ EOF
 section "1. tpumesh-init on GKE's TPU VM path: v4-32, topology 2x2x4, this pod is worker 1"
 V4=$WORK/v4-32
 mkdir -p "$V4"
-run env TPU_WORKER_ID=1 \
+echo "(run as pod job-1: host name job-1, as entry 1 of TPU_WORKER_HOSTNAMES says)"
+run as_pod job-1 env TPU_WORKER_ID=1 \
     TPU_WORKER_HOSTNAMES=job-0.job.default.svc,job-1.job.default.svc,job-2.job.default.svc,job-3.job.default.svc \
     "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$V4" \
-    --annotations-file "$WORK/none"
+    --annotations-file /dev/null
 echo "exit $?"
 show_volume "$V4"
 
@@ -90,15 +106,16 @@ V5=$WORK/v5litepod-16
 mkdir -p "$V5"
 run env TPU_WORKER_ID=3 TPU_WORKER_HOSTNAMES=10.8.0.2,10.8.0.3,10.8.0.4,10.8.0.5 \
     "$INIT" --skip-init --accelerator-type v5litepod-16 --topology 4x4 --port 10001 \
-    --out-dir "$V5" --annotations-file "$WORK/none"
+    --out-dir "$V5" --annotations-file /dev/null
 echo "exit $?"
 show_volume "$V5"
 
 section "3. a hostile worker name is refused; the volume keeps its last good files"
+intentional "a worker named '\$(touch /tmp/pwned)' must be refused with exit 2 and an ERROR line"
 run env TPU_WORKER_ID=1 'TPU_WORKER_HOSTNAMES=a.svc,$(touch /tmp/pwned),c.svc,d.svc' \
     "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$V4" \
-    --annotations-file "$WORK/none"
-echo "exit $? (2 = configuration error)"
+    --annotations-file /dev/null
+echo "exit $? (2 = configuration error, as intended; /tmp/pwned $([ -e /tmp/pwned ] && echo EXISTS || echo 'was not created'))"
 printf -- '--- dtensor.env still\n'
 cat "$V4/dtensor.env"
 
@@ -117,7 +134,7 @@ if [ -d "$BUILD/gen/py/tensorflow" ]; then
     }
     tfsim --accelerator-type v3-8
     run env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS="grpc://127.0.0.1:$SIM_PORT" \
-        "$INIT" --timeout 30 --out-dir "$NODE" --annotations-file "$WORK/none"
+        "$INIT" --timeout 30 --out-dir "$NODE" --annotations-file /dev/null
     echo "exit $?"
     show_volume "$NODE"
     printf -- '--- what the TPU server saw\n'
@@ -125,9 +142,10 @@ if [ -d "$BUILD/gen/py/tensorflow" ]; then
     kill "$SIM_PID"; wait "$SIM_PID" 2>/dev/null
 
     tfsim --fail no-tpu
+    intentional "this TensorFlow server has no TPU: tpumesh-init must say so in an ERROR line and exit 3"
     run "$INIT" --tpu "grpc://127.0.0.1:$SIM_PORT" --timeout 30 --out-dir "$NODE" \
-        --annotations-file "$WORK/none"
-    echo "exit $? (3 = no TPU found)"
+        --annotations-file /dev/null
+    echo "exit $? (3 = no TPU found, as intended)"
     kill "$SIM_PID"; wait "$SIM_PID" 2>/dev/null
 else
     echo "(skipped: run 'make gen-py' to build the simulator's protobuf modules)"
@@ -148,12 +166,13 @@ if [ -x "$SIDECAR" ]; then
     for _ in $(seq 200); do grep -q '^READY' "$WORK/kubesim.out" && break; sleep 0.05; done
     KURL=$(sed -n 's/^READY .*url=\([^ ]*\).*/\1/p' "$WORK/kubesim.out")
     ctl() { $KS ctl --url "$KURL" "$@" >/dev/null; }
+    ctl make-job --name trainer --completions 4
     for i in 0 1 2 3; do ctl make --name "trainer-$i-demo0" --index "$i"; done
-    echo "simulated apiserver $KURL: Indexed Job 'trainer', pods trainer-{0..3}-demo0"
-    run env TPU_WORKER_ID=0 \
+    echo "simulated apiserver $KURL: Indexed Job 'trainer' (4 completions), pods trainer-{0..3}-demo0"
+    run as_pod trainer-0 env TPU_WORKER_ID=0 \
         TPU_WORKER_HOSTNAMES=trainer-0.trainer,trainer-1.trainer,trainer-2.trainer,trainer-3.trainer \
         "$INIT" --skip-init --accelerator-type v4-32 --topology 2x2x4 --out-dir "$SC" \
-        --annotations-file "$WORK/none" 2>&1 | tail -1
+        --annotations-file /dev/null 2>&1 | tail -1
     printf '$ %s\n' "$SIDECAR --apiserver $KURL --pod-name trainer-0-demo0 --namespace default --out-dir $SC --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 &"
     "$SIDECAR" --apiserver "$KURL" --pod-name trainer-0-demo0 --namespace default --out-dir "$SC" \
         --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 2>"$WORK/sidecar.log" &
@@ -188,6 +207,13 @@ if [ -x "$SIDECAR" ]; then
     kill "$KS_PID"; wait "$KS_PID" 2>/dev/null
 else
     echo "(skipped: $SIDECAR is missing)"
+fi
+
+section "6. the injector: a pod template with only the label, admitted, injected, run"
+if [ -x "$BUILD/bin/tpumesh-injector" ]; then
+    BUILD=$BUILD "$PY" scripts/demo_injector.py || echo "demo: the injector section failed (exit $?)"
+else
+    echo "(skipped: $BUILD/bin/tpumesh-injector is missing)"
 fi
 
 echo

@@ -146,6 +146,9 @@ Configuration flags are passed as TPUMESH_<FLAG> variables. */}}
       value: {{ $v.logFormat | quote }}
     - name: TPUMESH_LOG_LEVEL
       value: {{ $v.logLevel | quote }}
+    {{- with $v.init.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
     {{- with $opt.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -210,6 +213,13 @@ it lives as long as the pod and would hold them. */}}
       value: {{ $v.logFormat | quote }}
     - name: TPUMESH_LOG_LEVEL
       value: {{ $v.logLevel | quote }}
+    {{- if $v.sidecar.verifyDns }}
+    - name: TPUMESH_VERIFY_DNS
+      value: "true"
+    {{- end }}
+    {{- with $v.sidecar.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
     {{- with $opt.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

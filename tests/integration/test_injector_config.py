@@ -204,7 +204,11 @@ for ver, helm in bins:
     # Non-default values flow through the ConfigMap into the injected containers.
     docs = render(helm, CHART, "--set", "image.repository=reg.example/tpumesh",
                   "--set", "logFormat=json", "--set", "sidecar.httpPort=9500",
-                  "--set", "sharedVolume.mountPath=/mesh")
+                  "--set", "sharedVolume.mountPath=/mesh", "--set", "sidecar.verifyDns=true",
+                  "--set", "sidecar.extraEnv[0].name=TPUMESH_STALL_TIMEOUT",
+                  "--set-string", "sidecar.extraEnv[0].value=120",
+                  "--set", "init.extraEnv[0].name=TPU_SKIP_MDS_QUERY",
+                  "--set-string", "init.extraEnv[0].value=true")
     inj2 = inject(injector_config(docs), labelled)
     side = [c for c in inj2["spec"]["initContainers"] if c["name"] == "tpumesh-sidecar"][0]
     env = {e["name"]: e.get("value") for e in side["env"]}
@@ -212,4 +216,9 @@ for ver, helm in bins:
           side["image"] == "reg.example/tpumesh:0.1.0" and env["TPUMESH_LOG_FORMAT"] == "json"
           and env["TPUMESH_HTTP_ADDR"] == ":9500"
           and inj2["spec"]["containers"][0]["volumeMounts"][-1]["mountPath"] == "/mesh", side)
+    init = [c for c in inj2["spec"]["initContainers"] if c["name"] == "tpumesh-init"][0]
+    ienv = {e["name"]: e.get("value") for e in init["env"]}
+    check(f"helm {ver}: sidecar.verifyDns and init/sidecar.extraEnv reach the injected pod",
+          env.get("TPUMESH_VERIFY_DNS") == "true" and env.get("TPUMESH_STALL_TIMEOUT") == "120"
+          and ienv.get("TPU_SKIP_MDS_QUERY") == "true", {"sidecar": env, "init": ienv})
 done()

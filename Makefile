@@ -61,7 +61,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 PODBIND    := $(BUILD)/tests/podbind.so
 
-.PHONY: all deps trainer-deps trainers test test-unit test-fuzz test-integration asan valgrind fuzz lint \
+.PHONY: all deps deps-base trainer-deps trainers test test-unit test-fuzz test-integration asan valgrind fuzz lint \
         format format-check demo bench clean help check-core-pure gen-py image-test
 
 # Keep intermediate objects (pattern chains would delete them and force rebuilds).
@@ -76,7 +76,8 @@ help:
 	@echo "make test        deps + build + unit, fuzz-corpus replay, integration and trainer tests"
 	@echo "make trainers    only the real TensorFlow/DTensor and JAX tests (tests/trainers/)"
 	@echo "make trainer-deps  the pinned TensorFlow and JAX venvs in build/ (make deps runs it)"
-	@echo "make demo        deps + build + run the whole flow on the simulators"
+	@echo "make demo        deps (without the trainer venvs) + build + run the whole flow on the"
+	@echo "                 simulators, the injector path included"
 	@echo "make asan        unit, corpus replay and integration tests, AddressSanitizer + UBSan (clang)"
 	@echo "make valgrind    unit, corpus replay and integration tests under valgrind"
 	@echo "make fuzz        libFuzzer, FUZZ_SECONDS (default 30) per target"
@@ -84,9 +85,13 @@ help:
 	@echo "make bench       benchmarks against peers (bench/)"
 	@echo "make image-test  prove the Dockerfile's runtime stage (debootstrap + chroot, root)"
 
-deps:
-	@BUILD=$(BUILD) scripts/deps.sh
+deps: deps-base
 	@scripts/trainer-deps.sh
+
+# The Debian packages, node modules and Helm, without the TensorFlow/JAX venvs: all that
+# `make demo` needs (it runs on the simulators, never a trainer).
+deps-base:
+	@BUILD=$(BUILD) scripts/deps.sh
 
 # The hash-pinned TensorFlow and JAX virtual environments of the real-runtime tests
 # (build/venv-tf, build/venv-jax; rebuilt only when tests/trainers/requirements-*.txt change).
@@ -204,7 +209,7 @@ format:
 format-check:
 	@clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
-demo: deps
+demo: deps-base
 	@$(MAKE) --no-print-directory all gen-py
 	@BUILD=$(BUILD) PY=$(PY) scripts/demo.sh
 

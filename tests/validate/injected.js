@@ -265,7 +265,7 @@ async function main() {
     const bad = jobsetPod(7, { annotations: { 'tpumesh.dev/address-mode': 'fastest' } });
     r = create(bad);
     check('an invalid tpumesh.dev annotation: kubectl create fails with the webhook\'s rule',
-        r.status !== 0 && /admission webhook "inject\.tpumesh\.dev" denied the request: tpumesh: annotation tpumesh\.dev\/address-mode="fastest": accepted values are auto, dns, ip/.test(r.stderr)
+        r.status !== 0 && /admission webhook "inject\.tpumesh\.dev" denied the request: tpumesh: annotation tpumesh\.dev\/address-mode="fastest" is not one of the accepted values auto, dns, ip/.test(r.stderr)
             ? [] : [r.stderr]);
     const plain = jobsetPod(8);
     delete plain.metadata.labels['tpumesh.dev/inject'];

@@ -36,6 +36,10 @@ unset KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS TPU_NAME TPU_CONFIG TPU_ACCELERATOR_TYPE T
     TPU_WORKER_ID TPU_WORKER_HOSTNAMES TPU_HOST_BOUNDS TPU_CHIPS_PER_HOST_BOUNDS
 for v in $(env | sed -n 's/^\(TPUMESH_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 
+# Waits below are bounds on a hang, stretched by TPUMESH_TEST_SLOWDOWN when the programs run
+# slowed down (tests/integration/test_demo.sh under ASan or valgrind).
+SLOW=${TPUMESH_TEST_SLOWDOWN:-1}
+case "$SLOW" in '' | *[!0-9]* | 0) SLOW=1 ;; esac
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
 intentional() { printf '\033[33m(intentional failure: %s)\033[0m\n' "$*"; }
@@ -129,7 +133,7 @@ if [ -d "$BUILD/gen/py/tensorflow" ]; then
             "$@" >"$WORK/tfsim.out" 2>&1 &
         SIM_PID=$!
         trap 'kill "$SIM_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
-        for _ in $(seq 100); do grep -q '^READY' "$WORK/tfsim.out" && break; sleep 0.05; done
+        for _ in $(seq $((100 * SLOW))); do grep -q '^READY' "$WORK/tfsim.out" && break; sleep 0.05; done
         SIM_PORT=$(sed -n 's/^READY port=//p' "$WORK/tfsim.out")
     }
     tfsim --accelerator-type v3-8
@@ -163,7 +167,7 @@ if [ -x "$SIDECAR" ]; then
     KS_PID=$!
     SC_PID=
     trap 'kill $SC_PID $KS_PID 2>/dev/null; rm -rf "$WORK"' EXIT
-    for _ in $(seq 200); do grep -q '^READY' "$WORK/kubesim.out" && break; sleep 0.05; done
+    for _ in $(seq $((200 * SLOW))); do grep -q '^READY' "$WORK/kubesim.out" && break; sleep 0.05; done
     KURL=$(sed -n 's/^READY .*url=\([^ ]*\).*/\1/p' "$WORK/kubesim.out")
     ctl() { $KS ctl --url "$KURL" "$@" >/dev/null; }
     ctl make-job --name trainer --completions 4
@@ -177,11 +181,11 @@ if [ -x "$SIDECAR" ]; then
     "$SIDECAR" --apiserver "$KURL" --pod-name trainer-0-demo0 --namespace default --out-dir "$SC" \
         --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 2>"$WORK/sidecar.log" &
     SC_PID=$!
-    for _ in $(seq 200); do grep -q '(port ' "$WORK/sidecar.log" && break; sleep 0.05; done
+    for _ in $(seq $((200 * SLOW))); do grep -q '(port ' "$WORK/sidecar.log" && break; sleep 0.05; done
     HPORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/sidecar.log" | head -1)
     readyz() { # print /readyz once it answers $1
         local code
-        for _ in $(seq 200); do
+        for _ in $(seq $((200 * SLOW))); do
             code=$(curl -s -o "$WORK/readyz" -w '%{http_code}' "http://127.0.0.1:$HPORT/readyz")
             [ "$code" = "$1" ] && break
             sleep 0.05

@@ -31,6 +31,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "sim", "kube-apiserver"))
 from simctl import start_sim  # noqa: E402
 
+# Bounds on a hang, stretched when the programs run slowed down (ASan, valgrind).
+SLOW = max(1, int(os.environ.get("TPUMESH_TEST_SLOWDOWN", "1") or 1))
 BUILD = os.path.abspath(os.path.join(ROOT, os.environ.get("BUILD", "build")))
 NS = "training"
 HOSTS = ",".join("first-job-%d.first-job" % i for i in range(4))
@@ -52,7 +54,7 @@ def start(argv, log, env=None):
 
 
 def port_from(log, marker, pattern=r"\(port (\d+)\)", timeout=20):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * SLOW
     while time.monotonic() < deadline:
         for line in open(log):
             m = re.search(pattern, line)
@@ -66,7 +68,7 @@ def api(url, method, path, body=None):
     req = urllib.request.Request(url + path, method=method, data=json.dumps(body).encode() if body else None,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10 * SLOW) as r:
             return r.status, json.load(r), r.headers.get_all("Warning") or []
     except urllib.error.HTTPError as e:
         return e.code, json.load(e), []
@@ -208,7 +210,7 @@ def main():
               log, env_of(side, {"TPUMESH_APISERVER": sim.url, "TPUMESH_HTTP_ADDR": "127.0.0.1:0",
                                  "TPUMESH_GRPC_ADDR": "127.0.0.1:0"}))
         hport = port_from(log, "serving /healthz")
-        deadline, code = time.monotonic() + 20, None
+        deadline, code = time.monotonic() + 20 * SLOW, None
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % hport, timeout=2) as rr:

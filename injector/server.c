@@ -657,19 +657,6 @@ static void cert_check(lws_sorted_usec_list_t *sul)
 
 /* ---- life cycle ------------------------------------------------------------------------ */
 
-static void lws_log(int level, const char *line)
-{
-    size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) {
-        n--;
-    }
-    if (level & LLL_ERR) {
-        mesh_warn(MOD, "libwebsockets: %.*s", (int)n, line);
-    } else {
-        mesh_debug(MOD, "libwebsockets: %.*s", (int)n, line);
-    }
-}
-
 static void *serve(void *arg)
 {
     struct mesh_injector_server *srv = arg;
@@ -731,7 +718,7 @@ struct mesh_injector_server *mesh_injector_server_start(const struct mesh_inject
     }
     file_id_of(o->tls_cert, &srv->cert_id);
     file_id_of(o->tls_key, &srv->key_id);
-    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log);
+    lws_set_log_level(LLL_ERR | LLL_WARN, mesh_httpd_lws_log);
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof(info));
     info.port = CONTEXT_PORT_NO_LISTEN;

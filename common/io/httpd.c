@@ -770,7 +770,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
-static void lws_log(int level, const char *line)
+void mesh_httpd_lws_log(int level, const char *line)
 {
     /* lws lines end in '\n'; the log module adds its own (and escapes
      * what a client may have put into the line). */
@@ -922,7 +922,7 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     h->nconns = 2 * h->lim.max_conns;
     h->conns = mesh_calloc((size_t)h->nconns, sizeof(*h->conns));
     h->protocols[0] = (struct lws_protocols){"http", callback, 0, 0, 0, NULL, 0};
-    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log);
+    lws_set_log_level(LLL_ERR | LLL_WARN, mesh_httpd_lws_log);
 
     struct lws_context_creation_info info;
     context_info(h, port, &info);

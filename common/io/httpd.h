@@ -141,6 +141,12 @@ void mesh_httpd_notify(struct mesh_httpd *h);
 /* A snapshot of the counters (any thread). */
 void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out);
 
+/* libwebsockets' log lines (lws_set_log_level's emit function): one log
+ * line each, errors as warnings and the rest at debug, the trailing newline
+ * dropped. lws's logging is process-wide: every lws context of a process
+ * (the injector's HTTPS server and its probe server) uses this one. */
+void mesh_httpd_lws_log(int level, const char *line);
+
 /* Split "[::1]:9431", "127.0.0.1:9431", ":9431" into iface ("" = all; cap
  * bytes) and port 0..65535; flag names the option in the message, which
  * shows example_port in its examples. -MESH_E_CONFIG when malformed. */

@@ -921,7 +921,7 @@ int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, siz
  *
  * Written directly, byte for byte as cJSON 1.7 prints the same tree
  * (cJSON_Print for topology.json, cJSON_PrintUnformatted for
- * tf_config.json; tests/unit/test_render_json.c holds the cJSON version as
+ * tf_config.json; tests/unit/render_ref.py renders the same layout as
  * the oracle): formatted objects put each member on its own line, indented
  * with one tab per level, as "key":<TAB>value, and close at the parent's
  * indentation; formatted arrays separate elements with ", " on one line;

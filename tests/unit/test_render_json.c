@@ -1,15 +1,21 @@
 /*
- * test_render_json.c - differential test of the renderers (core/render.h).
+ * test_render_json.c - differential test of the renderers (core/render.h)
+ * against an independent reference: tests/unit/render_ref.py, a Python
+ * renderer written from the file formats of docs/shared-volume.md and the
+ * input rules of render.h (its own RFC 1123 and job-name checks, Python's
+ * ipaddress for IP literals, its own cJSON_Print layout), sharing no code
+ * with render.c.
  *
- * The oracle is the renderer tpumesh shipped before the direct writers: the
- * worker checks of every renderer, topology.json and tf_config.json built as
- * cJSON trees and printed with cJSON_Print / cJSON_PrintUnformatted, the env
- * files assembled in a mesh_buf with mesh_render_shell_quote. Each case runs
- * both on the same input and wants the same return code, the same error
- * code and message, and the same bytes for every file, for mesh_render_all
- * and for each renderer alone. Cases: fixed tables (sizes, incomplete lists,
- * IPv6, hostile but valid values, slices, generations, bad input) and
- * seeded random worker lists.
+ * Each case (fixed tables: sizes, incomplete lists, IPv6, hostile but valid
+ * values, slices, generations, bad input; and seeded random worker lists)
+ * is rendered here with mesh_render_all and each renderer alone; the input
+ * and every result (the error code, or the bytes of each file) go to one
+ * JSON line. At the end of each test the reference reads the lines, renders
+ * every input itself and wants: a refusal exactly where it finds a rule
+ * broken, an error code among those of the rules broken, and byte-identical
+ * files otherwise. Error messages are not compared (they are render.c's
+ * own words). Strings travel as JSON with every byte outside printable
+ * ASCII escaped as \u00XX (the reference reads them back as Latin-1 bytes).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,119 +26,205 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/mem.h"
 #include "core/render.h"
-#include "render_oracle.h"
 
-/* ==== comparison ========================================================== */
+/* ==== cases out, reference run ============================================= */
 
 typedef int (*render_fn)(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                          struct mesh_err *err);
 
 static const struct {
     const char *name;
-    render_fn now;
-    render_fn oracle;
-} pairs[] = {
-    {"topology.json", mesh_render_topology_json, o_topology_json},
-    {"dtensor.env", mesh_render_dtensor_env, o_dtensor_env},
-    {"tf_config.json", mesh_render_tf_config, o_tf_config},
-    {"tpu.env", mesh_render_tpu_env, o_tpu_env},
-    {"jax.env", mesh_render_jax_env, o_jax_env},
+    render_fn fn;
+} renderers[] = {
+    {"topology.json", mesh_render_topology_json},
+    {"dtensor.env", mesh_render_dtensor_env},
+    {"tf_config.json", mesh_render_tf_config},
+    {"tpu.env", mesh_render_tpu_env},
+    {"jax.env", mesh_render_jax_env},
 };
 
-/* What the comparisons saw, so a table can assert it exercised what it
- * claims (not only errors, not only incomplete lists). */
+/* What the cases exercised, so a table can assert it reached what it claims
+ * (not only errors, not only incomplete lists). */
 struct tally {
     int rendered; /* mesh_render_all succeeded */
     int complete; /* ... with the env files */
-    int failed;   /* both refused the input */
+    int failed;   /* mesh_render_all refused the input */
 };
 
-static void show_diff(const char *what, const char *label, const char *a, size_t alen,
-                      const char *b, size_t blen)
+/* The case file of the running test (one per test function). */
+static FILE *cases;
+static char cases_path[64];
+static int ncases;
+
+static void open_cases(void)
 {
-    size_t i = 0;
-    while (i < alen && i < blen && a[i] == b[i]) {
-        i++;
-    }
-    size_t from = i > 40 ? i - 40 : 0;
-    print_error("%s: %s differs at byte %zu (new %zu bytes, oracle %zu bytes)\n"
-                "  new:    \"%.*s\"\n  oracle: \"%.*s\"\n",
-                label, what, i, alen, blen, (int)((alen > from + 80 ? 80 : alen - from)), a + from,
-                (int)((blen > from + 80 ? 80 : blen - from)), b + from);
+    snprintf(cases_path, sizeof(cases_path), "/tmp/render-cases-%d.jsonl", (int)getpid());
+    cases = fopen(cases_path, "we");
+    assert_non_null(cases);
+    ncases = 0;
 }
 
-static void same_bytes(const char *what, const char *label, const char *a, size_t alen,
-                       const char *b, size_t blen)
+/* Hand every case of this test to the reference; it must agree on all. */
+static void judge_cases(void)
 {
-    if (alen != blen || memcmp(a, b, alen) != 0) {
-        show_diff(what, label, a, alen, b, blen);
-        fail_msg("%s: %s is not byte-identical to the oracle", label, what);
-    }
-    assert_int_equal(a[alen], '\0');
-}
-
-static void same_error(const char *what, const char *label, int rc_new, const struct mesh_err *e1,
-                       int rc_old, const struct mesh_err *e2)
-{
-    if (rc_new != rc_old) {
-        fail_msg("%s: %s returned %d, oracle %d (%s / %s)", label, what, rc_new, rc_old,
-                 rc_new < 0 ? e1->msg : "-", rc_old < 0 ? e2->msg : "-");
-    }
-    if (rc_new < 0) {
-        assert_int_equal(e1->code, e2->code);
-        assert_string_equal(e1->msg, e2->msg);
+    assert_int_equal(fclose(cases), 0);
+    cases = NULL;
+    const char *py = getenv("PY");
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s tests/unit/render_ref.py %s",
+             py != NULL && py[0] ? py : "/usr/bin/python3", cases_path);
+    int rc = system(cmd);
+    unlink(cases_path);
+    if (rc != 0) {
+        fail_msg("the reference renderer disagrees on some of %d cases (see above)", ncases);
     }
 }
 
-/* Run everything on in, both ways, and compare. */
+/* s (n bytes) as a JSON string, every byte outside printable ASCII (and
+ * quote, backslash) as \u00XX. */
+static void put_bytes(const char *s, size_t n)
+{
+    fputc('"', cases);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+            fprintf(cases, "\\u%04x", c);
+        } else {
+            fputc(c, cases);
+        }
+    }
+    fputc('"', cases);
+}
+
+static void put_str(const char *key, const char *s)
+{
+    fprintf(cases, ",\"%s\":", key);
+    if (s == NULL) {
+        fputs("null", cases);
+    } else {
+        put_bytes(s, strlen(s));
+    }
+}
+
+/* A fixed-size field that may lack its NUL: its bytes up to the NUL or the
+ * end, and whether it ended. */
+static void put_field(const char *key, const char *s, size_t cap)
+{
+    size_t n = strnlen(s, cap);
+    fprintf(cases, ",\"%s\":", key);
+    put_bytes(s, n);
+    fprintf(cases, ",\"%s_terminated\":%s", key, n < cap ? "true" : "false");
+}
+
+static void put_ints(const char *key, const int *v, size_t n)
+{
+    fprintf(cases, ",\"%s\":[", key);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(cases, "%s%d", i ? "," : "", v[i]);
+    }
+    fputc(']', cases);
+}
+
+static void put_input(const struct mesh_render_input *in)
+{
+    fprintf(cases, "\"in\":{\"nworkers\":%zu,\"workers_null\":%s", in->nworkers,
+            in->workers == NULL ? "true" : "false");
+    fprintf(cases, ",\"expected\":%d,\"self_index\":%d,\"port\":%d,\"mode\":%d", in->expected,
+            in->self_index, in->port, (int)in->mode);
+    fprintf(cases, ",\"generation\":%llu,\"complete\":%s,\"slices\":%d",
+            (unsigned long long)in->generation, in->complete ? "true" : "false", in->slices);
+    fprintf(cases, ",\"megascale_port\":%d,\"slice_only\":%s,\"slice_id\":%d,\"present\":%d",
+            in->megascale_port, in->slice_only ? "true" : "false", in->slice_id, in->present);
+    put_str("job_name", in->job_name);
+    put_str("jax_coordinator", in->jax_coordinator);
+    put_str("megascale_coordinator", in->megascale_coordinator);
+    put_str("expected_source", in->expected_source);
+    fputs(",\"slice\":", cases);
+    if (in->slice == NULL) {
+        fputs("null", cases);
+    } else {
+        const struct mesh_slice *s = in->slice;
+        fprintf(cases, "{\"chips\":%d,\"hosts\":%d,\"chips_per_host\":%d", s->chips, s->hosts,
+                s->chips_per_host);
+        fprintf(cases, ",\"cores_per_chip\":%d,\"devices_per_host\":%d", s->cores_per_chip,
+                s->devices_per_host);
+        put_field("accelerator_type", s->accelerator_type, sizeof(s->accelerator_type));
+        put_field("topology", s->topology, sizeof(s->topology));
+        put_ints("mesh_shape", s->mesh_shape, 4);
+        put_ints("host_bounds", s->host_bounds, 3);
+        put_ints("chips_per_host_bounds", s->chips_per_host_bounds, 3);
+        fputc('}', cases);
+    }
+    fputs(",\"workers\":[", cases);
+    for (size_t i = 0; in->workers != NULL && i < in->nworkers; i++) {
+        const struct mesh_worker *w = &in->workers[i];
+        fprintf(cases, "%s{\"index\":%d,\"ready\":%s", i ? "," : "", w->index,
+                w->ready ? "true" : "false");
+        put_str("pod", w->pod);
+        put_str("host", w->host);
+        put_str("ip", w->ip);
+        fputc('}', cases);
+    }
+    fputs("]}", cases);
+}
+
+/* One result: {"rc": code} or {"rc": 0, "data": bytes}. */
+static void put_result(const char *key, int rc, const char *data, size_t len)
+{
+    fprintf(cases, ",\"%s\":{\"rc\":%d", key, rc < 0 ? -rc : 0);
+    if (rc == 0 && data != NULL) {
+        fputs(",\"data\":", cases);
+        put_bytes(data, len);
+    }
+    fputc('}', cases);
+}
+
 static void compare(const struct mesh_render_input *in, const char *label, struct tally *t)
 {
+    assert_non_null(cases);
+    fputs("{\"label\":", cases);
+    put_bytes(label, strlen(label));
+    fputc(',', cases);
+    put_input(in);
     struct mesh_render_out a;
-    struct mesh_render_out b;
-    struct mesh_err e1;
-    struct mesh_err e2;
+    struct mesh_err e;
     mesh_render_out_init(&a);
-    mesh_render_out_init(&b);
-    memset(&e1, 0, sizeof(e1));
-    memset(&e2, 0, sizeof(e2));
-    int rc1 = mesh_render_all(in, &a, &e1);
-    int rc2 = o_render_all(in, &b, &e2);
-    same_error("mesh_render_all", label, rc1, &e1, rc2, &e2);
-    if (rc1 == 0) {
-        for (int f = 0; f < MESH_FILE__COUNT; f++) {
-            assert_true((a.data[f] == NULL) == (b.data[f] == NULL));
-            if (a.data[f] != NULL) {
-                same_bytes(mesh_render_file_name(f), label, a.data[f], a.len[f], b.data[f],
-                           b.len[f]);
-            }
+    memset(&e, 0, sizeof(e));
+    int rc = mesh_render_all(in, &a, &e);
+    fprintf(cases, ",\"all\":{\"rc\":%d,\"files\":{", rc < 0 ? -rc : 0);
+    bool first = true;
+    for (int f = 0; rc == 0 && f < MESH_FILE__COUNT; f++) {
+        if (a.data[f] != NULL) {
+            assert_int_equal(a.data[f][a.len[f]], '\0');
+            fprintf(cases, "%s\"%s\":", first ? "" : ",", mesh_render_file_name(f));
+            put_bytes(a.data[f], a.len[f]);
+            first = false;
         }
-        if (getenv("RENDER_JSON_VERBOSE") != NULL) {
-            print_message("rendered: %s\n", label);
-        }
+    }
+    fputs("}}", cases);
+    if (rc == 0) {
         t->rendered++;
         t->complete += a.data[MESH_FILE_DTENSOR_ENV] != NULL;
     } else {
         t->failed++;
     }
     mesh_render_out_cleanup(&a);
-    mesh_render_out_cleanup(&b);
-    for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++) {
-        char *d1 = NULL;
-        char *d2 = NULL;
-        size_t l1 = 0;
-        size_t l2 = 0;
-        rc1 = pairs[p].now(in, &d1, &l1, &e1);
-        rc2 = pairs[p].oracle(in, &d2, &l2, &e2);
-        same_error(pairs[p].name, label, rc1, &e1, rc2, &e2);
-        if (rc1 == 0) {
-            same_bytes(pairs[p].name, label, d1, l1, d2, l2);
+    for (size_t p = 0; p < sizeof(renderers) / sizeof(renderers[0]); p++) {
+        char *d = NULL;
+        size_t l = 0;
+        rc = renderers[p].fn(in, &d, &l, &e);
+        if (rc == 0) {
+            assert_int_equal(d[l], '\0');
         }
-        mesh_free(d1);
-        mesh_free(d2);
+        put_result(renderers[p].name, rc, d, l);
+        mesh_free(d);
     }
+    fputs("}\n", cases);
+    ncases++;
 }
 
 /* ==== inputs ================================================================ */
@@ -319,6 +411,7 @@ static struct mesh_render_input input_of(struct wcase *c, const struct fixed *f)
 static void test_fixed_tables(void **state)
 {
     (void)state;
+    open_cases();
     struct wcase *c = mesh_calloc(1, sizeof(*c));
     struct tally t = {0, 0, 0};
     for (size_t i = 0; i < sizeof(fixed_cases) / sizeof(fixed_cases[0]); i++) {
@@ -329,6 +422,7 @@ static void test_fixed_tables(void **state)
     assert_true(t.complete >= 10);
     assert_true(t.rendered - t.complete >= 6);
     assert_true(t.failed >= 10);
+    judge_cases();
     mesh_free(c);
 }
 
@@ -369,6 +463,7 @@ static const struct {
 static void test_bad_workers(void **state)
 {
     (void)state;
+    open_cases();
     struct wcase *c = mesh_calloc(1, sizeof(*c));
     struct tally t = {0, 0, 0};
     for (size_t i = 0; i < sizeof(bad_workers) / sizeof(bad_workers[0]); i++) {
@@ -388,6 +483,7 @@ static void test_bad_workers(void **state)
         compare(&in, bad_workers[i].label, &t);
     }
     assert_int_equal(t.rendered, 0);
+    judge_cases();
     mesh_free(c);
 }
 
@@ -397,6 +493,7 @@ static void test_bad_workers(void **state)
 static void test_slices(void **state)
 {
     (void)state;
+    open_cases();
     static const char *const strings[] = {
         "v5litepod-256",
         "",
@@ -447,6 +544,7 @@ static void test_slices(void **state)
     compare(&in, "unterminated accelerator type", &t);
     assert_true(t.complete >= 4);
     assert_true(t.failed >= 2);
+    judge_cases();
     mesh_free(c);
 }
 
@@ -454,6 +552,7 @@ static void test_slices(void **state)
 static void test_generations(void **state)
 {
     (void)state;
+    open_cases();
     static const uint64_t gens[] = {
         0,
         1,
@@ -500,6 +599,7 @@ static void test_generations(void **state)
         compare(&in, label, &t);
     }
     assert_int_equal(t.failed, 0);
+    judge_cases();
     mesh_free(c);
 }
 
@@ -705,6 +805,7 @@ static void random_case(uint64_t *s, struct wcase *c, struct mesh_render_input *
 static void test_random(void **state)
 {
     (void)state;
+    open_cases();
     struct wcase *c = mesh_calloc(1, sizeof(*c));
     struct tally t = {0, 0, 0};
     for (uint64_t seed = 1; seed <= 400; seed++) {
@@ -722,6 +823,7 @@ static void test_random(void **state)
     assert_true(t.complete >= 50);
     assert_true(t.rendered - t.complete >= 50);
     assert_true(t.failed >= 50);
+    judge_cases();
     mesh_free(c);
 }
 
@@ -729,6 +831,7 @@ static void test_random(void **state)
 static void test_limits(void **state)
 {
     (void)state;
+    open_cases();
     size_t n = MESH_RENDER_MAX_WORKERS + 1;
     struct wstrings *s = mesh_calloc(n, sizeof(*s));
     struct mesh_worker *w = mesh_calloc(n, sizeof(*w));
@@ -761,6 +864,7 @@ static void test_limits(void **state)
     compare(&in, "NULL worker list", &t);
     assert_int_equal(t.rendered, 1);
     assert_int_equal(t.failed, 2);
+    judge_cases();
     mesh_free(w);
     mesh_free(s);
 }

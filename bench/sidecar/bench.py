@@ -15,6 +15,8 @@ event to that peer's watch stream ("sent-to-output": leaves out the control call
 simulator's own work), and tpumesh's own event-arrival-to-renamed quantiles from its /metrics.
 Also: apiserver bytes sent per pod change per watcher.
 Usage: /usr/bin/python3 bench/sidecar/bench.py [--sizes 1024,4096,16384] [--events N] [--changes M]
+       [--ip-share F] [--burst N] [--fixed-events]
+Issue 21's run: --sizes 4096 --events 20000 --fixed-events --ip-share 0.02 --burst 100
 """
 import argparse
 import ctypes
@@ -133,7 +135,7 @@ def all_pods(c):
     return r
 
 
-def run_size(n, events, changes, workdir):
+def run_size(n, events, changes, workdir, churn_args=None):
     sim = start_sim(["--history", "400000", "--bookmark-interval", "60"])
     c = sim.client
     res = {"pods": n}
@@ -225,7 +227,7 @@ def run_size(n, events, changes, workdir):
         cpu0 = {k: cpu_seconds(p.pid) for k, p in procs}
         c.call("reset-stats")
         t_churn = time.time()
-        c.churn(events, kind="mixed", wait=True)
+        c.churn(events, kind="mixed", wait=True, **(churn_args or {}))
         churn_s = time.time() - t_churn
         sentinel = "10.250.250.250"
         c.set_ip(name=own, ip=sentinel)
@@ -317,17 +319,23 @@ def main():
     ap.add_argument("--sizes", default="1024,4096,16384")
     ap.add_argument("--events", type=int, default=10000)
     ap.add_argument("--changes", type=int, default=200)
+    ap.add_argument("--ip-share", type=float, help="mixed churn: this fraction of events change a pod IP "
+                    "(the rest 2/3 annotations, 1/3 readiness flips); default 1/4")
+    ap.add_argument("--burst", type=int, help="churn events stored this many at a time (default 64)")
+    ap.add_argument("--fixed-events", action="store_true",
+                    help="churn --events at every size (default: fewer above 1,024 pods)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     results = []
     for n in (int(x) for x in args.sizes.split(",")):
         # The Python peer needs O(pods) per event: fewer churn events for big jobs (CPU is
         # reported per 100,000 events either way).
-        events = args.events if n <= 1024 else max(1000, args.events * 1024 // n)
+        events = args.events if n <= 1024 or args.fixed_events else max(1000, args.events * 1024 // n)
+        churn_args = {k: v for k, v in (("ip_share", args.ip_share), ("burst", args.burst)) if v is not None}
         workdir = "/dev/shm/tpumesh-bench-%d-%d" % (os.getpid(), n)
         os.makedirs(workdir)
         try:
-            r = run_size(n, events, args.changes, workdir)
+            r = run_size(n, events, args.changes, workdir, churn_args)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         results.append(r)

@@ -2973,13 +2973,22 @@ class Control:
 
     def v_churn(self, a):
         """Modify random pods `events` times at `rate` events/s (0 = as fast as possible) in the background.
-        kind: annotate (irrelevant change, default), ready (flip readiness), ip (new IP), mixed."""
+        kind: annotate (irrelevant change, default), ready (flip readiness), ip (new IP), mixed
+        (1/2 annotate, 1/4 ready, 1/4 ip; with ip_share=F: an IP change with probability F, the rest
+        2/3 annotate, 1/3 ready). burst=N: events are stored N at a time (default 64, at a rate
+        rate/100 per step), so watchers get bursts of N."""
         events = _as_int(a.get("events"), "events", 1000)
         rate = float(a.get("rate", 0) or 0)
         kind = a.get("kind") or "annotate"
         ns = a.get("namespace")
+        ip_share = a.get("ip_share")
+        burst = a.get("burst")
         if kind not in ("annotate", "ready", "ip", "mixed"):
             raise ValueError("kind must be annotate, ready, ip or mixed")
+        if ip_share is not None and (kind != "mixed" or not 0 <= float(ip_share) <= 1):
+            raise ValueError("ip_share is a fraction 0..1 of a mixed churn")
+        if burst is not None and _as_int(burst, "burst", 64) < 1:
+            raise ValueError("burst must be >= 1")
         st = self.st
         with st.cond:
             if st.churn["running"]:
@@ -2989,7 +2998,9 @@ class Control:
             st.churn = {"running": True, "done": 0, "target": events, "started": time.time(), "finished": None,
                         "kind": kind, "rate": rate}
         st.churn_stop.clear()
-        th = threading.Thread(target=self._churn_run, args=(events, rate, kind, ns), daemon=True)
+        th = threading.Thread(target=self._churn_run, daemon=True,
+                              args=(events, rate, kind, ns, None if ip_share is None else float(ip_share),
+                                    None if burst is None else int(burst)))
         th.start()
         if _as_bool(a.get("wait"), False):
             th.join()
@@ -2997,14 +3008,14 @@ class Control:
                 return {"churn": dict(st.churn)}
         return {"started": True}
 
-    def _churn_run(self, events, rate, kind, ns):
+    def _churn_run(self, events, rate, kind, ns, ip_share=None, burst=None):
         st = self.st
         rng = random.Random(st.rng.random())
         t0 = time.time()
         done = 0
         keys = None
         keys_gen = -1
-        batch = 64 if rate <= 0 else max(1, min(64, int(rate / 100)))
+        batch = burst or (64 if rate <= 0 else max(1, min(64, int(rate / 100))))
         while done < events and not st.churn_stop.is_set():
             if rate > 0:
                 due = t0 + done / rate
@@ -3021,7 +3032,12 @@ class Control:
                 for _ in range(min(batch, events - done)):
                     key = keys[rng.randrange(len(keys))]
                     rec = st.pods[key]
-                    k = kind if kind != "mixed" else rng.choice(("annotate", "annotate", "ready", "ip"))
+                    if kind != "mixed":
+                        k = kind
+                    elif ip_share is not None:
+                        k = "ip" if rng.random() < ip_share else rng.choice(("annotate", "annotate", "ready"))
+                    else:
+                        k = rng.choice(("annotate", "annotate", "ready", "ip"))
                     if k == "annotate":
                         pod = set_meta_map(rec.pod, "annotations", {"sim.tpumesh.dev/churn": str(st.rv + 1)}, [])
                     elif k == "ready":
@@ -3219,7 +3235,7 @@ control API (unauthenticated, same port, see README.md):
                 min_request_timeout=S kubelet_delete_after=S (API DELETE: DELETED this long after MODIFIED)
                 slow_consumer_timeout=S (close a watch whose client stopped reading; 0 = never)
     bulk-create count=N [start=I namespace job ready | jobset per_slice rjob | statefulset]
-                churn events=N [rate=R kind=annotate|ready|ip|mixed
+                churn events=N [rate=R kind=annotate|ready|ip|mixed ip_share=F burst=N
                 wait=true]   churn-stop   stats   reset-stats
   CLI: kube_apiserver_sim.py ctl --url URL <verb> [--key value ...]   (values parsed as JSON when they can be)
 """

@@ -1,7 +1,8 @@
 /*
  * grpc.c - what the sidecar hands its gRPC server (io/grpc_server.h):
- * the published topology.json as a TopologySnapshot after every publish,
- * and, while relay subscribers are connected, the pod records it follows.
+ * the published topology as a TopologySnapshot, built from the published
+ * worker list when someone asks for it, and, while relay subscribers are
+ * connected, the pod records it follows.
  * Main thread.
  */
 #include <stdio.h>
@@ -39,29 +40,33 @@ static int add_rec(void *c, const char *key, const char *rv, const void *rec)
     return 0;
 }
 
+/* The Topology message is built from the published list (topology.c keeps
+ * it) only while someone wants it: a Get or a VIEW_TOPOLOGY watcher after a
+ * publish. The server keeps the last one. */
 static void update_topology(struct mesh_sidecar *ctx, const char *rv)
 {
-    if (!ctx->have_last || ctx->cache == NULL || ctx->grpc_gen == ctx->generation) {
+    if (!ctx->have_pub || ctx->grpc_gen == ctx->pub_in.generation) {
         return;
     }
-    struct mesh_render_out out;
-    mesh_render_cache_view(ctx->cache, &out);
-    const char *json = out.data[MESH_FILE_TOPOLOGY_JSON];
-    if (json == NULL) {
+    if (ctx->grpc_told != ctx->pub_in.generation) {
+        mesh_grpc_server_topology_changed(ctx->grpc);
+        ctx->grpc_told = ctx->pub_in.generation;
+    }
+    if (!mesh_grpc_server_topology_wanted(ctx->grpc)) {
         return;
     }
     uint8_t *pb = NULL;
     size_t len = 0;
     struct mesh_err err;
     mesh_err_clear(&err);
-    if (mesh_topo_msg_snapshot(json, out.len[MESH_FILE_TOPOLOGY_JSON], rv, &pb, &len, &err) < 0) {
+    if (mesh_topo_msg_snapshot(&ctx->pub_in, rv, &pb, &len, &err) < 0) {
         mesh_warn(MOD, "cannot serve generation %llu over gRPC: %s",
-                  (unsigned long long)ctx->generation, err.msg);
+                  (unsigned long long)ctx->pub_in.generation, err.msg);
     } else {
         mesh_grpc_server_set_topology(ctx->grpc, pb, len);
     }
     mesh_free(pb);
-    ctx->grpc_gen = ctx->generation;
+    ctx->grpc_gen = ctx->pub_in.generation;
 }
 
 void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx)

@@ -133,8 +133,6 @@ void mesh_sidecar_direct_stop(struct mesh_sidecar *ctx)
     ctx->inf = NULL;
     ctx->wclient = NULL;
     pthread_mutex_unlock(&ctx->mu);
-    /* Updates the informer noted for a patch refer to its store. */
-    mesh_sidecar_drop_deltas(ctx);
     mesh_k8s_informer_free(inf);
     mesh_k8s_client_free(wc);
     ctx->api_progress = 0;

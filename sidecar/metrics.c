@@ -83,14 +83,10 @@ static void put_loop(struct mesh_buf *b, struct mesh_sidecar *ctx,
                   atomic_load(&ctx->ev_modified));
     mesh_prom_u64(b, "tpumesh_store_changes_total", "type", "deleted",
                   atomic_load(&ctx->ev_deleted));
-    mesh_prom_family(b, "tpumesh_worker_list_updates_total", "counter",
-                     "Recomputes of the worker list: patched (a few pod updates applied in place) "
-                     "or rebuilt from the whole store (start-up, adds, deletes, relists, bursts, "
-                     "and any change while the topology is incomplete).");
-    mesh_prom_u64(b, "tpumesh_worker_list_updates_total", "how", "patched",
-                  atomic_load(&ctx->w_patched));
-    mesh_prom_u64(b, "tpumesh_worker_list_updates_total", "how", "rebuilt",
-                  atomic_load(&ctx->w_rebuilt));
+    mesh_prom_counter(b, "tpumesh_worker_list_builds_total",
+                      "Recomputes that built the worker list from the store (changes of a peer's "
+                      "readiness held back by the pacing build nothing).",
+                      atomic_load(&ctx->w_built));
     mesh_prom_counter(b, "tpumesh_publishes_total", "Publishes that replaced at least one file.",
                       st->publishes);
     mesh_prom_counter(b, "tpumesh_publishes_coalesced_total",

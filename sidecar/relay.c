@@ -704,10 +704,6 @@ void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx)
         }
     }
     if (ctx->following && ctx->inf != NULL && mesh_k8s_informer_has_synced(ctx->inf)) {
-        /* The list was built from relayed records: rebuild, never patch. */
-        mesh_k8s_informer_lock(ctx->inf);
-        ctx->delta_overflow = true;
-        mesh_k8s_informer_unlock(ctx->inf);
         ctx->following = false;
         atomic_fetch_add(&ctx->changes, 1);
         mesh_info(MOD, "source: API watch (synced; the relay comes back when it is good again)");

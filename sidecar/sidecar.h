@@ -122,19 +122,7 @@ struct mesh_sidecar_status {
     size_t nlat;
 };
 
-/* Most pod updates remembered between two recomputes for patching the
- * worker list (mesh_workers_patch); more, or any add, delete or relist,
- * rebuild it from the store. */
-#define MESH_SIDECAR_DELTA_MAX 32
-
 struct mesh_publish_dir;
-
-/* One pod updated since the last recompute: its key and the record the
- * worker list was built from (the first old record seen, owned). */
-struct mesh_sidecar_delta {
-    char *key;
-    struct mesh_k8s_pod_rec *old;
-};
 
 /* Slices' Jobs remembered as checked (jobid.c). */
 #define MESH_SIDECAR_JOB_SLICES_MAX 64
@@ -187,11 +175,6 @@ struct mesh_sidecar {
     /* A set was published or found current on disk: /topology may serve
      * the file. */
     bool have_last;
-    /* The last rendered files, kept so that a change re-renders only the workers it touches and
-     * says which files changed (render.h). Owned. */
-    struct mesh_render_cache *cache;
-    unsigned known;               /* files (1u << enum mesh_render_file_id) whose bytes in
-                                     the cache are those on disk */
     struct mesh_publish_dir *pub; /* the out-dir's publisher, opened on the first publish */
     bool last_complete;
     char last_reason[MESH_WORKERS_REASON_MAX + 64];
@@ -211,12 +194,14 @@ struct mesh_sidecar {
 
     /* Counters bumped by informer callbacks (informer thread). */
     atomic_uint_fast64_t ev_added, ev_modified, ev_deleted, syncs, changes;
-    uint64_t changes_seen; /* main thread: `changes` at the last recompute */
+    /* Of `changes`, the updates that changed nothing but a pod's Ready
+     * condition (the relay's changes are never counted here). */
+    atomic_uint_fast64_t ready_changes;
+    uint64_t changes_seen, ready_seen; /* main thread: both at the last recompute */
     /* Main thread: what the last recompute spent, in microseconds (the
      * debug line of each publish): collecting the store and building the
-     * worker list; bringing the render cache to it (diff, re-render of the
-     * changed workers, splice; at start-up the comparison with the disk)
-     * plus the next generation's header; writing and renaming. */
+     * worker list; rendering the set and comparing it with the disk, plus
+     * topology.json for the next generation; writing and renaming. */
     int64_t cost_workers_us, cost_render_us, cost_write_us;
     int64_t
         renamed_us; /* CLOCK_MONOTONIC us when the last publish became visible (..data swapped) */
@@ -226,21 +211,14 @@ struct mesh_sidecar {
     int64_t publish_from_us;
     bool publish_from_event;
     int self_hint; /* main thread: this pod's slot at the last recompute, -1 = none */
-    /* Main thread: the worker list of the last recompute (w.workers == NULL:
-     * none, after a failed build or before the first) and the options it
-     * was built with. A recompute that follows only a few pod updates
-     * patches it (mesh_workers_patch, O(1) per update) and hands the render
-     * cache the changed slots, instead of walking the whole store. */
+    /* Main thread: the worker list the files on disk show (w.workers ==
+     * NULL: none yet) and the render input it was published with
+     * (pub_in.workers = w.workers); grpc.c builds the Topology message from
+     * them. */
     struct mesh_workers w;
-    struct mesh_workers_opts w_opts;
-    bool w_rendered; /* the render cache's last input was w as it is now */
-    /* Updates since the last recompute; the informer thread appends (its
-     * callbacks hold the store lock) and recompute takes them under the
-     * same lock, so the list and the store always agree. */
-    struct mesh_sidecar_delta delta[MESH_SIDECAR_DELTA_MAX];
-    size_t ndelta;
-    bool delta_overflow; /* an add, delete, relist or too many updates: rebuild */
-    atomic_uint_fast64_t w_patched, w_rebuilt; /* recomputes that patched / rebuilt it */
+    struct mesh_render_input pub_in;
+    bool have_pub;
+    atomic_uint_fast64_t w_built; /* recomputes that built the worker list */
     /* chg_mu makes "note the arrival time, bump `changes`" (callbacks) and
      * "read `changes`, take the arrival time" (recompute) atomic pairs, so
      * a recompute never takes a time whose change it will not see, nor
@@ -275,6 +253,7 @@ struct mesh_sidecar {
     struct mesh_sidecar_http *http; /* HTTP server (NULL until started) */
     uint64_t http_gen;              /* generation /watch was last told about */
     uint64_t grpc_gen;              /* generation of the topology it serves, 0 = none */
+    uint64_t grpc_told;             /* generation it was told is published */
     uint64_t grpc_pods_changes;     /* `changes` when the pod set was last handed over */
     bool grpc_pods_set;
 
@@ -368,10 +347,6 @@ void mesh_sidecar_on_add(void *ctx, const char *key, const void *rec);
 void mesh_sidecar_on_update(void *ctx, const char *key, const void *old_rec, const void *new_rec);
 void mesh_sidecar_on_delete(void *ctx, const char *key, const void *old_rec);
 void mesh_sidecar_on_synced(void *ctx, size_t count);
-
-/* Forget the pod updates noted for a patch (the API watch that noted them
- * stopped). Main thread, with no informer running. */
-void mesh_sidecar_drop_deltas(struct mesh_sidecar *ctx);
 
 /* Free the main-thread topology state. */
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx);

@@ -4,12 +4,15 @@
  * only when an output actually changes (docs/DESIGN.md §4-§5), plus the
  * transition log lines and the status the HTTP thread serves.
  *
- * "Changed" is decided on bytes: the render cache (core/render.h) is brought
- * to the new input at the current generation, re-rendering only the workers
- * that changed, and tells which files' bytes differ from what was last
- * published (right after start-up, the files are compared with the disk).
- * Only when something differs is it moved to generation + 1 and published;
- * files with unchanged bytes are left untouched (same inode and mtime).
+ * An event costs the event: the informer callbacks (informer thread) only
+ * count it, noting whether it changed nothing but a pod's readiness. A
+ * recompute (main thread) of nothing but readiness changes of a complete,
+ * published topology is held back by the pacing (core/pace.h) before any
+ * work; everything else builds the worker list from the store, renders the
+ * files (render.h, straight from the list) and compares them with the
+ * current version on disk: only when a file differs is the set published at
+ * generation + 1 (files whose bytes did not change are hard-linked, same
+ * inode and mtime).
  *
  * Publishes are paced (core/pace.h): the first one, every change of
  * "complete" and every address or membership change of a complete topology
@@ -18,18 +21,14 @@
  * changes of a complete one) wait 1 s after the first publish, and twice as
  * long after each further one, up to 16 s, until a change comes 16 s or more
  * after the last publish. What is held back is counted and folded into the
- * next publish. A held-back readiness change leaves topology.json out of
- * ctx->known, so the next recompute compares it with the disk.
+ * next publish.
  *
- * The worker list is kept between recomputes. The informer callbacks note
- * which pods were updated (with the record the list was built from); when
- * only a few were, the recompute patches them in (mesh_workers_patch) and
- * tells the render cache which slots changed, instead of walking the whole
- * store. Adds, deletes, relists, bursts and anything a patch cannot apply
- * (an index or liveness change, a complete job becoming incomplete) rebuild
- * it from the store.
+ * The worker list of the last publish is kept (ctx->w, with the input it was
+ * rendered from) for the gRPC Topology service, which builds its message
+ * from it only when someone asks (grpc.c).
  */
 #include <netdb.h>
+#include <stddef.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -94,8 +93,9 @@ bool mesh_sidecar_record_equal(void *vctx, const void *a, const void *b)
 }
 
 /* One change that may alter the output: remember when its bytes arrived
- * (the earliest such time until a recompute takes it), then count it. */
-static void note_change(struct mesh_sidecar *ctx)
+ * (the earliest such time until a recompute takes it), then count it, and
+ * count it again as a readiness-only change when it is one. */
+static void note_change(struct mesh_sidecar *ctx, bool readiness_only)
 {
     int64_t t = mesh_k8s_informer_event_time_us(ctx->inf);
     pthread_mutex_lock(&ctx->chg_mu);
@@ -103,42 +103,20 @@ static void note_change(struct mesh_sidecar *ctx)
         ctx->pending_since_us = t;
     }
     atomic_fetch_add(&ctx->changes, 1);
+    if (readiness_only) {
+        atomic_fetch_add(&ctx->ready_changes, 1);
+    }
     pthread_mutex_unlock(&ctx->chg_mu);
 }
 
-/* Remember an update for the next recompute's patch (store lock held: the
- * callbacks run under it). A key already listed keeps its first old
- * record, the one the worker list was built from. */
-static void note_delta(struct mesh_sidecar *ctx, const char *key,
-                       const struct mesh_k8s_pod_rec *old)
+/* The records differ in the Ready condition alone (k8s_pod.h: pack() zeroes
+ * every byte it does not write, so the bytes compare exactly). */
+static bool ready_flip_only(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
 {
-    if (ctx->delta_overflow) {
-        return;
-    }
-    for (size_t i = 0; i < ctx->ndelta; i++) {
-        if (strcmp(ctx->delta[i].key, key) == 0) {
-            return;
-        }
-    }
-    if (ctx->ndelta == MESH_SIDECAR_DELTA_MAX) {
-        ctx->delta_overflow = true;
-        return;
-    }
-    struct mesh_sidecar_delta *d = &ctx->delta[ctx->ndelta++];
-    d->key = mesh_strdup(key);
-    d->old = mesh_malloc(old->size);
-    memcpy(d->old, old, old->size);
-}
-
-/* Forget the remembered updates (store lock held). */
-static void drop_deltas(struct mesh_sidecar *ctx)
-{
-    for (size_t i = 0; i < ctx->ndelta; i++) {
-        mesh_free(ctx->delta[i].key);
-        mesh_free(ctx->delta[i].old);
-    }
-    ctx->ndelta = 0;
-    ctx->delta_overflow = false;
+    size_t head = offsetof(struct mesh_k8s_pod_rec, flags);
+    return a->size == b->size && (a->flags ^ b->flags) == MESH_K8S_REC_READY &&
+           memcmp(a, b, head) == 0 &&
+           memcmp(a->s, b->s, a->size - offsetof(struct mesh_k8s_pod_rec, s)) == 0;
 }
 
 void mesh_sidecar_on_add(void *vctx, const char *key, const void *rec)
@@ -147,17 +125,16 @@ void mesh_sidecar_on_add(void *vctx, const char *key, const void *rec)
     (void)key;
     (void)rec;
     atomic_fetch_add(&ctx->ev_added, 1);
-    ctx->delta_overflow = true;
-    note_change(ctx);
+    note_change(ctx, false);
 }
 
 void mesh_sidecar_on_update(void *vctx, const char *key, const void *old_rec, const void *new_rec)
 {
     struct mesh_sidecar *ctx = vctx;
+    (void)key;
     atomic_fetch_add(&ctx->ev_modified, 1);
     if (!mesh_k8s_pod_rec_equal(old_rec, new_rec)) {
-        note_delta(ctx, key, old_rec);
-        note_change(ctx);
+        note_change(ctx, ready_flip_only(old_rec, new_rec));
     }
 }
 
@@ -167,8 +144,7 @@ void mesh_sidecar_on_delete(void *vctx, const char *key, const void *old_rec)
     (void)key;
     (void)old_rec;
     atomic_fetch_add(&ctx->ev_deleted, 1);
-    ctx->delta_overflow = true;
-    note_change(ctx);
+    note_change(ctx, false);
 }
 
 void mesh_sidecar_on_synced(void *vctx, size_t count)
@@ -176,8 +152,7 @@ void mesh_sidecar_on_synced(void *vctx, size_t count)
     struct mesh_sidecar *ctx = vctx;
     (void)count;
     atomic_fetch_add(&ctx->syncs, 1);
-    ctx->delta_overflow = true;
-    note_change(ctx);
+    note_change(ctx, false);
 }
 
 /* ---- helpers ---- */
@@ -324,23 +299,22 @@ static void remember(struct mesh_sidecar *ctx)
     pthread_mutex_unlock(&ctx->mu);
 }
 
-/* Publish the files of out in mask as a new version; a file whose
- * previous bytes this process published (ctx->known) is known to differ and
- * is written without a comparison, the others are compared with the
- * current version first (equal ones are hard-linked), and files not in
- * mask are carried over from it. The publisher is opened on the first
- * publish (that removes what a killed predecessor left) and kept. */
-static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, unsigned mask,
+/* Publish every file of out as a new version: those in `differ` are
+ * written without a comparison (they were just compared), the others are
+ * hard-linked when equal to the current version's; files not rendered are
+ * carried over from it. The publisher is opened on the first publish (that
+ * removes what a killed predecessor left) and kept. */
+static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, unsigned differ,
                    size_t *written, struct mesh_err *err)
 {
     struct mesh_publish_file files[MESH_FILE__COUNT];
     size_t n = 0;
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out->data[i] != NULL && (mask & (1u << i)) != 0) {
+        if (out->data[i] != NULL) {
             files[n].name = mesh_render_file_name(i);
             files[n].data = out->data[i];
             files[n].len = out->len[i];
-            files[n].differs = (ctx->known & (1u << i)) != 0;
+            files[n].differs = (differ & (1u << i)) != 0;
             n++;
         }
     }
@@ -412,41 +386,29 @@ static void render_failed(struct mesh_sidecar *ctx, const char *what, const stru
     fail_status(ctx, why);
 }
 
-#define TOPO_BIT (1u << MESH_FILE_TOPOLOGY_JSON)
-
-static unsigned rendered_mask(const struct mesh_render_out *out)
-{
-    unsigned m = 0;
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out->data[i] != NULL) {
-            m |= 1u << i;
-        }
-    }
-    return m;
-}
-
-/* Move the cache to generation + 1 (in is the input the cache was just
- * brought to; only topology.json's header changes) and publish the files in
- * mask plus topology.json. */
-static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, unsigned mask,
-                        size_t *written)
+/* Bring the published version to out (rendered at the current
+ * generation; `differ`: the files whose bytes are not on disk): topology.json
+ * is rendered again for generation + 1 and the set committed. */
+static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in,
+                        struct mesh_render_out *out, unsigned differ, size_t *written)
 {
     struct mesh_err err;
     mesh_err_clear(&err);
     in->generation = ctx->generation + 1;
     int64_t t0 = mesh_sys_now_us();
-    int rc = mesh_render_cache_set_generation(ctx->cache, in, &err);
+    char *topo = NULL;
+    size_t topo_len = 0;
+    int rc = mesh_render_topology_json(in, &topo, &topo_len, &err);
     if (rc < 0) {
-        ctx->known = 0;
-        ctx->ready_held = false;
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
-    struct mesh_render_out out;
-    mesh_render_cache_view(ctx->cache, &out);
-    mask |= TOPO_BIT;
+    mesh_free(out->data[MESH_FILE_TOPOLOGY_JSON]);
+    out->data[MESH_FILE_TOPOLOGY_JSON] = topo;
+    out->len[MESH_FILE_TOPOLOGY_JSON] = topo_len;
+    differ |= 1u << MESH_FILE_TOPOLOGY_JSON;
     int64_t t1 = mesh_sys_now_us();
-    rc = publish(ctx, &out, mask, written, &err);
+    rc = publish(ctx, out, differ, written, &err);
     ctx->renamed_us = mesh_sys_now_us();
     if (rc == 0 && *written > 0) {
         /* The files are visible from the swap of "..data" on; the commit
@@ -459,8 +421,6 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
     ctx->cost_render_us += t1 - t0;
     ctx->cost_write_us = ctx->renamed_us - t1;
     if (rc < 0) {
-        /* Some files may have been renamed: compare with the disk next time. */
-        ctx->known = 0;
         if (!ctx->publish_pending) {
             mesh_error(MOD, "cannot publish: %s (retrying every second)", err.msg);
         }
@@ -474,7 +434,6 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in, 
         mesh_info(MOD, "publishing works again");
     }
     ctx->publish_pending = false;
-    ctx->known |= rendered_mask(&out);
     ctx->generation++;
     return 0;
 }
@@ -511,18 +470,17 @@ static void hold(struct mesh_sidecar *ctx, int64_t now, int64_t until, bool read
     pthread_mutex_unlock(&ctx->mu);
 }
 
-/* Hold this publish back (true) when it is a readiness-only change of a
- * complete topology whose last publish was also complete, and the pacing
- * (core/pace.h) says it must wait: only topology.json differs, and this
- * update changed only "ready" values (or nothing, on top of a change
- * already held). */
-static bool hold_ready(struct mesh_sidecar *ctx, unsigned todo, unsigned changed,
-                       bool readiness_only, bool complete)
+/* Hold this recompute back, before any work (true), when every change it
+ * carries is a peer's readiness (or it is the due time of such changes held
+ * back), the topology built last and the last publish are both complete,
+ * and the pacing (core/pace.h) says it must wait. Readiness is never
+ * required (docs/DESIGN.md §5), so such changes cannot change completeness
+ * and touch topology.json alone. */
+static bool hold_ready(struct mesh_sidecar *ctx, bool ready_only)
 {
     int64_t now = mesh_sys_now_us() / 1000, until = 0;
-    bool ready_change = readiness_only || (ctx->ready_held && changed == 0);
-    if (ctx->flush || !complete || !ctx->pub_complete || ctx->publish_pending || todo != TOPO_BIT ||
-        !ready_change || !mesh_pace_hold(&ctx->pace, now, &until)) {
+    if (!ready_only || ctx->flush || !ctx->have_cur || !ctx->last_complete || !ctx->pub_complete ||
+        ctx->publish_pending || !mesh_pace_hold(&ctx->pace, now, &until)) {
         ctx->ready_held = false;
         return false;
     }
@@ -531,19 +489,14 @@ static bool hold_ready(struct mesh_sidecar *ctx, unsigned todo, unsigned changed
     return true;
 }
 
-/* "Changed" is decided by the render cache (core/render.h): it is brought to
- * the new input at the current generation, and reports which files' bytes
- * differ from the last ones it rendered. For files whose last bytes are on
- * disk (ctx->known) that is the answer; the others (start-up, after a
- * failure, env files first rendered) are compared with the disk. Only when
- * a file differs is the set published at generation + 1. */
-static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_workers *w,
-                              const size_t *dirty, size_t ndirty, int self, bool complete,
-                              const char *reason, int64_t now_ms)
+/* Render the set for w at the current generation and compare each file
+ * with the current version on disk; when one differs, publish the set at
+ * generation + 1. On a publish, w moves into ctx->w (the published list)
+ * and in into ctx->pub_in. */
+static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, int self,
+                              bool complete, const char *reason, int64_t now_ms, bool ready_only)
 {
     struct mesh_render_input in = {
-        .dirty = dirty,
-        .ndirty = ndirty,
         .slice = ctx->have_slice ? &ctx->slice : NULL,
         .workers = w->workers,
         .nworkers = w->nworkers,
@@ -560,83 +513,71 @@ static int render_and_publish(struct mesh_sidecar *ctx, const struct mesh_worker
         .expected_source = ctx->expected_source[0] ? ctx->expected_source : NULL,
         .present = w->present,
     };
-    if (ctx->cache == NULL) {
-        ctx->cache = mesh_render_cache_new();
-    }
     struct mesh_err err;
     mesh_err_clear(&err);
     int64_t t0 = mesh_sys_now_us();
-    unsigned changed = 0;
-    int rc = mesh_render_cache_update(ctx->cache, &in, &changed, &err);
+    struct mesh_render_out out;
+    mesh_render_out_init(&out);
+    int rc = mesh_render_all(&in, &out, &err);
     if (rc < 0) {
-        ctx->known = 0;
-        ctx->ready_held = false;
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
     }
-    struct mesh_render_out out;
-    mesh_render_cache_view(ctx->cache, &out);
-    unsigned rendered = rendered_mask(&out);
-    unsigned todo = rendered & ctx->known & changed;
+    unsigned differ = 0;
     for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        unsigned bit = 1u << i;
-        if ((rendered & bit) != 0 && (ctx->known & bit) == 0) {
-            if (mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out.data[i],
-                                        out.len[i])) {
-                ctx->known |= bit;
-            } else {
-                todo |= bit;
-            }
+        if (out.data[i] != NULL &&
+            !mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out.data[i],
+                                     out.len[i])) {
+            differ |= 1u << i;
         }
     }
     ctx->cost_render_us = mesh_sys_now_us() - t0;
-    bool readiness_only = mesh_render_cache_is_readiness_only(ctx->cache);
-    if (hold_ready(ctx, todo, changed, readiness_only, complete)) {
-        ctx->known &= ~TOPO_BIT;
-        char line[sizeof(ctx->st.reason)];
-        snprintf(line, sizeof(line), "ok: generation %llu, %zu workers, %d ready",
-                 (unsigned long long)ctx->generation, w->nworkers, w->ready);
-        set_status(ctx, true, line, w, false, now_ms);
-        return 0;
-    }
     bool published = false;
     size_t written = 0;
-    if (todo != 0) {
-        rc = publish_next(ctx, &in, todo, &written);
-        if (rc < 0) {
-            return rc;
-        }
-        published = true;
+    if (differ != 0) {
+        rc = publish_next(ctx, &in, &out, differ, &written);
+        published = rc == 0;
     }
-    if ((ctx->known & TOPO_BIT) != 0) {
-        remember(ctx);
-        if (published) {
-            /* A readiness-only publish is routine: debug level, not one
-             * info line per flip. */
-            char held[96] = "";
-            if (ctx->held > 0) {
-                snprintf(held, sizeof(held), "; %llu recompute%s over %lld ms coalesced into it",
-                         (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s",
-                         (long long)(mesh_sys_now_us() / 1000 - ctx->held_since_ms));
-            }
-            mesh_log(readiness_only && ctx->held == 0 ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
-                     "published generation %llu (%zu file%s rewritten, %.1f ms after the %s%s): %s",
-                     (unsigned long long)ctx->generation, written, written == 1 ? "" : "s",
-                     (double)(ctx->renamed_us - ctx->publish_from_us) / 1000.0,
-                     ctx->publish_from_event ? "change arrived" : "retry began", held,
-                     complete ? "complete"
-                              : "incomplete, env files keep the last complete version");
+    mesh_render_out_cleanup(&out);
+    if (rc < 0) {
+        return rc;
+    }
+    remember(ctx);
+    if (published || !ctx->have_pub) {
+        /* The list the files on disk show (grpc.c builds from it). */
+        mesh_workers_cleanup(&ctx->w);
+        ctx->w = *w;
+        memset(w, 0, sizeof(*w));
+        ctx->pub_in = in;
+        ctx->pub_in.workers = ctx->w.workers;
+        ctx->have_pub = true;
+    }
+    if (published) {
+        /* A readiness-only publish is routine: debug level, not one info
+         * line per flip. */
+        char held[96] = "";
+        if (ctx->held > 0) {
+            snprintf(held, sizeof(held), "; %llu recompute%s over %lld ms coalesced into it",
+                     (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s",
+                     (long long)(mesh_sys_now_us() / 1000 - ctx->held_since_ms));
         }
+        mesh_log(ready_only && ctx->held == 0 ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
+                 "published generation %llu (%zu file%s rewritten, %.1f ms after the %s%s): %s",
+                 (unsigned long long)ctx->generation, written, written == 1 ? "" : "s",
+                 (double)(ctx->renamed_us - ctx->publish_from_us) / 1000.0,
+                 ctx->publish_from_event ? "change arrived" : "retry began", held,
+                 complete ? "complete" : "incomplete, env files keep the last complete version");
     }
 
+    const struct mesh_workers *shown = w->workers != NULL ? w : &ctx->w;
     char line[sizeof(ctx->st.reason)];
     if (complete) {
         snprintf(line, sizeof(line), "ok: generation %llu, %zu workers, %d ready",
-                 (unsigned long long)ctx->generation, w->nworkers, w->ready);
+                 (unsigned long long)ctx->generation, shown->nworkers, shown->ready);
     } else {
         snprintf(line, sizeof(line), "%s", reason);
     }
-    set_status(ctx, complete, line, w, published, now_ms);
+    set_status(ctx, complete, line, shown, published, now_ms);
     return 0;
 }
 
@@ -653,22 +594,29 @@ static void keep_pending(struct mesh_sidecar *ctx, int64_t since)
     pthread_mutex_unlock(&ctx->chg_mu);
 }
 
-static int recompute(struct mesh_sidecar *ctx, int64_t now_ms);
+static int recompute(struct mesh_sidecar *ctx, int64_t now_ms, bool ready_only);
 
 int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t woke_us)
 {
     /* Every change counted so far is in the store, so this recompute sees
      * it: take its arrival time with it (note_change's pair, reversed). */
     pthread_mutex_lock(&ctx->chg_mu);
-    ctx->changes_seen = atomic_load(&ctx->changes);
+    uint64_t changes = atomic_load(&ctx->changes);
+    uint64_t ready = atomic_load(&ctx->ready_changes);
     int64_t since = ctx->pending_since_us;
     ctx->pending_since_us = 0;
     pthread_mutex_unlock(&ctx->chg_mu);
+    uint64_t n = changes - ctx->changes_seen;
+    /* Only readiness changed since the last recompute, or this is the due
+     * time of readiness changes held back. */
+    bool ready_only = n > 0 ? n == ready - ctx->ready_seen : ctx->ready_held;
+    ctx->changes_seen = changes;
+    ctx->ready_seen = ready;
 
     uint64_t gen = ctx->generation;
     ctx->publish_from_us = since > 0 ? since : woke_us;
     ctx->publish_from_event = since > 0;
-    int rc = recompute(ctx, now_ms);
+    int rc = recompute(ctx, now_ms, ready_only);
     if (ctx->generation != gen) {
         /* Event to file: until the renames, not until this call's cleanup. */
         int64_t from = ctx->publish_from_us, lat = ctx->renamed_us - from;
@@ -686,33 +634,6 @@ int mesh_sidecar_recompute(struct mesh_sidecar *ctx, int64_t now_ms, int64_t wok
     return rc;
 }
 
-/* Apply the remembered updates to ctx->w (store lock held): true when
- * every one was patched in; dirty[] (MESH_SIDECAR_DELTA_MAX entries)
- * receives the slots that changed. False: the list must be rebuilt. */
-static bool patch_workers(struct mesh_sidecar *ctx, const struct mesh_workers_opts *o,
-                          size_t *dirty, size_t *ndirty)
-{
-    *ndirty = 0;
-    if (ctx->w.workers == NULL || ctx->delta_overflow || o->mode != ctx->w_opts.mode ||
-        o->expected != ctx->w_opts.expected || o->per_slice != ctx->w_opts.per_slice) {
-        return false;
-    }
-    for (size_t i = 0; i < ctx->ndelta; i++) {
-        const struct mesh_k8s_pod_rec *cur = mesh_k8s_informer_lookup(ctx->inf, ctx->delta[i].key);
-        if (cur == NULL) {
-            return false;
-        }
-        int slot = mesh_workers_patch(&ctx->w, o, ctx->delta[i].old, cur);
-        if (slot == MESH_WORKERS_PATCH_REBUILD) {
-            return false;
-        }
-        if (slot >= 0) {
-            dirty[(*ndirty)++] = (size_t)slot;
-        }
-    }
-    return true;
-}
-
 /* Hold this recompute's publish back (true) when it and the last publish
  * are both of an incomplete topology and the pacing (core/pace.h) says it
  * must wait. A complete topology, or one that stopped being complete, is
@@ -728,55 +649,47 @@ static bool hold_back(struct mesh_sidecar *ctx, bool complete)
     return true;
 }
 
-static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
+/* The worker list from the current source's records (borrowed under its
+ * lock: the list copies what it needs). */
+static int build_workers(struct mesh_sidecar *ctx, struct mesh_workers *w, struct mesh_err *err)
 {
     struct mesh_workers_opts o = {ctx->opts.address_mode, ctx->expected, ctx->per_slice};
-    struct mesh_err err;
-    mesh_err_clear(&err);
-
-    /* Records are borrowed from the store: patch or build under its lock
-     * (the worker list copies what it needs). */
-    int64_t t0 = mesh_sys_now_us();
-    size_t dirty[MESH_SIDECAR_DELTA_MAX], ndirty = 0;
-    int rc = 0;
-    bool patched = false;
+    struct collect col = {0};
+    int rc;
+    atomic_fetch_add(&ctx->w_built, 1);
     if (ctx->following) {
-        /* Records relayed by a peer, checked as if from the API (relay.c):
-         * the list is rebuilt from them, exactly as from an API store. */
+        /* Records relayed by a peer, checked as if from the API (relay.c). */
         struct mesh_relay_store *rs = mesh_sidecar_relay_store(ctx);
         mesh_relay_store_lock(rs);
-        if (ctx->inf == NULL) {
-            drop_deltas(ctx); /* else the API watch, starting as a fallback, owns them */
-        }
-        mesh_workers_cleanup(&ctx->w);
-        atomic_fetch_add(&ctx->w_rebuilt, 1);
         size_t n = mesh_relay_store_count(rs);
-        const struct mesh_k8s_pod_rec **v = mesh_reallocarray(NULL, n + 1, sizeof(*v));
+        col.v = mesh_reallocarray(NULL, n + 1, sizeof(*col.v));
         for (size_t i = 0; i < n; i++) {
-            v[i] = mesh_relay_store_at(rs, i);
+            col.v[col.n++] = mesh_relay_store_at(rs, i);
         }
-        rc = mesh_workers_build(v, n, &o, &ctx->w, &err);
-        mesh_free(v);
+        rc = mesh_workers_build(col.v, col.n, &o, w, err);
         mesh_relay_store_unlock(rs);
     } else {
         mesh_k8s_informer_lock(ctx->inf);
-        patched = patch_workers(ctx, &o, dirty, &ndirty);
-        drop_deltas(ctx);
-        if (patched) {
-            atomic_fetch_add(&ctx->w_patched, 1);
-        } else {
-            /* The old list goes first: the peak holds one list, not two. */
-            mesh_workers_cleanup(&ctx->w);
-            atomic_fetch_add(&ctx->w_rebuilt, 1);
-            struct collect col = {0};
-            col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
-            col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
-            (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
-            rc = mesh_workers_build(col.v, col.n, &o, &ctx->w, &err);
-            mesh_free(col.v);
-        }
+        col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
+        col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
+        (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
+        rc = mesh_workers_build(col.v, col.n, &o, w, err);
         mesh_k8s_informer_unlock(ctx->inf);
     }
+    mesh_free(col.v);
+    return rc;
+}
+
+static int recompute(struct mesh_sidecar *ctx, int64_t now_ms, bool ready_only)
+{
+    if (hold_ready(ctx, ready_only)) {
+        return 0;
+    }
+    struct mesh_err err;
+    mesh_err_clear(&err);
+    int64_t t0 = mesh_sys_now_us();
+    struct mesh_workers w;
+    int rc = build_workers(ctx, &w, &err);
     ctx->cost_workers_us = mesh_sys_now_us() - t0;
     if (rc < 0) {
         if (strcmp(err.msg, ctx->last_reason) != 0) {
@@ -784,55 +697,46 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
             snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", err.msg);
         }
         fail_status(ctx, err.msg);
-        mesh_workers_cleanup(&ctx->w);
+        mesh_workers_cleanup(&w);
         return rc;
     }
-    /* The render cache may compare only the patched slots when its last
-     * input was this list before the patch. */
-    bool hint = patched && ctx->w_rendered;
-    ctx->w_opts = o;
-    ctx->w_rendered = false;
-    const struct mesh_workers *w = &ctx->w;
-    log_problems(ctx, w);
+    log_problems(ctx, &w);
 
     /* Our slot rarely moves: check last time's before scanning them all. */
-    int self = ctx->self_hint >= 0 && (size_t)ctx->self_hint < w->nworkers &&
+    int self = ctx->self_hint >= 0 && (size_t)ctx->self_hint < w.nworkers &&
                        ctx->pod_name[0] != '\0' &&
-                       strcmp(w->workers[ctx->self_hint].pod, ctx->pod_name) == 0
+                       strcmp(w.workers[ctx->self_hint].pod, ctx->pod_name) == 0
                    ? ctx->self_hint
-                   : mesh_workers_index_of(w, ctx->pod_name);
+                   : mesh_workers_index_of(&w, ctx->pod_name);
     ctx->self_hint = self;
-    bool complete = w->complete;
+    bool complete = w.complete;
     char reason[sizeof(ctx->st.reason)];
-    if (ctx->expected > 0 && !w->complete) {
+    if (ctx->expected > 0 && !w.complete) {
         /* Expected vs present first: "3 of 4 workers present; missing 3". */
-        snprintf(reason, sizeof(reason), "%d of %d workers present; %s", w->present, ctx->expected,
-                 w->reason);
+        snprintf(reason, sizeof(reason), "%d of %d workers present; %s", w.present, ctx->expected,
+                 w.reason);
     } else {
-        snprintf(reason, sizeof(reason), "%s", w->reason);
+        snprintf(reason, sizeof(reason), "%s", w.reason);
     }
     if (complete && self < 0) {
         complete = false;
         snprintf(reason, sizeof(reason), "this pod (%s) is not among the %zu workers",
-                 ctx->pod_name, w->nworkers);
+                 ctx->pod_name, w.nworkers);
     }
-    if (complete && ctx->opts.verify_dns && w->mode == MESH_ADDR_DNS) {
-        complete = verify_dns(ctx, w, reason, sizeof(reason));
+    if (complete && ctx->opts.verify_dns && w.mode == MESH_ADDR_DNS) {
+        complete = verify_dns(ctx, &w, reason, sizeof(reason));
     }
-    log_transition(ctx, complete, reason, w);
+    log_transition(ctx, complete, reason, &w);
 
-    if (w->nworkers == 0) {
+    if (w.nworkers == 0) {
         /* Nothing to publish (never an empty DTENSOR_JOBS, docs/DESIGN.md §5). */
-        set_status(ctx, false, reason, w, false, now_ms);
+        set_status(ctx, false, reason, &w, false, now_ms);
     } else if (hold_back(ctx, complete)) {
-        /* Not rendered: the cache's input stays the last list it saw
-         * (w_rendered false), and /readyz shows the current reason. */
-        set_status(ctx, false, reason, w, false, now_ms);
+        /* Not rendered; /readyz shows the current reason. */
+        set_status(ctx, false, reason, &w, false, now_ms);
     } else {
         uint64_t gen = ctx->generation;
-        rc =
-            render_and_publish(ctx, w, hint ? dirty : NULL, ndirty, self, complete, reason, now_ms);
-        ctx->w_rendered = true; /* after a failure the cache is empty: a full render next */
+        rc = render_and_publish(ctx, &w, self, complete, reason, now_ms, ready_only);
         if (ctx->generation != gen) {
             int64_t now = mesh_sys_now_us() / 1000;
             mesh_pace_note(&ctx->pace, now, ctx->held > 0 ? ctx->held_since_ms : now);
@@ -846,24 +750,17 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms)
             ctx->hold_until_ms = 0;
         }
     }
+    mesh_workers_cleanup(&w);
     ctx->have_cur = true;
     return rc;
-}
-
-void mesh_sidecar_drop_deltas(struct mesh_sidecar *ctx)
-{
-    drop_deltas(ctx);
 }
 
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx)
 {
     mesh_workers_cleanup(&ctx->w);
-    drop_deltas(ctx);
-    mesh_render_cache_free(ctx->cache);
-    ctx->cache = NULL;
+    ctx->have_pub = false;
     mesh_publish_dir_close(ctx->pub);
     ctx->pub = NULL;
-    ctx->known = 0;
     mesh_free(ctx->dns_ok);
     ctx->dns_ok = NULL;
     ctx->ndns_ok = 0;

@@ -121,14 +121,6 @@ struct mesh_render_input {
     const char *megascale_coordinator;
     const char *expected_source;
     int present;
-    /* Optional, read by mesh_render_cache_update only. Non-NULL: the caller
-     * knows which workers may differ from the previous update's input, and
-     * every worker not listed (indices, any order, repeats allowed) is field
-     * for field what it was then; only the listed ones are compared. A list
-     * longer than a patch takes or naming an index >= nworkers is ignored
-     * (every worker compared). NULL: compare every worker. */
-    const size_t *dirty;
-    size_t ndirty;
 };
 
 /* A rendered set. data[i] is owned (mesh_free via mesh_render_out_cleanup)
@@ -229,74 +221,24 @@ int mesh_render_node_tf_config(const char *const *hosts, const int *ports, size_
  * names, the generation, readiness or this pod's own index), so every pod
  * that sees the same workers at the same addresses - what DTENSOR_JOBS and
  * TF_CONFIG list - gets the same digest, and a peer replaced at the same
- * address (dns mode) does not change it. Per-worker hashes let an update
- * re-hash only the workers it changes. A consistency check, not a security
- * measure. Exported for tests and tools:
- * out must hold 17 bytes. Returns 0 or mesh_render_topology_json's input
- * errors. */
-int mesh_render_workers_digest(const struct mesh_render_input *in, char out[17],
-                               struct mesh_err *err);
+ * address (dns mode) does not change it. A consistency check, not a
+ * security measure. */
 
-/* Which files would differ between two inputs, ignoring the generation:
- * returns a bit mask (1u << enum mesh_render_file_id) of the text files whose
- * bytes differ (a file rendered on one side only counts as different), 0
- * when nothing changed, or a negative -MESH_E_* when either input does not
- * render. The sidecar uses it to decide whether to publish at all. */
-int mesh_render_diff(const struct mesh_render_input *a, const struct mesh_render_input *b,
-                     struct mesh_err *err);
+/* What topology.json shows besides each worker's own fields, for writers of
+ * the same topology in another form (the gRPC TopologySnapshot, topo_msg.h). */
+struct mesh_render_facts {
+    enum mesh_addr_mode mode; /* effective address mode: dns or ip */
+    const char *job_name;     /* jobName: in->job_name (borrowed) or DTensor's default */
+    int num_clients;          /* numClients (= expectedWorkers when that is known) */
+    int slices;               /* slices.count, >= 1 */
+    int slice_id;             /* slices.id; -1 = null */
+    int hosts_per_slice;      /* slices.hostsPerSlice */
+    char digest[17];          /* workersDigest */
+};
 
-/* ---- incremental rendering ----
- *
- * A cache of the last rendered set that re-renders only what an update
- * changes: the fragments of the workers whose fields differ (spliced in,
- * the rest of the file moved when a length changes) and each file's short
- * prefix and suffix. A change of the worker count, the effective address
- * mode, the port or completeness, the first update, and any input a check
- * rejects render in full. Bytes and errors are exactly mesh_render_all's for
- * the same input. Memory: the rendered files plus one fragment offset and
- * digest per worker per file listing the workers. */
-struct mesh_render_cache;
-
-/* An empty cache. Owned by caller (mesh_render_cache_free). */
-struct mesh_render_cache *mesh_render_cache_new(void);
-/* Free the cache; NULL does nothing. */
-void mesh_render_cache_free(struct mesh_render_cache *c);
-
-/* Bring the cache to in (borrowed, only during the call). *out_changed (may
- * be NULL) receives a bit mask (1u << enum mesh_render_file_id) of the
- * files rendered now whose bytes differ from the cache's last bytes of that
- * file, or that it had never rendered. Files not rendered now (the env
- * files while incomplete) are not in the mask and keep their last bytes, to
- * compare with when the job is complete again. Returns 0, or mesh_render_all's
- * error for this input; after an error the cache is empty (the next update
- * reports every file it renders as changed). */
-int mesh_render_cache_update(struct mesh_render_cache *c, const struct mesh_render_input *in,
-                             unsigned *out_changed, struct mesh_err *err);
-
-/* Re-render topology.json's header for in->generation alone (the other
- * files do not show it): in must be the input of the last successful update
- * with only the generation changed, which this does not check (the workers
- * are not read again). Cheap: the sidecar moves a changed set to the next
- * generation with it. Returns 0, -MESH_E_RANGE above
- * MESH_RENDER_GENERATION_MAX (nothing changed), -MESH_E_INVAL when the cache
- * is empty. */
-int mesh_render_cache_set_generation(struct mesh_render_cache *c,
-                                     const struct mesh_render_input *in, struct mesh_err *err);
-
-/* The set of the last successful update, as mesh_render_all would return
- * it: data[i] borrowed from the cache (valid until the next update or free)
- * or NULL when not rendered; nothing after an error. Do not pass *out to
- * mesh_render_out_cleanup. */
-void mesh_render_cache_view(const struct mesh_render_cache *c, struct mesh_render_out *out);
-
-/* True when the last update changed bytes, and only the "ready" values of
- * workers in topology.json (a routine readiness flip); false after a full
- * render. */
-bool mesh_render_cache_is_readiness_only(const struct mesh_render_cache *c);
-
-/* How many updates rendered in full (failed ones included) and how many
- * patched the cached bytes. */
-void mesh_render_cache_counts(const struct mesh_render_cache *c, uint64_t *out_full,
-                              uint64_t *out_patched);
+/* Fill *out from in (borrowed). Returns 0, or mesh_render_topology_json's
+ * input errors (the same checks). */
+int mesh_render_facts(const struct mesh_render_input *in, struct mesh_render_facts *out,
+                      struct mesh_err *err);
 
 #endif

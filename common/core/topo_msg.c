@@ -10,110 +10,75 @@
 #include "cleanup.h"
 #include "json.h"
 #include "mem.h"
+#include "render.h"
 #include "topo_msg.h"
 
-/* topology.json's null and absent strings become "" (proto3 has no null). */
-static char *str_or_empty(const cJSON *o, const char *key)
-{
-    const char *s = mesh_json_str(o, key);
-    return (char *)(s != NULL ? s : "");
-}
+/* The address strings of the workers, one block (ADDR bytes each at most). */
+#define ADDR (MESH_HOST_MAX + 16)
 
-static int32_t int_or(const cJSON *o, const char *key, int32_t dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < -2147483648.0 || v->valuedouble > 2147483647.0) {
-        return dflt;
-    }
-    return (int32_t)v->valuedouble;
-}
-
-int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t **out,
+int mesh_topo_msg_snapshot(const struct mesh_render_input *in, const char *rv, uint8_t **out,
                            size_t *out_len, struct mesh_err *err)
 {
-    mesh_autocjson cJSON *j = mesh_json_parse(json, len, MESH_TOPO_MSG_MAX, err);
-    if (j == NULL) {
-        return mesh_err_prefix(err, "topology.json");
+    struct mesh_render_facts f;
+    int rc = mesh_render_facts(in, &f, err);
+    if (rc < 0) {
+        return rc;
     }
-    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(j, "generation");
-    const cJSON *workers = cJSON_GetObjectItemCaseSensitive(j, "workers");
-    /* Generations are JSON-safe integers (render.h MESH_RENDER_GENERATION_MAX). */
-    if (!cJSON_IsObject(j) || !cJSON_IsNumber(gen) || gen->valuedouble < 0 ||
-        gen->valuedouble > 9007199254740991.0 || !cJSON_IsArray(workers)) {
-        return mesh_err_set(err, MESH_E_PARSE, 0,
-                            "topology.json: not an object with a generation and workers[]");
-    }
+    /* topology.json's nulls are "" and -1 here (proto3 has no null). */
     Tpumesh__V1__TopologySnapshot m = TPUMESH__V1__TOPOLOGY_SNAPSHOT__INIT;
-    m.generation = (uint64_t)gen->valuedouble;
-    m.complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "complete"));
-    m.job_name = str_or_empty(j, "jobName");
-    m.client_id = int_or(j, "clientId", -1);
-    m.num_clients = int_or(j, "numClients", 0);
-    m.expected_workers = int_or(j, "expectedWorkers", -1);
-    m.present_workers = int_or(j, "presentWorkers", 0);
-    m.expected_workers_source = str_or_empty(j, "expectedWorkersSource");
-    m.coordinator = str_or_empty(j, "coordinator");
+    m.generation = in->generation;
+    m.complete = in->complete && !in->slice_only;
+    m.job_name = (char *)f.job_name;
+    m.client_id = in->self_index >= 0 ? in->self_index : -1;
+    m.num_clients = f.num_clients;
+    m.expected_workers = in->expected_source != NULL ? f.num_clients : -1;
+    m.present_workers = in->present;
+    m.expected_workers_source = (char *)(in->expected_source != NULL ? in->expected_source : "");
     m.resource_version = (char *)(rv != NULL ? rv : "");
-    m.workers_digest = str_or_empty(j, "workersDigest");
+    m.workers_digest = f.digest;
     Tpumesh__V1__Slices slices = TPUMESH__V1__SLICES__INIT;
-    const cJSON *ss = cJSON_GetObjectItemCaseSensitive(j, "slices");
-    if (cJSON_IsObject(ss)) {
-        slices.count = int_or(ss, "count", 0);
-        slices.id = int_or(ss, "id", -1);
-        slices.hosts_per_slice = int_or(ss, "hostsPerSlice", 0);
-        m.slices = &slices;
-    }
-
+    slices.count = f.slices;
+    slices.id = f.slice_id;
+    slices.hosts_per_slice = f.hosts_per_slice;
+    m.slices = &slices;
     Tpumesh__V1__Slice slice = TPUMESH__V1__SLICE__INIT;
-    int32_t mesh_shape[4];
-    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(j, "slice");
-    if (cJSON_IsObject(sl)) {
-        slice.accelerator_type = str_or_empty(sl, "acceleratorType");
-        slice.topology = str_or_empty(sl, "topology");
-        slice.chips = int_or(sl, "chips", 0);
-        slice.hosts = int_or(sl, "hosts", 0);
-        slice.chips_per_host = int_or(sl, "chipsPerHost", 0);
-        slice.cores_per_chip = int_or(sl, "coresPerChip", 0);
-        slice.devices_per_host = int_or(sl, "devicesPerHost", 0);
-        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(sl, "meshShape");
-        const cJSON *v = NULL;
-        if (!cJSON_IsArray(ms)) {
-            ms = NULL;
-        }
-        cJSON_ArrayForEach(v, ms)
-        {
-            if (slice.n_mesh_shape < 4 && cJSON_IsNumber(v)) {
-                mesh_shape[slice.n_mesh_shape++] = (int32_t)v->valueint;
-            }
-        }
-        slice.mesh_shape = mesh_shape;
+    int32_t shape[4];
+    if (in->slice != NULL) {
+        const struct mesh_slice *s = in->slice;
+        slice.accelerator_type = (char *)s->accelerator_type;
+        slice.topology = (char *)s->topology;
+        slice.chips = s->chips;
+        slice.hosts = s->hosts;
+        slice.chips_per_host = s->chips_per_host;
+        slice.cores_per_chip = s->cores_per_chip;
+        slice.devices_per_host = s->devices_per_host;
+        memcpy(shape, s->mesh_shape, sizeof(shape));
+        slice.n_mesh_shape = 4;
+        slice.mesh_shape = shape;
         m.slice = &slice;
     }
-
-    size_t n = (size_t)cJSON_GetArraySize(workers);
+    size_t n = in->nworkers;
     Tpumesh__V1__Worker *ws = mesh_calloc(n ? n : 1, sizeof(*ws));
     Tpumesh__V1__Worker **wp = mesh_calloc(n ? n : 1, sizeof(*wp));
-    size_t i = 0;
-    const cJSON *w = NULL;
-    cJSON_ArrayForEach(w, workers)
-    {
-        if (i == n) {
-            break;
-        }
+    char *addr = mesh_malloc((n ? n : 1) * ADDR);
+    for (size_t i = 0; i < n; i++) {
+        const struct mesh_worker *w = &in->workers[i];
         tpumesh__v1__worker__init(&ws[i]);
-        ws[i].index = int_or(w, "index", (int32_t)i);
-        ws[i].pod = str_or_empty(w, "pod");
-        ws[i].host = str_or_empty(w, "host");
-        ws[i].ip = str_or_empty(w, "ip");
-        ws[i].address = str_or_empty(w, "address");
-        ws[i].ready = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "ready"));
+        ws[i].index = w->index;
+        ws[i].pod = (char *)w->pod;
+        ws[i].host = (char *)w->host;
+        ws[i].ip = (char *)w->ip;
+        ws[i].address = addr + i * ADDR;
+        if (mesh_render_worker_address(w, f.mode, in->port, ws[i].address, ADDR, NULL) < 0) {
+            ws[i].address[0] = '\0'; /* no address yet: null in topology.json */
+        }
+        ws[i].ready = w->ready;
         wp[i] = &ws[i];
-        i++;
     }
-    m.n_workers = i;
+    m.coordinator = (char *)(n > 0 && in->workers[0].index == 0 ? ws[0].address : "");
+    m.n_workers = n;
     m.workers = wp;
     size_t size = tpumesh__v1__topology_snapshot__get_packed_size(&m);
-    int rc = 0;
     if (size > MESH_TOPO_MSG_MAX) {
         rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "topology message of %zu bytes (limit %u)", size,
                           MESH_TOPO_MSG_MAX);
@@ -121,6 +86,7 @@ int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t
         *out = mesh_malloc(size ? size : 1);
         *out_len = tpumesh__v1__topology_snapshot__pack(&m, *out);
     }
+    mesh_free(addr);
     mesh_free(ws);
     mesh_free(wp);
     return rc;

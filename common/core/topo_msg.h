@@ -3,7 +3,8 @@
  * built from and checked against the sidecar's own data (docs/STYLE.md R8: pure,
  * no I/O).
  *
- *   topology.json bytes  -> TopologySnapshot (Topology/Get, Watch VIEW_TOPOLOGY)
+ *   render input         -> TopologySnapshot (Topology/Get, Watch VIEW_TOPOLOGY):
+ *                           the values topology.json shows for the same input
  *   packed pod record    -> Pod (Watch VIEW_PODS, the relay protocol)
  *   Pod from a relay     -> packed pod record, validated exactly as a Pod
  *                           object from the Kubernetes API is (k8s_pod.h): the
@@ -22,6 +23,7 @@
 
 #include "err.h"
 #include "k8s_pod.h"
+#include "render.h"
 #include "tpumesh/v1/topology.pb-c.h"
 
 /* Largest WatchResponse / TopologySnapshot accepted (a 65,536-pod snapshot
@@ -32,11 +34,13 @@
 /* Bytes of a resourceVersion we keep. */
 #define MESH_TOPO_MSG_RV_MAX 64
 
-/* topology.json (len bytes, no NUL needed) -> a packed TopologySnapshot
- * carrying resource_version rv (borrowed; NULL = ""). *out owned by caller
- * (mesh_free). -MESH_E_PARSE when json is not a topology.json object,
- * -MESH_E_TOOBIG over MESH_TOPO_MSG_MAX. */
-int mesh_topo_msg_snapshot(const char *json, size_t len, const char *rv, uint8_t **out,
+/* The topology in (borrowed; what the files of generation in->generation
+ * were rendered from) -> a packed TopologySnapshot with the values
+ * topology.json shows (its nulls as "" or -1), carrying resource_version rv
+ * (borrowed; NULL = ""). *out owned by caller (mesh_free). Errors: the
+ * renderer's input errors (render.h), -MESH_E_TOOBIG over
+ * MESH_TOPO_MSG_MAX. */
+int mesh_topo_msg_snapshot(const struct mesh_render_input *in, const char *rv, uint8_t **out,
                            size_t *out_len, struct mesh_err *err);
 
 /* Fill *m (initialised here) from r: strings are borrowed from r, so m

@@ -52,9 +52,8 @@ struct mesh_workers_opts {
  * workers[i].pod[0] == '\0'. */
 struct mesh_workers {
     struct mesh_worker *workers; /* owned: ONE block holding the nworkers entries
-                                    (== expected) and the strings they point to
-                                    (after mesh_workers_patch some strings live
-                                    in `extra`); valid after the records are gone */
+                                    (== expected) and the strings they point to;
+                                    valid after the records are gone */
     size_t nworkers;
     enum mesh_addr_mode mode; /* resolved: MESH_ADDR_DNS or MESH_ADDR_IP */
     bool complete;
@@ -66,11 +65,9 @@ struct mesh_workers {
     char **problems; /* owned: one line per conflict or left-out pod, naming the
                         pods; stable text, so a caller can log each once */
     size_t nproblems;
-    /* How the slots were assigned (read by mesh_workers_patch). */
+    /* How the slots were assigned. */
     bool indexed;   /* from index labels (else natural name order) */
     long per_slice; /* hosts per slice used for slice-major indices */
-    char **extra;   /* owned: strings mesh_workers_patch could not store in place */
-    size_t nextra;
 };
 
 /* Build *out from npods packed records (pods[i] borrowed, only during the
@@ -85,26 +82,6 @@ struct mesh_workers {
 int mesh_workers_build(const struct mesh_k8s_pod_rec *const *pods, size_t npods,
                        const struct mesh_workers_opts *opts, struct mesh_workers *out,
                        struct mesh_err *err);
-
-/* Most side strings a patched list may hold before mesh_workers_patch asks
- * for a rebuild (bounds the memory a long run of patches adds). */
-#define MESH_WORKERS_PATCH_EXTRA_MAX(n) (64 + (n) / 8)
-
-/* Bring w, which mesh_workers_build made (and mesh_workers_patch may have
- * patched since) from a set of records holding `old`, with the same opts,
- * to what mesh_workers_build would return for that set with old replaced
- * by upd (both borrowed, only during the call; the same pod: same name).
- * Only the cheap common case is applied: both records valid, the same
- * index, slice and liveness (so every slot keeps its pod and no problem
- * line changes), under auto address mode the same presence of a host name,
- * and a list that is complete before and after. Returns the slot whose
- * entry changed, -1 when the update changes nothing in w (e.g. a pod that
- * no slot publishes), or -2 when it is not such a case: w may then be
- * partly changed and the caller must rebuild it. O(1) with index labels,
- * O(n) in natural order. */
-#define MESH_WORKERS_PATCH_REBUILD (-2)
-int mesh_workers_patch(struct mesh_workers *w, const struct mesh_workers_opts *opts,
-                       const struct mesh_k8s_pod_rec *old, const struct mesh_k8s_pod_rec *upd);
 
 /* Release what mesh_workers_build allocated; w is empty afterwards. */
 void mesh_workers_cleanup(struct mesh_workers *w);

@@ -124,8 +124,10 @@ struct mesh_grpc_server {
     bool running;
     struct call *streams; /* list head (server thread) */
     size_t live_calls;    /* server thread */
-    pthread_mutex_t mu;   /* guards topo, pods, progress_ms, st */
+    pthread_mutex_t mu;   /* guards topo, topo_stale, topo_wanters, pods, progress_ms, st */
     struct blob *topo;
+    bool topo_stale;  /* the owner published since topo was set (it builds on demand) */
+    int topo_wanters; /* listed calls that want the topology: Watch VIEW_TOPOLOGY, waiting Gets */
     struct podset *pods;
     uint64_t versions;
     int64_t progress_ms;
@@ -165,29 +167,47 @@ static void podset_unref(struct podset *p)
     }
 }
 
+/* WatchResponse{topology = pb}: field 1, length-delimited, is the tag byte
+ * 0x0a, the length as a varint, then the snapshot's bytes as they are. */
 void mesh_grpc_server_set_topology(struct mesh_grpc_server *s, const uint8_t *pb, size_t len)
 {
-    Tpumesh__V1__TopologySnapshot *snap = tpumesh__v1__topology_snapshot__unpack(NULL, len, pb);
-    if (snap == NULL) {
-        mesh_warn(MOD, "not serving a topology message that does not unpack (%zu bytes)", len);
-        return;
-    }
-    Tpumesh__V1__WatchResponse w = TPUMESH__V1__WATCH_RESPONSE__INIT;
-    w.topology = snap;
     struct blob *b = mesh_calloc(1, sizeof(*b));
     b->refs = 1;
     b->get = mesh_malloc(len ? len : 1);
     memcpy(b->get, pb, len);
     b->get_len = len;
-    b->watch_len = tpumesh__v1__watch_response__get_packed_size(&w);
-    b->watch = mesh_malloc(b->watch_len ? b->watch_len : 1);
-    tpumesh__v1__watch_response__pack(&w, b->watch);
-    tpumesh__v1__topology_snapshot__free_unpacked(snap, NULL);
+    b->watch = mesh_malloc(len + 11);
+    size_t n = 0;
+    b->watch[n++] = 0x0a;
+    size_t v = len;
+    do {
+        uint8_t low = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        b->watch[n++] = (uint8_t)(low | (v != 0 ? 0x80 : 0));
+    } while (v != 0);
+    memcpy(b->watch + n, pb, len);
+    b->watch_len = n + len;
     pthread_mutex_lock(&s->mu);
     b->version = ++s->versions;
     blob_unref(s->topo);
     s->topo = b;
+    s->topo_stale = false;
     pthread_mutex_unlock(&s->mu);
+}
+
+void mesh_grpc_server_topology_changed(struct mesh_grpc_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->topo_stale = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool mesh_grpc_server_topology_wanted(struct mesh_grpc_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool wanted = s->topo_stale && s->topo_wanters > 0;
+    pthread_mutex_unlock(&s->mu);
+    return wanted;
 }
 
 static int rec_cmp(const void *a, const void *b)
@@ -272,6 +292,11 @@ static void call_free(struct call *c)
         bump(s, &s->st.streams, -1);
         if (c->pods_view) {
             bump(s, &s->st.pod_streams, -1);
+        }
+        if (c->kind == K_TOPO_GET || (c->kind == K_TOPO_WATCH && !c->pods_view)) {
+            pthread_mutex_lock(&s->mu);
+            s->topo_wanters--;
+            pthread_mutex_unlock(&s->mu);
         }
     }
     if (c->call != NULL) {
@@ -448,8 +473,11 @@ static bool pods_message(struct call *c, const struct podset *old, const struct 
     return ok;
 }
 
-static void pump_one(struct call *c, struct blob *topo, struct podset *pods, int64_t age_ms,
-                     int64_t now)
+/* How long a Get waits for the owner to build the topology it published. */
+#define GET_WAIT_MS 5000
+
+static void pump_one(struct call *c, struct blob *topo, bool stale, struct podset *pods,
+                     int64_t age_ms, int64_t now)
 {
     struct mesh_grpc_server *s = c->s;
     if (c->finishing || c->closed) {
@@ -474,6 +502,15 @@ static void pump_one(struct call *c, struct blob *topo, struct podset *pods, int
         if (!c->md_sent || st != c->health_last) {
             c->health_last = st;
             send_health(c, st);
+        }
+        return;
+    }
+    if (c->kind == K_TOPO_GET) {
+        /* A Get waiting for the topology of the last publish. */
+        if (topo != NULL && !stale) {
+            send_msg(c, topo->get, topo->get_len, true);
+        } else if (now - c->last_msg > GET_WAIT_MS) {
+            finish(c, GRPC_STATUS_UNAVAILABLE, "the topology message could not be built; retry");
         }
         return;
     }
@@ -520,9 +557,10 @@ static void pump(struct mesh_grpc_server *s)
         pods->refs++;
     }
     int64_t age = s->progress_ms > 0 ? now - s->progress_ms : -1;
+    bool stale = s->topo_stale;
     pthread_mutex_unlock(&s->mu);
     for (struct call *c = s->streams; c != NULL; c = c->next) {
-        pump_one(c, topo, pods, age, now);
+        pump_one(c, topo, stale, pods, age, now);
     }
     pthread_mutex_lock(&s->mu);
     blob_unref(topo);
@@ -643,6 +681,7 @@ static bool add_stream(struct call *c, bool pods_view)
     } else {
         s->st.streams++;
         s->st.pod_streams += pods_view ? 1 : 0;
+        s->topo_wanters += c->kind == K_TOPO_GET || (c->kind == K_TOPO_WATCH && !pods_view);
     }
     pthread_mutex_unlock(&s->mu);
     if (full) {
@@ -699,7 +738,7 @@ static void handle_health(struct call *c, const uint8_t *req, size_t len)
     grpc__health__v1__health_check_request__free_unpacked(r, NULL);
     if (c->kind == K_HEALTH_WATCH) {
         if (add_stream(c, false)) {
-            pump_one(c, NULL, NULL, 0, mesh_sys_now_ms());
+            pump_one(c, NULL, false, NULL, 0, mesh_sys_now_ms());
         }
         return;
     }
@@ -716,12 +755,23 @@ static void handle_topo(struct call *c, const uint8_t *req, size_t len)
 {
     struct mesh_grpc_server *s = c->s;
     if (c->kind == K_TOPO_GET) {
+        /* The owner builds the message only when someone asks: a Get after
+         * a publish waits (on the stream list, answered by the tick) until
+         * it is built. */
         pthread_mutex_lock(&s->mu);
         struct blob *b = s->topo;
-        if (b != NULL) {
+        bool stale = s->topo_stale;
+        if (b != NULL && !stale) {
             b->refs++;
         }
         pthread_mutex_unlock(&s->mu);
+        if (stale) {
+            c->last_msg = mesh_sys_now_ms();
+            if (add_stream(c, false) && s->o.on_subscriber != NULL) {
+                s->o.on_subscriber(s->o.ctx);
+            }
+            return;
+        }
         if (b == NULL) {
             finish(c, GRPC_STATUS_UNAVAILABLE, "no topology published yet");
             return;
@@ -757,8 +807,8 @@ static void handle_topo(struct call *c, const uint8_t *req, size_t len)
         return;
     }
     if (add_stream(c, pods_view)) {
-        if (pods_view && s->o.on_subscriber != NULL) {
-            s->o.on_subscriber(s->o.ctx);
+        if (s->o.on_subscriber != NULL) {
+            s->o.on_subscriber(s->o.ctx); /* pods, or a topology it may not have built */
         }
         pump(s);
     }
@@ -862,7 +912,7 @@ static void on_event(struct mesh_grpc_server *s, struct tag *t, bool success)
         if (!success) {
             c->finishing = true;
         } else {
-            pump_one(c, NULL, NULL, 0, mesh_sys_now_ms()); /* health: the next change */
+            pump_one(c, NULL, false, NULL, 0, mesh_sys_now_ms()); /* health: the next change */
         }
         break;
     case OP_STATUS:

@@ -45,8 +45,10 @@ struct mesh_grpc_server_opts {
     /* Health of `service` (borrowed): MESH_GRPC_HEALTH_*; called on the
      * server thread, must not block. why receives a one-line reason. */
     int (*health)(void *ctx, const char *service, char *why, size_t cap);
-    /* Optional: a VIEW_PODS subscriber was accepted (server thread; must
-     * not block): the owner should hand over its pod set soon. */
+    /* Optional: a Watch subscriber or a Get waiting for the topology was
+     * accepted (server thread; must not block): the owner should hand over
+     * its pod set, or build the topology (mesh_grpc_server_topology_wanted),
+     * soon. */
     void (*on_subscriber)(void *ctx);
     void *ctx;
 };
@@ -71,9 +73,20 @@ struct mesh_grpc_server *mesh_grpc_server_start(const struct mesh_grpc_server_op
 /* Cancel every call, stop the thread, free. NULL does nothing. */
 void mesh_grpc_server_stop(struct mesh_grpc_server *s);
 
-/* The current TopologySnapshot, serialized (pb borrowed, copied); served by
- * Get and sent to VIEW_TOPOLOGY watchers when its bytes change. */
+/* The current TopologySnapshot, serialized (pb borrowed, copied; the owner
+ * vouches that it is one); served by Get and sent to VIEW_TOPOLOGY watchers.
+ * It is no longer out of date (below). */
 void mesh_grpc_server_set_topology(struct mesh_grpc_server *s, const uint8_t *pb, size_t len);
+
+/* The owner published a topology newer than the one set: building the
+ * message is left until someone wants it. A Get waits (up to 5 s, then
+ * UNAVAILABLE) until the next mesh_grpc_server_set_topology; watchers keep
+ * the last one until then. */
+void mesh_grpc_server_topology_changed(struct mesh_grpc_server *s);
+
+/* True when the topology set is out of date and someone wants it: a Get
+ * is waiting or a VIEW_TOPOLOGY watcher is open (thread-safe). */
+bool mesh_grpc_server_topology_wanted(struct mesh_grpc_server *s);
 
 /* The current pod set for VIEW_PODS: n packed records (borrowed, copied;
  * any order), the resourceVersion they reflect (borrowed), whether the

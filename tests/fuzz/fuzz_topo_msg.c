@@ -1,7 +1,8 @@
 /*
  * fuzz_topo_msg.c - the tpumesh.v1 message code (core/topo_msg.h) on any
  * bytes. Byte 0 picks the mode, the rest is the input:
- *   '0'  topology.json -> TopologySnapshot (must unpack again when built)
+ *   '0'  (was topology.json -> TopologySnapshot; the snapshot is built from
+ *        the render input now, fuzz_render checks it): nothing
  *   '1'  WatchResponse bytes from a relay -> every Pod checked as if from
  *        the API (accepted records must survive a second round trip)
  *   '2'  one Pod JSON object as the API sends it: extract, pack, forward as
@@ -17,21 +18,6 @@
 #include "core/topo_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static void snapshot(const uint8_t *d, size_t n)
-{
-    uint8_t *pb = NULL;
-    size_t len = 0;
-    struct mesh_err err;
-    if (mesh_topo_msg_snapshot((const char *)d, n, "42", &pb, &len, &err) == 0) {
-        Tpumesh__V1__TopologySnapshot *m = tpumesh__v1__topology_snapshot__unpack(NULL, len, pb);
-        if (m == NULL) {
-            abort();
-        }
-        tpumesh__v1__topology_snapshot__free_unpacked(m, NULL);
-        mesh_free(pb);
-    }
-}
 
 /* Forward r as a relay does and check it as a subscriber does. */
 static struct mesh_k8s_pod_rec *forward(const struct mesh_k8s_pod_rec *r)
@@ -96,7 +82,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     switch (data[0] % 3) {
     case 0:
-        snapshot(data + 1, size - 1);
         break;
     case 1:
         relay_message(data + 1, size - 1);

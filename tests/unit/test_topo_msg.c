@@ -1,17 +1,21 @@
 /*
  * test_topo_msg.c - tpumesh.v1 messages (topo_msg.h): Pods from a relay are
  * accepted or refused exactly by the API rules (a table), a relayed record
- * equals the direct one, topology.json becomes a TopologySnapshot with the
- * same values, and WatchResponse limits hold.
+ * equals the direct one, a TopologySnapshot shows the values topology.json
+ * rendered from the same input shows, and WatchResponse limits hold.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/mem.h"
+#include "core/render.h"
 #include "core/topo_msg.h"
 
 static void pod_init(Tpumesh__V1__Pod *m, const char *name, const char *ip, int ci)
@@ -117,48 +121,123 @@ static void test_round_trip(void **state)
     }
 }
 
+/* The string topology.json shows for key in o ("" for null). */
+static const char *jstr(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static int jint(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+/* The snapshot of in shows what topology.json rendered from in shows. */
+static void same_as_topology_json(const struct mesh_render_input *in)
+{
+    char *json = NULL;
+    size_t jlen = 0;
+    assert_int_equal(mesh_render_topology_json(in, &json, &jlen, NULL), 0);
+    cJSON *j = cJSON_ParseWithLength(json, jlen);
+    assert_non_null(j);
+    uint8_t *pb = NULL;
+    size_t len = 0;
+    assert_int_equal(mesh_topo_msg_snapshot(in, "99", &pb, &len, NULL), 0);
+    Tpumesh__V1__TopologySnapshot *m = tpumesh__v1__topology_snapshot__unpack(NULL, len, pb);
+    assert_non_null(m);
+    assert_int_equal(m->generation, (uint64_t)cJSON_GetObjectItem(j, "generation")->valuedouble);
+    assert_int_equal(m->complete, cJSON_IsTrue(cJSON_GetObjectItem(j, "complete")));
+    assert_string_equal(m->resource_version, "99");
+    assert_string_equal(m->job_name, jstr(j, "jobName"));
+    assert_int_equal(m->client_id, jint(j, "clientId"));
+    assert_int_equal(m->num_clients, jint(j, "numClients"));
+    assert_int_equal(m->expected_workers, jint(j, "expectedWorkers"));
+    assert_int_equal(m->present_workers, jint(j, "presentWorkers"));
+    assert_string_equal(m->expected_workers_source, jstr(j, "expectedWorkersSource"));
+    assert_string_equal(m->coordinator, jstr(j, "coordinator"));
+    assert_string_equal(m->workers_digest, jstr(j, "workersDigest"));
+    const cJSON *ss = cJSON_GetObjectItem(j, "slices");
+    assert_int_equal(m->slices->count, jint(ss, "count"));
+    assert_int_equal(m->slices->id, jint(ss, "id"));
+    assert_int_equal(m->slices->hosts_per_slice, jint(ss, "hostsPerSlice"));
+    const cJSON *sl = cJSON_GetObjectItem(j, "slice");
+    assert_int_equal(m->slice != NULL, cJSON_IsObject(sl));
+    if (m->slice != NULL) {
+        assert_string_equal(m->slice->accelerator_type, jstr(sl, "acceleratorType"));
+        assert_int_equal(m->slice->chips, jint(sl, "chips"));
+        assert_int_equal(m->slice->n_mesh_shape,
+                         cJSON_GetArraySize(cJSON_GetObjectItem(sl, "meshShape")));
+    }
+    const cJSON *ws = cJSON_GetObjectItem(j, "workers");
+    assert_int_equal(m->n_workers, cJSON_GetArraySize(ws));
+    for (size_t i = 0; i < m->n_workers; i++) {
+        const cJSON *w = cJSON_GetArrayItem(ws, (int)i);
+        assert_int_equal(m->workers[i]->index, jint(w, "index"));
+        assert_string_equal(m->workers[i]->pod, jstr(w, "pod"));
+        assert_string_equal(m->workers[i]->host, jstr(w, "host"));
+        assert_string_equal(m->workers[i]->ip, jstr(w, "ip"));
+        assert_string_equal(m->workers[i]->address, jstr(w, "address"));
+        assert_int_equal(m->workers[i]->ready, cJSON_IsTrue(cJSON_GetObjectItem(w, "ready")));
+    }
+    tpumesh__v1__topology_snapshot__free_unpacked(m, NULL);
+    mesh_free(pb);
+    cJSON_Delete(j);
+    mesh_free(json);
+}
+
+/* The snapshot is built from the render input, with topology.json's values. */
 static void test_snapshot(void **state)
 {
     (void)state;
-    static const char json[] =
-        "{\"generation\":7,\"complete\":true,\"slice\":{\"acceleratorType\":\"v4-16\","
-        "\"topology\":\"2x2x2\",\"chips\":8,\"hosts\":2,\"chipsPerHost\":4,\"coresPerChip\":2,"
-        "\"devicesPerHost\":4,\"meshShape\":[2,2,2,1]},\"slices\":{\"count\":2,\"id\":null,"
-        "\"hostsPerSlice\":1},\"jobName\":\"worker\",\"clientId\":null,"
-        "\"workersDigest\":\"0123456789abcdef\","
-        "\"numClients\":2,\"coordinator\":\"a:1\",\"workers\":[{\"index\":0,\"pod\":\"p0\","
-        "\"host\":\"a\",\"ip\":null,\"address\":\"a:1\",\"ready\":true},{\"index\":1,\"pod\":null,"
-        "\"host\":\"b\",\"ip\":\"10.0.0.2\",\"address\":\"b:1\",\"ready\":false}]}";
+    struct mesh_slice slice;
+    memset(&slice, 0, sizeof(slice));
+    snprintf(slice.accelerator_type, sizeof(slice.accelerator_type), "v4-16");
+    snprintf(slice.topology, sizeof(slice.topology), "2x2x2");
+    slice.chips = 8, slice.hosts = 2, slice.chips_per_host = 4, slice.cores_per_chip = 2;
+    slice.mesh_shape[0] = 2, slice.mesh_shape[1] = 2, slice.mesh_shape[2] = 2;
+    slice.mesh_shape[3] = 1;
+    struct mesh_worker w[4] = {
+        {.index = 0, .pod = "p0", .host = "a.s", .ip = "", .ready = true},
+        {.index = 1, .pod = "", .host = "b.s", .ip = "10.0.0.2", .ready = false},
+        {.index = 2, .pod = "p2", .host = "", .ip = "fd00::2", .ready = true},
+        {.index = 3, .pod = "p3", .host = "d.s", .ip = "10.0.0.4", .ready = true},
+    };
+    struct mesh_render_input in = {
+        .slice = &slice,
+        .workers = w,
+        .nworkers = 4,
+        .expected = 4,
+        .self_index = 2,
+        .port = 1,
+        .mode = MESH_ADDR_IP,
+        .generation = 7,
+        .complete = false,
+        .slices = 2,
+        .expected_source = "job",
+        .present = 4,
+    };
+    same_as_topology_json(&in);
+    in.mode = MESH_ADDR_DNS;
+    in.self_index = -1;
+    in.slice = NULL;
+    in.expected_source = NULL;
+    in.job_name = "J_1";
+    same_as_topology_json(&in);
+    in.mode = MESH_ADDR_AUTO;
+    in.slices = 0;
+    in.nworkers = 1;
+    in.generation = 2147483648ULL; /* beyond an int: cJSON reads it back as a double */
+    same_as_topology_json(&in);
+    /* The renderer's input errors. */
+    in.port = 0;
     uint8_t *pb = NULL;
     size_t len = 0;
-    assert_int_equal(mesh_topo_msg_snapshot(json, sizeof(json) - 1, "99", &pb, &len, NULL), 0);
-    Tpumesh__V1__TopologySnapshot *m = tpumesh__v1__topology_snapshot__unpack(NULL, len, pb);
-    assert_non_null(m);
-    assert_int_equal(m->generation, 7);
-    assert_true(m->complete);
-    assert_int_equal(m->client_id, -1);
-    assert_string_equal(m->resource_version, "99");
-    assert_string_equal(m->slice->accelerator_type, "v4-16");
-    assert_int_equal(m->slice->n_mesh_shape, 4);
-    assert_non_null(m->slices);
-    assert_int_equal(m->slices->count, 2);
-    assert_int_equal(m->slices->id, -1);
-    assert_int_equal(m->slices->hosts_per_slice, 1);
-    assert_string_equal(m->workers_digest, "0123456789abcdef");
-    assert_int_equal(m->n_workers, 2);
-    assert_string_equal(m->workers[0]->pod, "p0");
-    assert_string_equal(m->workers[0]->ip, "");
-    assert_string_equal(m->workers[1]->ip, "10.0.0.2");
-    assert_false(m->workers[1]->ready);
-    tpumesh__v1__topology_snapshot__free_unpacked(m, NULL);
-    mesh_free(pb);
-
-    static const char *bad[] = {"[]", "{\"generation\":1}", "{\"workers\":[]}", "{"};
-    for (size_t i = 0; i < 4; i++) {
-        struct mesh_err err;
-        assert_int_equal(mesh_topo_msg_snapshot(bad[i], strlen(bad[i]), NULL, &pb, &len, &err),
-                         -MESH_E_PARSE);
-    }
+    assert_int_equal(mesh_topo_msg_snapshot(&in, NULL, &pb, &len, NULL), -MESH_E_RANGE);
+    in.port = 1;
+    w[0].ip = "1.2.3";
+    assert_int_equal(mesh_topo_msg_snapshot(&in, NULL, &pb, &len, NULL), -MESH_E_INVAL);
 }
 
 static void test_unpack_limits(void **state)

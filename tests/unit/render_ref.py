@@ -26,7 +26,7 @@ HOST_MAX = 254
 IP_MAX = 46
 POD_MAX = 254
 JOB_NAME_MAX = 64
-JAX_PORT = 8476
+JAX_PORT = 8482  # docs/shared-volume.md: JAX's Cloud TPU coordinator port since jax 0.8.1
 MEGASCALE_PORT = 8080
 AUTO, DNS, IP = 0, 1, 2
 

@@ -62,7 +62,7 @@ TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 PODBIND    := $(BUILD)/tests/podbind.so
 
 .PHONY: all deps deps-base trainer-deps trainers test test-unit test-fuzz test-integration asan valgrind fuzz lint \
-        format format-check demo bench clean help check-core-pure gen-py image-test
+        format format-check demo bench bench-check clean help check-core-pure gen-py image-test
 
 # Keep intermediate objects (pattern chains would delete them and force rebuilds).
 .SECONDARY:
@@ -83,6 +83,7 @@ help:
 	@echo "make fuzz        libFuzzer, FUZZ_SECONDS (default 30) per target"
 	@echo "make lint        clang-format check, cppcheck, banned functions, complexity"
 	@echo "make bench       benchmarks against peers (bench/)"
+	@echo "make bench-check the sidecar's cost per event against its budget (~1 min, CI)"
 	@echo "make image-test  prove the Dockerfile's runtime stage (debootstrap + chroot, root)"
 
 deps: deps-base
@@ -215,6 +216,11 @@ demo: deps-base
 
 bench: all gen-py $(TOOL_BINS)
 	@BUILD=$(BUILD) PY=$(PY) bench/run.sh
+
+# The sidecar's cost per pod event against a committed budget (bench/sidecar/budget.json):
+# instructions per event under callgrind, and CPU against the Python client on the same stream.
+bench-check: all gen-py
+	@BUILD=$(BUILD) PY=$(PY) bench/sidecar/check.sh
 
 # Proves the Dockerfile's runtime stage without a Docker engine (debootstrap +
 # chroot; needs root and the Debian mirror). Not in `make test`: 3-6 min cold, under 1.5 min cached.

@@ -328,7 +328,7 @@ static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, 
 }
 
 static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
-                       const struct mesh_workers *w, bool published, int64_t now_ms)
+                       const struct mesh_workers *w)
 {
     pthread_mutex_lock(&ctx->mu);
     ctx->st.synced = true;
@@ -341,10 +341,6 @@ static void set_status(struct mesh_sidecar *ctx, bool ready, const char *reason,
     ctx->st.addressed = w->addressed;
     ctx->st.ready_workers = w->ready;
     ctx->st.generation = ctx->generation;
-    if (published) {
-        ctx->st.publishes++;
-        ctx->st.last_publish_time = (double)now_ms / 1000.0;
-    }
     pthread_mutex_unlock(&ctx->mu);
 }
 
@@ -390,7 +386,8 @@ static void render_failed(struct mesh_sidecar *ctx, const char *what, const stru
  * generation; `differ`: the files whose bytes are not on disk): topology.json
  * is rendered again for generation + 1 and the set committed. */
 static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in,
-                        struct mesh_render_out *out, unsigned differ, size_t *written)
+                        struct mesh_render_out *out, unsigned differ, size_t *written,
+                        int64_t now_ms)
 {
     struct mesh_err err;
     mesh_err_clear(&err);
@@ -435,6 +432,12 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in,
     }
     ctx->publish_pending = false;
     ctx->generation++;
+    /* Counted the moment it is visible (a reader of /metrics that saw the
+     * new files sees the count). */
+    pthread_mutex_lock(&ctx->mu);
+    ctx->st.publishes++;
+    ctx->st.last_publish_time = (double)now_ms / 1000.0;
+    pthread_mutex_unlock(&ctx->mu);
     return 0;
 }
 
@@ -535,7 +538,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
     bool published = false;
     size_t written = 0;
     if (differ != 0) {
-        rc = publish_next(ctx, &in, &out, differ, &written);
+        rc = publish_next(ctx, &in, &out, differ, &written, now_ms);
         published = rc == 0;
     }
     mesh_render_out_cleanup(&out);
@@ -577,7 +580,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
     } else {
         snprintf(line, sizeof(line), "%s", reason);
     }
-    set_status(ctx, complete, line, shown, published, now_ms);
+    set_status(ctx, complete, line, shown);
     return 0;
 }
 
@@ -730,10 +733,10 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms, bool ready_only)
 
     if (w.nworkers == 0) {
         /* Nothing to publish (never an empty DTENSOR_JOBS, docs/DESIGN.md §5). */
-        set_status(ctx, false, reason, &w, false, now_ms);
+        set_status(ctx, false, reason, &w);
     } else if (hold_back(ctx, complete)) {
         /* Not rendered; /readyz shows the current reason. */
-        set_status(ctx, false, reason, &w, false, now_ms);
+        set_status(ctx, false, reason, &w);
     } else {
         uint64_t gen = ctx->generation;
         rc = render_and_publish(ctx, &w, self, complete, reason, now_ms, ready_only);

@@ -5,9 +5,9 @@ sidecar alone (no peers) on the kube-apiserver simulator and makes one change at
 fixed rate, so every change is its own recompute and publish. Per run it prints:
 
   - CPU milliseconds per change (utime + stime from /proc, ticks of 10 ms),
-  - publishes (tpumesh_publishes_total) and how the worker list was brought up to date
-    (tpumesh_worker_list_updates_total: patched in place or rebuilt from the store; counted
-    since start-up, so the rebuild after the initial LIST is in it),
+  - publishes (tpumesh_publishes_total) and how often the worker list was built from the store
+    (tpumesh_worker_list_builds_total, counted since start-up, so the build after the initial
+    LIST is in it),
   - event arrival to files renamed p50 / p90 / p99, from the sidecar's debug line
     "generation N: T us from event arrival (wake-up after .. us; workers .. us, render .. us,
     write .. us)", with the same quantiles of each part.
@@ -103,8 +103,7 @@ def run(pods, changes, rate, kind, mode):
             "pods": pods, "kind": kind, "mode": mode, "changes": changes, "rate": rate,
             "cpu_ms_per_change": cpu * 1000.0 / changes,
             "publishes": metric(port, "tpumesh_publishes_total") - pub0,
-            "patched": metric(port, 'tpumesh_worker_list_updates_total{how="patched"}'),
-            "rebuilt": metric(port, 'tpumesh_worker_list_updates_total{how="rebuilt"}'),
+            "builds": metric(port, "tpumesh_worker_list_builds_total"),
         }
         rows = [tuple(int(g) for g in m.groups()) for m in (DEBUG_LINE.search(l) for l in logs[start:]) if m]
         res["us"] = {p: [pct([r[k] for r in rows], q) for q in (50, 90, 99)] for k, p in enumerate(PARTS)}
@@ -129,9 +128,9 @@ def main():
     a = ap.parse_args()
     r = run(a.pods, a.changes, a.rate, a.kind, a.mode)
     print("%d pods, %d %s changes at %g/s (%s mode): %.3f ms CPU per change, %d publishes, "
-          "worker list patched %d / rebuilt %d times" %
+          "worker list built %d times" %
           (r["pods"], r["changes"], r["kind"], r["rate"], r["mode"], r["cpu_ms_per_change"],
-           r["publishes"], r["patched"], r["rebuilt"]))
+           r["publishes"], r["builds"]))
     for p in PARTS:
         if r["publishes"] > 0:
             print("  %-8s p50 %6d  p90 %6d  p99 %6d us" % ((p,) + tuple(r["us"][p])))

@@ -96,11 +96,18 @@ int mesh_sidecar_job_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *
                        sizeof(j->jobset_uid), why, sizeof(why)) < 0) {
             mesh_warn(MOD,
                       "cannot tell which JobSet this pod's Job belongs to (%s): only pods of "
-                      "the same Job (slice) count as this job's for relays and peers",
+                      "the same Job (slice) are taken as relays; other slices' pods are taken "
+                      "as peers on their labels",
                       why);
         } else {
             mesh_info(MOD, "job identity: JobSet uid %s (via Job %s)", j->jobset_uid,
                       s->owner_name);
+            struct mesh_err e;
+            mesh_err_clear(&e);
+            j->client = mesh_sidecar_client_new(&ctx->opts, &e);
+            if (j->client == NULL) {
+                mesh_warn(MOD, "no API client for checking other slices' Jobs: %s", e.msg);
+            }
         }
     }
     snprintf(j->kind, sizeof(j->kind), "%s", j->jobset_uid[0] ? "JobSet" : s->owner_kind);
@@ -111,6 +118,8 @@ int mesh_sidecar_job_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *
 void mesh_sidecar_job_cleanup(struct mesh_sidecar *ctx)
 {
     if (ctx->job.inited) {
+        mesh_k8s_client_free(ctx->job.client);
+        ctx->job.client = NULL;
         pthread_mutex_destroy(&ctx->job.mu);
         ctx->job.inited = false;
     }
@@ -180,4 +189,39 @@ int mesh_sidecar_job_same(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
     }
     pthread_mutex_unlock(&j->mu);
     return 0;
+}
+
+int mesh_sidecar_job_same_direct(struct mesh_sidecar *ctx, const struct mesh_k8s_pod *p, char *why,
+                                 size_t cap)
+{
+    int rc = mesh_sidecar_job_same_quick(ctx, p, why, cap);
+    if (rc <= 0) {
+        return rc;
+    }
+    struct mesh_sidecar_job *j = &ctx->job;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->nothers; i++) {
+        if (strcmp(j->others[i], p->owner_uid) == 0) {
+            pthread_mutex_unlock(&j->mu);
+            snprintf(why, cap, "pod %s: its Job %s is not one of this JobSet's", p->name,
+                     p->owner_name);
+            return -MESH_E_INVAL;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (j->jobset_uid[0] == '\0' || j->client == NULL) {
+        return 0; /* the own JobSet is unknown (logged at start): labels decide */
+    }
+    /* Only the informer thread uses j->client. */
+    rc = mesh_sidecar_job_same(ctx, j->client, p, why, cap);
+    if (rc == -MESH_E_INVAL) {
+        pthread_mutex_lock(&j->mu);
+        snprintf(j->others[j->next_other], MESH_K8S_UID_MAX, "%s", p->owner_uid);
+        j->next_other = (j->next_other + 1) % MESH_SIDECAR_JOB_SLICES_MAX;
+        if (j->nothers < MESH_SIDECAR_JOB_SLICES_MAX) {
+            j->nothers++;
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    return rc;
 }

@@ -133,10 +133,13 @@ struct mesh_sidecar_job {
     char kind[MESH_K8S_KIND_MAX];      /* "Job", "StatefulSet", "JobSet", ... */
     char owner_uid[MESH_K8S_UID_MAX];  /* the own pod's controller */
     char jobset_uid[MESH_K8S_UID_MAX]; /* its Job's JobSet, "" = none or unknown */
-    pthread_mutex_t mu;                /* guards slices */
+    pthread_mutex_t mu;                /* guards slices and others */
     char slices[MESH_SIDECAR_JOB_SLICES_MAX][MESH_K8S_UID_MAX]; /* Jobs checked to be the
                                                                    JobSet's */
     size_t nslices;
+    char others[MESH_SIDECAR_JOB_SLICES_MAX][MESH_K8S_UID_MAX]; /* Jobs checked NOT to be */
+    size_t nothers, next_other;
+    struct mesh_k8s_client *client; /* JobSet pods: the informer thread's checks (owned) */
 };
 
 /* Records a subscriber checked against the API (relay.c): the coordinator
@@ -309,6 +312,11 @@ int mesh_sidecar_job_same_quick(const struct mesh_sidecar *ctx, const struct mes
  * tell (why). Thread-safe. */
 int mesh_sidecar_job_same(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
                           const struct mesh_k8s_pod *p, char *why, size_t cap);
+/* As mesh_sidecar_job_same for the informer thread (direct mode), on
+ * ctx->job.client; a Job found not to be the JobSet's is remembered too,
+ * so a stranger's pods cost one GET per Job, not one per event. */
+int mesh_sidecar_job_same_direct(struct mesh_sidecar *ctx, const struct mesh_k8s_pod *p, char *why,
+                                 size_t cap);
 
 /* ---- expected.c ---- */
 

@@ -68,12 +68,13 @@ void *mesh_sidecar_extract(void *vctx, const cJSON *obj)
         return NULL;
     }
     /* A pod that carries the job's labels but another controller (or none)
-     * is not a worker (jobid.c). Another slice's Job of the same JobSet is
-     * taken on its labels here: checking it costs a GET per slice, which
-     * the relay side pays only for its relay. */
+     * is not a worker (jobid.c). Another slice's Job is checked to be the
+     * same JobSet's with one GET per Job (remembered either way). An API
+     * failure keeps the pod: the API cannot tell now, and a peer's pod
+     * must not vanish from the job for it. */
     char why[256];
     if (ctx->opts.selector == NULL && ctx->job.known &&
-        mesh_sidecar_job_same_quick(ctx, &p, why, sizeof(why)) < 0) {
+        mesh_sidecar_job_same_direct(ctx, &p, why, sizeof(why)) == -MESH_E_INVAL) {
         mesh_debug(MOD, "not a worker: %s", why);
         return NULL;
     }

@@ -13,7 +13,9 @@ against the kube-apiserver simulator, and hostile relays written with python3-gr
 3. A 32 MiB message of empty records: refused (the gRPC receive limit follows the job's 2 workers),
    and the subscriber's peak memory grows by at most 16 MiB.
 4. Relay slots: a peer whose IP is not a pod of the job gets no VIEW_PODS stream at all; a pod of
-   the job gets at most 4."""
+   the job gets at most 4.
+5. A JobSet: a relay in another slice (another Job) is of the same job through its Job's owner;
+   a pod at rank 0 whose Job belongs to another JobSet is refused."""
 import json
 import os
 import socket
@@ -266,6 +268,37 @@ def run(sim, tmp, tok, cars, evils, socks):
     t = json.loads(b1.topology_text())
     check("32 MiB message: the published workers are the API's",
           [w["pod"] for w in t["workers"]] == ["big-0-aaaaa", "big-1-aaaaa"], t)
+
+    # 5. A JobSet of 2 slices x 2 hosts: each slice is its own Job, so a relay in the other slice
+    # is of the same job through its Job's owner (one GET); a pod at rank 0 whose Job belongs to
+    # another JobSet is refused.
+    c.make_jobset(name="js", replicas=2, completions=2)
+    c.make_jobset(name="evil", replicas=1, completions=2)
+    for sl in (0, 1):
+        c.make_job(jobset="js", rjob="slice", index=sl, completions=2)
+    c.make_job(jobset="evil", rjob="slice", index=0, completions=2)
+    janno = {"tpumesh.dev/expected-workers": "4"}
+    c.make(jobset="evil", slice=0, index=0, slices=2, per_slice=2, ip="127.64.7.20", annotations=janno,
+           labels={"jobset.sigs.k8s.io/jobset-name": "js"})
+    jcars = {}
+    for sl in (0, 1):
+        for w in (0, 1):
+            r = sl * 2 + w
+            name = "js-slice-%d-%d-aaaaa" % (sl, w)
+            c.make(name=name, jobset="js", slice=sl, index=w, slices=2, per_slice=2, ip="127.64.7.%d" % (r + 1),
+                   annotations=janno)
+            jcars[r] = car("js%d" % r, name, "127.64.7.%d" % (r + 1))
+    want = {1: "127.64.7.1", 2: "127.64.7.1", 3: "127.64.7.2"}
+    check("JobSet: ranks 2 and 3 follow relays in the other slice (same JobSet through their Jobs)",
+          wait(lambda: all(jcars[r].readyz()[0] == 200 and "source relay %s:%d" % (want[r], port)
+                           in jcars[r].readyz()[1] for r in want), 25),
+          {r: jcars[r].readyz() for r in want})
+    check("JobSet: a rank-0 pod whose Job belongs to another JobSet is refused and logged",
+          any("not to this JobSet" in l for r in (1, 2) for l in jcars[r].lines),
+          [l for r in (1, 2) for l in jcars[r].lines if "relay" in l][-4:])
+    check("JobSet: every sidecar publishes the 4 real workers",
+          all([w["ip"] for w in json.loads(jcars[r].topology_text())["workers"]]
+              == ["127.64.7.%d" % (i + 1) for i in range(4)] for r in range(4)))
 
 
 def _varint(v):

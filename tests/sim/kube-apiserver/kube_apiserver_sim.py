@@ -778,7 +778,11 @@ def make_job_pod(state, a):
     index = int(index)
     if not name:
         name = "%s-%d-%s" % (job, index, _rand_suffix(state.rng))
-    juid = state.job_uids.setdefault((ns, job), _uid("job/%s/%s/%d" % (ns, job, state.restarts)))
+    # The Job object's uid when one was made (make-job): a pod's controller reference names that very
+    # object, as the Job controller writes it.
+    jobj = state.workloads.get("jobs", ns, job) if getattr(state, "workloads", None) is not None else None
+    juid = (jobj["metadata"]["uid"] if jobj else
+            state.job_uids.setdefault((ns, job), _uid("job/%s/%s/%d" % (ns, job, state.restarts))))
     t = a.get("created") or now_rfc3339()
     labels = {
         "batch.kubernetes.io/controller-uid": juid,

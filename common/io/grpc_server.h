@@ -10,7 +10,10 @@
  *
  * Bounds (docs/STYLE.md R21): at most opts.max_streams Watch streams at once
  * (more get RESOURCE_EXHAUSTED), of which at most opts.max_pod_streams
- * VIEW_PODS subscribers (the relay fan-out); requests of at most 4 KiB;
+ * VIEW_PODS subscribers (the relay fan-out), only from the IP of a pod in
+ * the set given to mesh_grpc_server_set_pods (or loopback: this pod), at
+ * most 4 per address (PERMISSION_DENIED / RESOURCE_EXHAUSTED otherwise);
+ * requests of at most 4 KiB;
  * per stream at most ONE message in flight and no queue: a stream that
  * falls behind is sent the latest state (for VIEW_PODS the difference
  * between what it last got and now), so a burst of changes costs one

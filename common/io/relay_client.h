@@ -3,12 +3,17 @@
  * tpumesh.v1.Topology/Watch (VIEW_PODS) stream from a relay sidecar on the
  * gRPC C core, applied to a local store of pod records.
  *
- * Every record is checked as if it came from the API (core/topo_msg.h);
- * one record the API rules refuse, a duplicate name, a delta before the
- * first full set, or more records than MESH_TOPO_MSG_PODS_MAX make the
- * whole message refused and end the session (the store keeps the last
- * accepted state; the caller falls back to its own watch). A relay is a
- * peer, not an authority.
+ * A message is bounded before it is decoded: gRPC's receive limit and a
+ * memory quota follow the job's expected workers (mesh_relay_max_message),
+ * and its wire format is scanned (mesh_topo_msg_scan_pods) for more
+ * records than the job can need. Every record is then checked as if it
+ * came from the API (core/topo_msg.h), and the caller's check (the
+ * coordinator's and own record against the API) runs before anything is
+ * applied; one record the API rules refuse, a duplicate name, a delta
+ * before the first full set, or a failed check make the whole message
+ * refused and end the session (the store keeps the last accepted state;
+ * the caller falls back to its own watch). A relay is a peer, not an
+ * authority.
  *
  * Threads: mesh_relay_client_run blocks on the calling thread; the store
  * may be read from any thread under its lock, and its status copied at any

@@ -65,6 +65,9 @@ struct mesh_sidecar_relay {
     int64_t fallback_ms; /* this sidecar's jittered delay */
     /* main thread */
     int64_t waiting_since; /* when the relay stopped being good (or start-up) */
+    int64_t seen_running_since; /* running_since the flags below are about */
+    bool good_once;             /* the relay pod was good since it was seen running */
+    bool force;                 /* a refusal: fall back now */
     uint64_t refused_seen;
     bool fallback_logged;
     pthread_mutex_t mu; /* guards pod_name, ip */
@@ -668,9 +671,15 @@ void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx)
     if (refused && !st.connected) {
         /* A refused session ended: fall back at once. */
         r->refused_seen = st.refused;
-        r->waiting_since = now - r->fallback_ms;
+        r->force = true;
+    }
+    int64_t rs = atomic_load(&r->running_since);
+    if (rs != r->seen_running_since) {
+        r->seen_running_since = rs;
+        r->good_once = false;
     }
     bool good = relay_good(r, &st, now);
+    r->good_once = r->good_once || good;
     if (!good && atomic_load(&r->pod_state) != POD_RUNNING) {
         /* Waiting is not failing: the relay pod does not run yet, and the
          * topology cannot be complete without it. The fallback delay
@@ -679,6 +688,7 @@ void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx)
     }
     if (good) {
         r->waiting_since = now;
+        r->force = false;
         if (!ctx->following) {
             if (ctx->inf != NULL) {
                 mesh_sidecar_direct_stop(ctx);
@@ -691,7 +701,14 @@ void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx)
         }
         return;
     }
-    if (now - r->waiting_since >= r->fallback_ms && ctx->inf == NULL) {
+    /* A relay pod that just got its IP gets a start-up allowance of 3 x F
+     * before the fallback delay counts: its sidecar may still be starting
+     * (tpumesh-init, an image pull, its own first LIST), and 63 subscribers
+     * falling back meanwhile would cost the API what relays save. */
+    int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
+    int64_t delay = r->fallback_ms + (r->good_once ? 0 : 3 * f);
+    if ((r->force || now - r->waiting_since >= delay) && ctx->inf == NULL) {
+        r->force = false;
         mesh_warn(MOD, "source: falling back to the API watch: %s",
                   st.error[0] ? st.error : "the relay is not answering yet");
         pthread_mutex_lock(&ctx->mu);

@@ -64,7 +64,7 @@ struct mesh_sidecar_relay {
     int grpc_port;
     int64_t fallback_ms; /* this sidecar's jittered delay */
     /* main thread */
-    int64_t waiting_since; /* when the relay stopped being good (or start-up) */
+    int64_t waiting_since;      /* when the relay stopped being good (or start-up) */
     int64_t seen_running_since; /* running_since the flags below are about */
     bool good_once;             /* the relay pod was good since it was seen running */
     bool force;                 /* a refusal: fall back now */
@@ -509,6 +509,15 @@ static void log_once(char *last, size_t cap, int rc, const char *msg)
     }
 }
 
+/* No message from the relay pod since it was seen running (relay
+ * thread). */
+static bool st_before_good(struct mesh_sidecar_relay *r)
+{
+    struct mesh_relay_status st;
+    mesh_relay_store_status(r->store, &st);
+    return st.last_good_ms < atomic_load(&r->running_since);
+}
+
 static int session(struct mesh_sidecar_relay *r, const char *target, struct mesh_err *err)
 {
     struct mesh_sidecar *ctx = r->ctx;
@@ -581,8 +590,16 @@ static void *relay_thread(void *arg)
         log_once(last_err, sizeof(last_err), rc, err.msg);
         /* A refusing relay is tried again only after a long pause; an
          * unreachable one with a growing, jittered pause of at most 1 s
-         * (a reconnect costs the API nothing). */
+         * (a reconnect costs the API nothing), and one whose pod just got
+         * its IP and never answered yet every 300 ms at most: it is
+         * starting, and its subscribers should follow it as soon as it
+         * serves. */
         int64_t pause = rc == -MESH_E_INVAL ? 3 * f : backoff;
+        bool starting =
+            st_before_good(r) && mesh_sys_now_ms() - atomic_load(&r->running_since) < 3 * f;
+        if (rc != -MESH_E_INVAL && starting && pause > 300) {
+            pause = 300;
+        }
         if (rc == -MESH_E_INVAL) {
             target[0] = '\0';
         }

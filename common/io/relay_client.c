@@ -348,10 +348,14 @@ static int wait_tag(struct session *se, void *tag, int64_t since, bool *out_succ
     }
 }
 
-static void finish_call(struct session *se, char *why, size_t cap)
+/* Receive the call's status (cancel: end it first, when it may still be
+ * running; a call whose receive failed has ended and keeps its own). */
+static void finish_call(struct session *se, bool cancel, char *why, size_t cap)
 {
     se->status_done = true;
-    grpc_call_cancel(se->call, NULL);
+    if (cancel) {
+        grpc_call_cancel(se->call, NULL);
+    }
     if (se->send_pending) {
         grpc_completion_queue_pluck(se->cq, &se->tag_send, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                                     NULL);
@@ -441,7 +445,7 @@ static int stream(struct session *se, struct mesh_err *err)
         }
         if (!ok || se->msg == NULL) {
             char why[512];
-            finish_call(se, why, sizeof(why));
+            finish_call(se, false, why, sizeof(why));
             return mesh_err_set(err, MESH_E_API, 0, "relay %s ended the stream (%s)", o->target,
                                 why);
         }
@@ -488,17 +492,21 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     struct session se = {.o = o, .s = s};
     grpc_metadata_array_init(&se.md);
     grpc_metadata_array_init(&se.trailing);
-    grpc_arg args[8];
+    grpc_arg args[9];
     int n = 0;
     /* gRPC 1.51 buffers a whole message before its receive limit applies,
      * and opens the stream's flow-control window for whatever length a
      * message announces: without a memory quota (and without BDP probing,
      * which grows the window on its own) a relay could make this process
      * hold 32 MiB before the limit refuses it. The quota is twice the
-     * largest message the job can need. */
+     * largest message the job can need, at least 8 MiB. */
     size_t qbytes = 2 * mesh_relay_max_message(o->max_pods);
     grpc_resource_quota *quota = grpc_resource_quota_create("tpumesh-relay");
-    grpc_resource_quota_resize(quota, qbytes > ((size_t)4 << 20) ? qbytes : ((size_t)4 << 20));
+    grpc_resource_quota_resize(quota, qbytes > ((size_t)8 << 20) ? qbytes : ((size_t)8 << 20));
+    /* Reads in chunks of at most 256 KiB: gRPC grows a busy connection's
+     * read buffer up to 4 MiB, and a quota this small would then cancel a
+     * healthy session (its reclaimer closes calls under pressure). */
+    args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 256 << 10);
     args[n].type = GRPC_ARG_POINTER;
     args[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
     args[n].value.pointer.p = quota;
@@ -530,7 +538,7 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
         se.status_done = false;
         rc = stream(&se, err);
         if (!se.status_done) {
-            finish_call(&se, NULL, 0);
+            finish_call(&se, true, NULL, 0);
         }
     }
     set_state(s, false, rc < 0 ? err->msg : "stopped");

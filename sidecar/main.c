@@ -342,6 +342,37 @@ static int start(struct mesh_sidecar *ctx, int sfd, struct mesh_sidecar_http **o
     return mesh_sidecar_direct_start(ctx, err);
 }
 
+/* The teardown after the loop (SIGTERM's drain, docs/DESIGN.md §6): the
+ * watch or relay subscription first, then the servers, then everything the
+ * process holds. The published files stay. */
+static void stop_all(struct mesh_sidecar *ctx, struct mesh_sidecar_http *http)
+{
+    if (ctx->inf_running || ctx->relay != NULL) {
+        int64_t t0 = mesh_sys_now_ms();
+        if (ctx->inf_running) {
+            mesh_k8s_informer_stop(ctx->inf);
+            pthread_join(ctx->inf_thread, NULL);
+            ctx->inf_running = false;
+        }
+        mesh_info(MOD, "watch stopped in %lld ms; files stay at generation %llu",
+                  (long long)(mesh_sys_now_ms() - t0), (unsigned long long)ctx->generation);
+    }
+    ctx->http = NULL;
+    mesh_sidecar_http_stop(http);
+    mesh_grpc_server_stop(ctx->grpc);
+    ctx->grpc = NULL;
+    mesh_sidecar_relay_stop(ctx);
+    mesh_sidecar_direct_stop(ctx);
+    if (ctx->wake_fd >= 0) {
+        close(ctx->wake_fd);
+    }
+    mesh_sidecar_topology_cleanup(ctx);
+    mesh_sidecar_opts_cleanup(&ctx->opts);
+    mesh_sidecar_job_cleanup(ctx);
+    pthread_mutex_destroy(&ctx->mu);
+    pthread_mutex_destroy(&ctx->chg_mu);
+}
+
 int main(int argc, char **argv)
 {
     /* One malloc arena for every thread. glibc gives each thread that
@@ -405,29 +436,6 @@ int main(int argc, char **argv)
     }
 
 out:
-    if (ctx.inf_running || ctx.relay != NULL) {
-        int64_t t0 = mesh_sys_now_ms();
-        if (ctx.inf_running) {
-            mesh_k8s_informer_stop(ctx.inf);
-            pthread_join(ctx.inf_thread, NULL);
-            ctx.inf_running = false;
-        }
-        mesh_info(MOD, "watch stopped in %lld ms; files stay at generation %llu",
-                  (long long)(mesh_sys_now_ms() - t0), (unsigned long long)ctx.generation);
-    }
-    ctx.http = NULL;
-    mesh_sidecar_http_stop(http);
-    mesh_grpc_server_stop(ctx.grpc);
-    ctx.grpc = NULL;
-    mesh_sidecar_relay_stop(&ctx);
-    mesh_sidecar_direct_stop(&ctx);
-    if (ctx.wake_fd >= 0) {
-        close(ctx.wake_fd);
-    }
-    mesh_sidecar_topology_cleanup(&ctx);
-    mesh_sidecar_opts_cleanup(&ctx.opts);
-    mesh_sidecar_job_cleanup(&ctx);
-    pthread_mutex_destroy(&ctx.mu);
-    pthread_mutex_destroy(&ctx.chg_mu);
+    stop_all(&ctx, http);
     return exit_code;
 }

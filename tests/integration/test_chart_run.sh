@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/integration/test_chart_run.sh - runs tpumesh-init and tpumesh-sidecar exactly as
-# k8s/job-v5litepod-16.yaml, k8s/jobset-multislice.yaml and the chart's helm test pod
+# k8s/job-v5litepod-16.yaml, k8s/first-job-cpu.yaml, k8s/jobset-multislice.yaml and the chart's helm test pod
 # declare them (args, env, downward API, volumes) against the kube-apiserver simulator, and
 # tpumesh-init as k8s/legacy-tpu-node.yaml declares it against the tf-master simulator, and
 # checks what the kubelet would see: init exits 0, the startup/readiness/liveness probe

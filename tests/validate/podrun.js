@@ -224,7 +224,7 @@ function jobPod(tpl, { name, job, index, labels = {}, annotations = {}, hostname
 }
 
 /* ---- one pod's run --------------------------------------------------------------------- */
-async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit = true, afterInit }) {
+async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit = true, afterInit, smoke = false }) {
     const spec = pod.spec;
     const dir = path.join(TMP, pod.metadata.name);
     podVolumes(pod, dir);
@@ -294,17 +294,30 @@ async function runPod(sim, pod, { label, gkeEnv, wantJobs, peerToDrop, skipInit 
         script = script.replace(/exec python3 \S+/, 'env');
         const tr = start('/bin/sh', ['-c', script], { PATH: '/usr/bin:/bin' });
         const res = await Promise.race([tr.exited, sleep(scaled(20000)).then(() => ({ code: 'timeout' }))]);
-        const envOut = Object.fromEntries(tr.lines.filter((l) => /^[A-Z_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
-        const e = [];
-        if (res.code !== 0) e.push(`exit ${res.code}`, ...tr.lines.slice(-5));
-        if (envOut.DTENSOR_JOBS !== wantJobs) e.push(`DTENSOR_JOBS=${envOut.DTENSOR_JOBS}`);
-        try {
-            JSON.parse(envOut.TF_CONFIG);
-        } catch (err) {
-            e.push(`TF_CONFIG is not JSON: ${envOut.TF_CONFIG}`);
+        if (smoke) {
+            /* k8s/first-job*.yaml: the smoke trainer prints what it read and exits 0. */
+            const idx = (pod.metadata.annotations || {})['batch.kubernetes.io/job-completion-index'];
+            const n = wantJobs.split(',').length;
+            const want = [`tpumesh smoke: rank ${idx} of ${n} (TPU_WORKER_ID ${idx})`, `tpumesh smoke: DTENSOR_JOBS=${wantJobs}`];
+            const got = tr.lines.filter((l) => l.startsWith('tpumesh smoke:'));
+            const e = res.code === 0 ? [] : [`exit ${res.code}`, ...tr.lines.slice(-5)];
+            if (JSON.stringify(got.slice(0, 2)) !== JSON.stringify(want)) e.push(`printed ${JSON.stringify(got)}`, `wanted ${JSON.stringify(want)}`);
+            if (!/^tpumesh smoke: workersDigest=[0-9a-f]{16}$/.test(got[2] || '')) e.push(`no workersDigest line: ${got[2]}`);
+            check(`${label}: the smoke trainer's own command prints its rank, DTENSOR_JOBS and workersDigest and exits 0`, e);
         }
-        if (!envOut.TPU_WORKER_ID) e.push('TPU_WORKER_ID not set from tpu.env');
-        check(`${label}: the trainer's own command runs and sources the published files`, e);
+        const envOut = smoke ? null : Object.fromEntries(tr.lines.filter((l) => /^[A-Z_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+        if (!smoke) {
+            const e = [];
+            if (res.code !== 0) e.push(`exit ${res.code}`, ...tr.lines.slice(-5));
+            if (envOut.DTENSOR_JOBS !== wantJobs) e.push(`DTENSOR_JOBS=${envOut.DTENSOR_JOBS}`);
+            try {
+                JSON.parse(envOut.TF_CONFIG);
+            } catch (err) {
+                e.push(`TF_CONFIG is not JSON: ${envOut.TF_CONFIG}`);
+            }
+            if (!envOut.TPU_WORKER_ID) e.push('TPU_WORKER_ID not set from tpu.env');
+            check(`${label}: the trainer's own command runs and sources the published files`, e);
+        }
     }
 
     if (peerToDrop) {
@@ -390,6 +403,30 @@ async function main() {
             gkeEnv: { TPU_WORKER_ID: '1', TPU_WORKER_HOSTNAMES: hosts.join(','),
                 TPU_ACCELERATOR_TYPE: 'v5litepod-16', TPU_TOPOLOGY: tpl.spec.nodeSelector['cloud.google.com/gke-tpu-topology'] },
             wantJobs: hosts.map((h) => `${h}:12000`).join(','),
+        });
+        await sim.ctl('clear', {});
+    }
+
+    /* 1c. k8s/first-job-cpu.yaml: the first job without TPUs. No GKE TPU variables (no TPU
+     * node): tpumesh-init gets the slice from the manifest's env and skips initialization,
+     * the sidecar finds the 4 workers from the pods; the smoke trainer runs. */
+    {
+        const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(ROOT, 'k8s', 'first-job-cpu.yaml'), 'utf8')).map((d) => d.toJS());
+        const job = docs.find((d) => d.kind === 'Job');
+        const tpl = job.spec.template;
+        const jname = job.metadata.name;
+        const sub = tpl.spec.subdomain;
+        const hosts = Array.from({ length: job.spec.completions }, (_, i) => `${jname}-${i}.${sub}`);
+        const pods = hosts.map((h, i) => jobPod(tpl, { name: `${jname}-${i}-c9pu0`, job: jname, index: i,
+            hostname: `${jname}-${i}`, ip: `10.4.2.${20 + i}` }));
+        for (const p of pods) await sim.ctl('create', { pod: p });
+        await runPod(sim, pods[2], {
+            label: 'k8s/first-job-cpu.yaml worker 2',
+            gkeEnv: {},
+            skipInit: false,
+            wantJobs: hosts.map((h) => `${h}:10000`).join(','),
+            peerToDrop: pods[0],
+            smoke: true,
         });
         await sim.ctl('clear', {});
     }

@@ -61,7 +61,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 TOOL_BINS  := $(patsubst tests/tools/%.c,$(BUILD)/tests/tools/%,$(TOOL_SRC))
 PODBIND    := $(BUILD)/tests/podbind.so
 
-.PHONY: all deps deps-base trainer-deps trainers test test-unit test-fuzz test-integration asan valgrind fuzz lint \
+.PHONY: all deps deps-base trainer-deps trainers test e2e e2e-deps e2e-slow test-unit test-fuzz test-integration asan valgrind fuzz lint \
         format format-check demo bench bench-check clean help check-core-pure gen-py image-test
 
 # Keep intermediate objects (pattern chains would delete them and force rebuilds).
@@ -73,9 +73,12 @@ help:
 	@echo "make deps        install the Debian packages the build and tests need, and Helm 3 and 4"
 	@echo "                 for the chart tests into \$$(BUILD)/helm (idempotent; offline once there)"
 	@echo "make             build build/bin/tpumesh-init, tpumesh-sidecar and tpumesh-injector"
-	@echo "make test        deps + build + unit, fuzz-corpus replay, integration and trainer tests"
+	@echo "make test        deps + build + unit, fuzz-corpus replay, integration, trainer and e2e tests"
 	@echo "make trainers    only the real TensorFlow/DTensor and JAX tests (tests/trainers/)"
 	@echo "make trainer-deps  the pinned TensorFlow and JAX venvs in build/ (make deps runs it)"
+	@echo "make e2e-deps    build the pinned Kubernetes control plane + JobSet into \$$(BUILD)/e2e (Go)"
+	@echo "make e2e         the end-to-end scenarios alone, on that real control plane"
+	@echo "make e2e-slow    the slow ones: API server faults, relay vs direct at 64 pods"
 	@echo "make demo        deps (without the trainer venvs) + build + run the whole flow on the"
 	@echo "                 simulators, the injector path included"
 	@echo "make asan        unit, corpus replay and integration tests, AddressSanitizer + UBSan (clang)"
@@ -183,8 +186,27 @@ test-unit: $(UNIT_BINS) $(TOOL_BINS) $(PODBIND)
 test-fuzz: $(FUZZ_BINS)
 
 test: deps
+	@BUILD=$(BUILD) scripts/e2e-deps.sh --background
 	@$(MAKE) --no-print-directory all test-unit test-fuzz gen-py
 	@BUILD=$(BUILD) PY=$(PY) tests/run.sh
+
+# The pinned control plane of the end-to-end tests (tests/e2e/cluster/go.mod, docs/e2e.md):
+# built from the Go module proxy into $(BUILD)/e2e, rebuilt only when the pins change.
+e2e-deps:
+	@BUILD=$(BUILD) nice -n 10 scripts/e2e-deps.sh
+
+# The end-to-end scenarios alone, against the real control plane.
+e2e: deps-base
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) nice -n 10 scripts/e2e-deps.sh
+	@BUILD=$(BUILD) PY=$(PY) ONLY=e2e tests/run.sh
+
+# The slow end-to-end scenarios (API server restart, etcd compaction and bookmarks; relay vs
+# direct at 64 pods): not in `make test`, which keeps its e2e part under 8 minutes.
+e2e-slow: deps-base
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) nice -n 10 scripts/e2e-deps.sh
+	@BUILD=$(BUILD) PY=$(PY) ONLY=e2e E2E_PATTERN='slow_e2e_*.py' tests/run.sh
 
 # Unit tests, corpus replays and integration tests with the programs built with ASan + UBSan
 # (clang, build-asan/) or run under valgrind; any report fails the run (tests/sanitize.sh).

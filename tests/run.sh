@@ -15,7 +15,12 @@
 # skips.
 #   trainers     tests/trainers/test_*.py      TAP, as integration: real TensorFlow/DTensor and JAX
 #                                              (build/venv-tf, build/venv-jax) read the published files
-# Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration trainers"), WRAP (e.g. valgrind; also
+#   e2e          tests/e2e/test_*.py           TAP, as integration, against the real Kubernetes
+#                                              control plane scripts/e2e-deps.sh builds (waited for
+#                                              first when `make test` started it in the
+#                                              background; docs/e2e.md). E2E_PATTERN='slow_e2e_*.py'
+#                                              runs the slow scenarios instead (`make e2e-slow`)
+# Env: BUILD (build dir), PY (python), ONLY ("unit fuzz integration trainers e2e"), WRAP (e.g. valgrind; also
 #      exported to integration tests, which start the programs under it when they support it),
 #      FILTER (substring of test names to run), INTEGRATION_ONLY (space-separated substrings: run
 #      only the integration tests matching one), TEST_TIMEOUT (seconds per program, default
@@ -30,7 +35,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
 PY=${PY:-/usr/bin/python3}
-ONLY=${ONLY:-unit fuzz integration trainers}
+ONLY=${ONLY:-unit fuzz integration trainers e2e}
 WRAP=${WRAP:-}
 FILTER=${FILTER:-}
 INTEGRATION_ONLY=${INTEGRATION_ONLY:-}
@@ -180,6 +185,11 @@ if want integration; then
 fi
 if want trainers; then
     run_tap trainers tests/trainers/test_*.py
+fi
+if want e2e; then
+    # `make test` builds the pinned control plane in the background meanwhile; wait for it.
+    BUILD=$BUILD scripts/e2e-deps.sh --wait
+    run_tap e2e tests/e2e/${E2E_PATTERN:-test_*.py}
 fi
 
 echo

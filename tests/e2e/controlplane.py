@@ -424,9 +424,9 @@ class ControlPlane:
                                namespace=namespace, name=sa, sub="token")
         return tr["status"]["token"]
 
-    def namespace(self, name, enforce="restricted"):
+    def namespace(self, name, enforce="restricted", labels=None):
         """Create a namespace with Pod Security `enforce` (and warn/audit) at that level."""
-        labels = {}
+        labels = dict(labels or {})
         if enforce:
             for mode in ("enforce", "warn", "audit"):
                 labels["pod-security.kubernetes.io/" + mode] = enforce

@@ -56,7 +56,8 @@ def main():
     print("# tpumesh-init: %s" % msg)
     if not check("injector up (k8s/injector.yaml)", install_injector_manifests(cp), "\n".join(node.notes[-5:])):
         return done()
-    cp.namespace(NS, enforce="restricted")
+    # The injector serves namespaces labelled for it (k8s/injector.yaml's namespaceSelector).
+    cp.namespace(NS, enforce="restricted", labels={"tpumesh.dev/injection": "enabled"})
     apply_all(cp, load_manifests("k8s/rbac.yaml", NS, edit=_rbac_subject))
     pod = next(d for d in load_manifests("k8s/injected-job-v5litepod-16.yaml", NS) if d["kind"] == "Job")
     tpl = pod["spec"]["template"]

@@ -85,7 +85,8 @@ def main():
         return done()
     ok("injector up (%s)" % elapsed(t0))
 
-    cp.namespace(NS, enforce="restricted")
+    # The injector serves namespaces labelled for it (k8s/injector.yaml's namespaceSelector).
+    cp.namespace(NS, enforce="restricted", labels={"tpumesh.dev/injection": "enabled"})
     apply_all(cp, load_manifests("k8s/rbac.yaml", NS, edit=_rbac_subject))
     # Pod Security really is enforced here: a root pod is refused with PodSecurity's message.
     try:
@@ -112,7 +113,7 @@ def main():
         if inits != ["tpumesh-init", "tpumesh-sidecar"] or "/var/run/tpumesh" not in mounts:
             fail("pod %s was injected by the webhook the API server called" % p["metadata"]["name"],
                  "initContainers %s, trainer mounts %s" % (inits, mounts))
-            break
+            return done()
     else:
         ok("every pod was injected by the webhook the API server called (tpumesh-init, sidecar, mount)")
     sa_ok = all(p["spec"].get("serviceAccountName") == "tpumesh" for p in ps)

@@ -79,6 +79,24 @@ def callgrind_total(path):
     raise SystemExit("bench-check: no totals in %s" % path)
 
 
+def smaps_breakdown(pid):
+    """Where the resident memory is: KiB of Rss and of anonymous pages per mapping, grouped by
+    what backs it (a library's file, [heap], [stack], or "anon" for unnamed mappings: thread
+    stacks and allocator arenas)."""
+    out = {}
+    name = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            parts = line.split()
+            if not parts[0].endswith(":") or "-" in parts[0]:
+                name = os.path.basename(parts[5]) if len(parts) > 5 else "anon"
+                continue
+            if parts[0] in ("Rss:", "Anonymous:"):
+                e = out.setdefault(name, {"rss": 0, "anon": 0})
+                e["rss" if parts[0] == "Rss:" else "anon"] += int(parts[1])
+    return out
+
+
 def run(args):
     work = tempfile.mkdtemp(prefix="tpumesh-check-", dir="/dev/shm")
     # A peer that falls behind must not be cut off (slow-consumer timeout 0): it catches up.
@@ -156,6 +174,7 @@ def run(args):
             if args.keep_callgrind:
                 shutil.copy(dumps[-1], args.keep_callgrind)
         st = status_kib(pc.pid)
+        res["smaps_kib"] = smaps_breakdown(pc.pid)
         res["vmhwm_kib"] = st.get("VmHWM")
         res["rss_anon_end_kib"] = st.get("RssAnon")
         res["rss_anon_peak_kib"] = peak.stop()
@@ -212,6 +231,7 @@ def main():
     ap.add_argument("--keep-log", help="copy the sidecar's log here")
     ap.add_argument("--budget", help="JSON {figure: limit}; exit 1 when a figure is over its limit")
     ap.add_argument("--only", help="comma-separated figures whose limits this run checks (default: all)")
+    ap.add_argument("--smaps", type=int, default=0, help="print the N largest mappings at the end")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     res = run(args)
@@ -239,6 +259,11 @@ def main():
     missing = [k for k in limits if get(res, k) is None]
     for k in missing:
         print("  %-52s %12s  limit %s  NOT MEASURED" % (k, "-", limits[k]))
+    if args.smaps and res.get("smaps_kib"):
+        rows = sorted(res["smaps_kib"].items(), key=lambda kv: -kv[1]["rss"])
+        print("  resident memory by mapping at the end (KiB rss / anonymous):")
+        for name, e in rows[:args.smaps]:
+            print("    %-40s %8d %8d" % (name, e["rss"], e["anon"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

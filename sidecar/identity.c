@@ -437,5 +437,11 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
                   mport_src, ctx->self.coordinator[0] ? ctx->self.coordinator : "slice 0 worker 0",
                   ctx->self.coordinator[0] ? MESH_K8S_KEY_COORDINATOR : "default");
     }
+    if (ctx->self.jax_port > 0) {
+        mesh_info(MOD,
+                  "jax.env: coordinator port %d (from the pod's container env "
+                  "JAX_COORDINATOR_PORT, which JAX's detection uses too)",
+                  ctx->self.jax_port);
+    }
     return 0;
 }

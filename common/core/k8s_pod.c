@@ -239,8 +239,50 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     }
 }
 
+/* JAX_COORDINATOR_PORT as a literal value in a regular container's env
+ * (valueFrom is not resolved here): the port JAX's Cloud TPU detection uses
+ * instead of its default, which jax.env must then name too. Containers that
+ * set different values, or a value that is not a port, make the pod invalid. */
+static void read_jax_port(struct mesh_k8s_pod *p, const cJSON *spec)
+{
+    const cJSON *ctrs = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(ctrs)) {
+        return;
+    }
+    const cJSON *c = NULL;
+    cJSON_ArrayForEach(c, ctrs)
+    {
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+        if (!cJSON_IsArray(env)) {
+            continue;
+        }
+        const cJSON *e = NULL;
+        cJSON_ArrayForEach(e, env)
+        {
+            const char *name = mesh_json_str(e, "name");
+            const char *v = mesh_json_str(e, "value");
+            if (name == NULL || v == NULL || strcmp(name, "JAX_COORDINATOR_PORT") != 0) {
+                continue;
+            }
+            long long port = 0;
+            if (mesh_parse_ll(v, strlen(v), 1, 65535, &port, NULL) != 0) {
+                set_invalid(p, "container env JAX_COORDINATOR_PORT", v,
+                            "is not a port in 1..65535");
+                return;
+            }
+            if (p->jax_port > 0 && p->jax_port != (int)port) {
+                set_invalid(p, "container env JAX_COORDINATOR_PORT", v,
+                            "differs between containers");
+                return;
+            }
+            p->jax_port = (int)port;
+        }
+    }
+}
+
 static void read_spec(struct mesh_k8s_pod *p, const cJSON *spec)
 {
+    read_jax_port(p, spec);
     const char *fields[2] = {"hostname", "subdomain"};
     const char *paths[2] = {"spec.hostname", "spec.subdomain"};
     char *dst[2] = {p->hostname, p->subdomain};
@@ -312,6 +354,7 @@ static void unset_own_keys(struct mesh_k8s_pod *p)
     p->port = -1;
     p->address_mode = -1;
     p->megascale_port = -1;
+    p->jax_port = -1;
 }
 
 int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh_err *err)

@@ -21,6 +21,10 @@
  *                                                 JobSet's coordinator host)
  *   metadata.ownerReferences[] (the one with controller: true: kind, name, uid)
  *   spec.hostname, spec.subdomain
+ *   spec.containers[].env[name=JAX_COORDINATOR_PORT].value (the port JAX's
+ *                                                 Cloud TPU detection then uses;
+ *                                                 the sidecar reads it from its
+ *                                                 own pod for jax.env)
  *   status.podIP (else status.podIPs[0].ip), status.phase,
  *   status.conditions[type=Ready].status
  *
@@ -93,6 +97,7 @@ struct mesh_k8s_pod {
     int port;             /* tpumesh.dev/port (1..65535), or -1 */
     int address_mode;     /* tpumesh.dev/address-mode as enum mesh_addr_mode, or -1 */
     int megascale_port;   /* tpumesh.dev/megascale-port (1..65535), or -1 */
+    int jax_port;         /* JAX_COORDINATOR_PORT of the regular containers, or -1 */
     /* jobset.sigs.k8s.io/coordinator: "<pod hostname>.<headless service>",
      * an RFC 1123 host name, or "" */
     char coordinator[MESH_HOST_MAX];
@@ -130,7 +135,7 @@ bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod 
  * (each bounded as in struct mesh_k8s_pod; a typical pod is ~110 B with
  * the allocator's header). Fields left out (ns, uid, job/jobset/replicated
  * job names, owner, expected_workers, replica counts, port, address_mode,
- * megascale_port, coordinator) feed only the
+ * megascale_port, jax_port, coordinator) feed only the
  * sidecar's own-pod identity, which uses the full struct; they never reach
  * a peer's worker entry. Validation is unchanged: a pod whose left-out
  * field is bad is still packed with invalid set and its reason. A packed

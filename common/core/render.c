@@ -366,6 +366,11 @@ static int check_slices(const struct mesh_render_input *in, struct mesh_err *err
                             "MEGASCALE_PORT %d is outside 1..65535 (0 = the default %d)",
                             in->megascale_port, MESH_RENDER_MEGASCALE_PORT);
     }
+    if (in->jax_port < 0 || in->jax_port > 65535) {
+        return mesh_err_set(err, MESH_E_RANGE, 0,
+                            "JAX_COORDINATOR_PORT %d is outside 1..65535 (0 = the default %d)",
+                            in->jax_port, MESH_RENDER_JAX_PORT);
+    }
     int rc = check_coordinator("JAX coordinator", in->jax_coordinator, err);
     if (rc == 0) {
         rc = check_coordinator("MEGASCALE_COORDINATOR_ADDRESS", in->megascale_coordinator, err);
@@ -880,8 +885,9 @@ static void tpu_suffix(struct wr *w, const struct prep *p)
 }
 
 /* jax.env: JAX reads JAX_COORDINATOR_ADDRESS itself; on GKE its Cloud TPU
- * detection takes worker 0 on port 8482 (MESH_RENDER_JAX_PORT) as coordinator
- * and TPU_WORKER_ID as process id.
+ * detection takes worker 0 on port 8482 (MESH_RENDER_JAX_PORT; the pod's
+ * JAX_COORDINATOR_PORT when it sets one) as coordinator and TPU_WORKER_ID as
+ * process id.
  * JAX_NUM_PROCESSES / JAX_PROCESS_ID are the
  * conventional names for jax.distributed.initialize(num_processes=,
  * process_id=) that launchers pass; we write the same values GKE implies.
@@ -899,7 +905,8 @@ static void jax_prefix(struct wr *w, const struct prep *p)
 {
     const struct mesh_render_input *in = p->in;
     struct prep jax = *p;
-    jax.port_len = (size_t)snprintf(jax.port, sizeof(jax.port), ":%d", MESH_RENDER_JAX_PORT);
+    jax.port_len = (size_t)snprintf(jax.port, sizeof(jax.port), ":%d",
+                                    in->jax_port > 0 ? in->jax_port : MESH_RENDER_JAX_PORT);
     const char *bare;
     bool v6 = false;
     size_t len;

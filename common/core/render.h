@@ -99,6 +99,9 @@ struct mesh_render_input {
      * pod's slice only and carries MEGASCALE_*; DTENSOR_JOBS, TF_CONFIG and
      * jax.env stay global.
      *   megascale_port  MEGASCALE_PORT, 1..65535; 0 = MESH_RENDER_MEGASCALE_PORT
+     *   jax_port        the port of JAX_COORDINATOR_ADDRESS, 1..65535 (the pod's
+     *                   JAX_COORDINATOR_PORT, which JAX's detection uses too);
+     *                   0 = MESH_RENDER_JAX_PORT. Any job, not only multi-slice.
      *   jax_coordinator host (name or IP, no port) of JAX's coordinator when
      *                   the job names one (a JobSet's coordinator); NULL or ""
      *                   = slice 0 worker 0
@@ -115,6 +118,7 @@ struct mesh_render_input {
      * (tpu.env and jax.env are then not rendered: -MESH_E_INCOMPLETE). */
     int slices;
     int megascale_port;
+    int jax_port;
     const char *jax_coordinator;
     bool slice_only;
     int slice_id;

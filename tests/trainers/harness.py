@@ -108,9 +108,10 @@ class Job:
     """A job of `slices` x `hps` pods, tpumesh-init and a sidecar on each (see the module doc).
     accel/topo: the slice's accelerator type and topology as GKE's node labels give them."""
 
-    def __init__(self, tmp, sim, name, slices, hps, accel, topo, ips):
+    def __init__(self, tmp, sim, name, slices, hps, accel, topo, ips, container_env=None):
         self.tmp, self.sim, self.name, self.slices, self.hps = tmp, sim, name, slices, hps
         self.accel, self.topo = accel, topo
+        self.container_env = dict(container_env or {})
         self.pods = []
         c = sim.client
         anns = {"tpumesh.dev/expected-workers": str(slices * hps), "tpumesh.dev/address-mode": "ip"}
@@ -123,6 +124,13 @@ class Job:
                 else:
                     r = c.make(job=name, index=w, ip=ip, annotations=anns)
                 pname = r["pod"]["metadata"]["name"]
+                if container_env:
+                    # Variables the pod spec gives its trainer container (the sidecar reads
+                    # them from its own pod); the trainer processes get them too (env()).
+                    pod = r["pod"]
+                    pod["spec"]["containers"][0].setdefault("env", []).extend(
+                        {"name": k, "value": v} for k, v in container_env.items())
+                    c.update(pod=pod)
                 out = os.path.join(tmp, "%s-%d-%d" % (name, s, w))
                 os.mkdir(out)
                 self.pods.append(Pod(self, s, w, hps, ip, pname, out))
@@ -188,12 +196,12 @@ class Env:
         self.base = pod_ip_base()
         self.next_host = 0
 
-    def job(self, name, slices, hps, accel, topo):
+    def job(self, name, slices, hps, accel, topo, container_env=None):
         # Each job gets its own addresses within this run's /24.
         n = slices * hps
         ips = ["%s.%d" % (self.base, 2 + self.next_host + i) for i in range(n)]
         self.next_host += n
-        j = Job(self.tmp, self.sim, name, slices, hps, accel, topo, ips)
+        j = Job(self.tmp, self.sim, name, slices, hps, accel, topo, ips, container_env)
         self.jobs.append(j)
         return j
 
@@ -203,6 +211,7 @@ class Env:
                "GCE_METADATA_HOST": "127.0.0.1:%d" % self.md_port,
                "GCE_METADATA_IP": "127.0.0.1:%d" % self.md_port,
                "NO_PROXY": "*", "no_proxy": "*", "TF_CPP_MIN_LOG_LEVEL": "1"}
+        env.update(pod.job.container_env if pod.job is not None else {})
         env.update(extra or {})
         return env
 

@@ -10,8 +10,9 @@
    function jax.distributed.initialize() calls: it must pick GkeTpuCluster and compute the
    coordinator host and port, process id and process count that jax.env holds. On a single
    slice it asks the metadata server (the simulator) for MEGASCALE_*; TPU_PROCESS_ADDRESSES
-   and JAX_COORDINATOR_PORT in the pod's environment take precedence over tpu.env and
-   jax.env (docs/runtimes.md says why tpumesh writes neither).
+   in the environment takes precedence over tpu.env (docs/runtimes.md says why tpumesh does not
+   write it), JAX_COORDINATOR_PORT over port 8482: a job whose pod spec sets it for the trainer
+   gets it in jax.env too, and detection and jax.env agree again.
 """
 import json
 import os
@@ -143,7 +144,8 @@ def detect_overrides(env, py, pod):
              ({"JAX_COORDINATOR_PORT": "9123"},
               {"address": host + ":9123", "count": int(jx["JAX_NUM_PROCESSES"]),
                "id": int(jx["JAX_PROCESS_ID"])},
-              "JAX_COORDINATOR_PORT replaces the port 8482 jax.env names")]
+              "JAX_COORDINATOR_PORT replaces the port 8482 (the next job's pods set it in their "
+              "spec, so jax.env names it too)")]
     for extra, want, label in cases:
         extra = dict(extra, JAX_FORCE_TPU_INIT="1")
         (rc, text), = env.finish([env.trainer(pod, py, DETECT_ENV, DETECT, extra)], 120)
@@ -171,6 +173,15 @@ def main():
               "slice, where tpu.env has no MEGASCALE_*, and never on a multi-slice job",
               single >= len(one.pods) and multi_asks == 0, (single, multi_asks))
         detect_overrides(env, py, multi.pods[3])
+        # A pod that sets JAX_COORDINATOR_PORT for its trainer: the sidecar reads it from its
+        # own pod, and jax.env names it, as JAX's detection does.
+        port = env.job("jp", 2, 2, "v4-16", "2x2x2", {"JAX_COORDINATOR_PORT": "9123"})
+        check("jp: tpumesh-init and the sidecar published a complete topology on every pod",
+              port.start(env.token), [(p.name, p.car.readyz()) for p in port.pods])
+        check("jp: jax.env names the pod's JAX_COORDINATOR_PORT 9123 on every pod",
+              all(p.env("jax.env")["JAX_COORDINATOR_ADDRESS"].endswith(":9123") for p in port.pods),
+              [p.read("jax.env") for p in port.pods])
+        detect_test(env, py, port, "a 2 x 2 job whose pods set JAX_COORDINATOR_PORT=9123")
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()

@@ -339,6 +339,51 @@ static void test_multislice_keys(void **state)
     }
 }
 
+/* JAX_COORDINATOR_PORT in the regular containers' env: a literal port is
+ * taken (jax.env then names it), valueFrom is not resolved, a bad value or
+ * two containers that disagree make the pod invalid. */
+static void test_jax_port(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *containers; /* JSON array text */
+        int port;
+        bool invalid;
+    } cases[] = {
+        {"[]", -1, false},
+        {"[{\"name\":\"t\",\"env\":[{\"name\":\"A\",\"value\":\"1\"}]}]", -1, false},
+        {"[{\"name\":\"t\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\",\"value\":\"9123\"}]}]",
+         9123, false},
+        {"[{\"name\":\"t\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\",\"valueFrom\":{}}]}]", -1,
+         false},
+        {"[{\"name\":\"t\"},{\"name\":\"u\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\","
+         "\"value\":\"9123\"}]},{\"name\":\"v\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\","
+         "\"value\":\"9123\"}]}]",
+         9123, false},
+        {"[{\"name\":\"t\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\",\"value\":\"0\"}]}]", -1,
+         true},
+        {"[{\"name\":\"t\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\",\"value\":\"9 1\"}]}]", -1,
+         true},
+        {"[{\"name\":\"t\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\",\"value\":\"9123\"}]},"
+         "{\"name\":\"u\",\"env\":[{\"name\":\"JAX_COORDINATOR_PORT\",\"value\":\"9124\"}]}]",
+         -1, true},
+        {"{\"env\":7}", -1, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char doc[768];
+        snprintf(doc, sizeof(doc), "{\"metadata\":{\"name\":\"w-0\"},\"spec\":{\"containers\":%s}}",
+                 cases[i].containers);
+        struct mesh_k8s_pod p;
+        assert_int_equal(mesh_k8s_pod_parse(doc, strlen(doc), &p, NULL), 0);
+        print_message("row %zu: invalid %d port %d reason '%s'\n", i, p.invalid, p.jax_port,
+                      p.reason);
+        assert_int_equal(p.invalid, cases[i].invalid);
+        if (!cases[i].invalid) {
+            assert_int_equal(p.jax_port, cases[i].port);
+        }
+    }
+}
+
 /* A \u0000 in a JSON string never truncates the value: the pod is invalid
  * (or, for metadata.name, not extracted), never "trainer-2". */
 static void test_nul_escape_rejected(void **state)
@@ -371,10 +416,15 @@ static void test_nul_escape_rejected(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures),        cmocka_unit_test(test_equal_ignores_irrelevant),
-        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_tpumesh_annotations),
-        cmocka_unit_test(test_pack_fixtures),   cmocka_unit_test(test_pack_equal),
-        cmocka_unit_test(test_multislice_keys), cmocka_unit_test(test_nul_escape_rejected),
+        cmocka_unit_test(test_fixtures),
+        cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_tpumesh_annotations),
+        cmocka_unit_test(test_pack_fixtures),
+        cmocka_unit_test(test_pack_equal),
+        cmocka_unit_test(test_multislice_keys),
+        cmocka_unit_test(test_jax_port),
+        cmocka_unit_test(test_nul_escape_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,6 +140,19 @@ static void test_golden_v4_32_dns(void **state)
                   "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='1'\n");
+    /* The pod's JAX_COORDINATOR_PORT replaces 8482, as in JAX's detection;
+     * out of range is refused. */
+    in.jax_port = 9123;
+    expect_render(mesh_render_jax_env, &in,
+                  "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:9123'\n"
+                  "JAX_NUM_PROCESSES='4'\n"
+                  "JAX_PROCESS_ID='1'\n");
+    char *bad = NULL;
+    size_t bad_len = 0;
+    struct mesh_err e = {0};
+    in.jax_port = 65536;
+    assert_int_equal(mesh_render_jax_env(&in, &bad, &bad_len, &e), -MESH_E_RANGE);
+    assert_null(bad);
     mesh_free(w);
 }
 

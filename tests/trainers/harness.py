@@ -193,6 +193,7 @@ class Env:
         self.md_port = int(line.split()[1].split("=", 1)[1])
         self.jobs = []
         self.procs = []
+        self.nproc = 0
         self.base = pod_ip_base()
         self.next_host = 0
 
@@ -220,10 +221,12 @@ class Env:
         lines, /var/run/tpumesh -> the pod's out dir) run in sh, then `exec python program`.
         program: Python source, written to a file. Returns the Popen (stdout and stderr to log)."""
         lines = env_lines.replace(MNT, pod.out)
-        prog = os.path.join(self.tmp, "%s-%d.py" % (pod.name, int(time.monotonic() * 1000)))
+        # Several processes may run "in" one pod at once: each has its own program and log.
+        self.nproc += 1
+        prog = os.path.join(self.tmp, "%s-%d.py" % (pod.name, self.nproc))
         with open(prog, "w") as f:
             f.write(program)
-        log = log or os.path.join(self.tmp, pod.name + ".log")
+        log = log or os.path.join(self.tmp, "%s-%d.log" % (pod.name, self.nproc))
         script = lines + '\nexec "$TRAINER_PYTHON" "$TRAINER_PROGRAM"\n'
         env = self.trainer_env(pod, extra_env)
         env.update({"TRAINER_PYTHON": python, "TRAINER_PROGRAM": prog})

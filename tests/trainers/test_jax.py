@@ -66,11 +66,12 @@ def psum_test(env, py, job):
     check("README's JAX snippet loads jax.env and tpu.env and passes them to "
           "jax.distributed.initialize", "jax.env" in head and "tpu.env" in head and
           "jax.distributed.initialize(" in code and "JAX_COORDINATOR_ADDRESS" in code, head + code)
-    t0 = time.monotonic()
     procs = [env.trainer(p, py, head, code + "\n" + PSUM, {"JAX_NUM_CPU_DEVICES": "2"})
              for p in job.pods]
-    outs = env.finish(procs, 180)
-    took = time.monotonic() - t0
+    return procs, lambda outs, took: psum_judge(job, outs, took)
+
+
+def psum_judge(job, outs, took):
     n = len(job.pods)
     want_sum = float(sum((i + 1) * 2 for i in range(n)))
     problems = []
@@ -96,10 +97,11 @@ def psum_test(env, py, job):
 
 
 def detect_test(env, py, job, label):
-    t0 = time.monotonic()
     procs = [env.trainer(p, py, DETECT_ENV, DETECT, {"JAX_FORCE_TPU_INIT": "1"}) for p in job.pods]
-    outs = env.finish(procs, 120)
-    took = time.monotonic() - t0
+    return procs, lambda outs, took: detect_judge(job, label, outs, took)
+
+
+def detect_judge(job, label, outs, took):
     problems = []
     version = None
     for pod, (rc, text) in zip(job.pods, outs):
@@ -146,12 +148,28 @@ def detect_overrides(env, py, pod):
                "id": int(jx["JAX_PROCESS_ID"])},
               "JAX_COORDINATOR_PORT replaces the port 8482 (the next job's pods set it in their "
               "spec, so jax.env names it too)")]
-    for extra, want, label in cases:
-        extra = dict(extra, JAX_FORCE_TPU_INIT="1")
-        (rc, text), = env.finish([env.trainer(pod, py, DETECT_ENV, DETECT, extra)], 120)
-        r = results(text)
-        got = {k: r[0][k] for k in ("address", "count", "id")} if r else None
-        check("JAX's detection: %s" % label, got == want, "got %r, want %r\n%s" % (got, want, tail(text)))
+    procs = [env.trainer(pod, py, DETECT_ENV, DETECT, dict(extra, JAX_FORCE_TPU_INIT="1"))
+             for extra, _, _ in cases]
+
+    def judge(outs, took):
+        for (_, want, label), (rc, text) in zip(cases, outs):
+            r = results(text)
+            got = {k: r[0][k] for k in ("address", "count", "id")} if r else None
+            check("JAX's detection: %s" % label, got == want,
+                  "got %r, want %r\n%s" % (got, want, tail(text)))
+    return procs, judge
+
+
+def run_together(env, *parts):
+    """Start the processes of every (procs, judge) part at once, wait for all, then judge each
+    with its outputs and the wall time of the phase."""
+    t0 = time.monotonic()
+    outs = env.finish([p for procs, _ in parts for p in procs], 240)
+    took = time.monotonic() - t0
+    at = 0
+    for procs, judge in parts:
+        judge(outs[at:at + len(procs)], took)
+        at += len(procs)
 
 
 def main():
@@ -160,28 +178,28 @@ def main():
     try:
         one = env.job("jx", 1, 4, "v4-32", "2x2x4")
         multi = env.job("jm", 2, 2, "v4-16", "2x2x2")
-        for job in (one, multi):
-            check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
-                  % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
-        psum_test(env, py, one)
-        asked = metadata_asks(env)
-        detect_test(env, py, one, "a single-slice job (4 pods)")
-        single = metadata_asks(env) - asked
-        detect_test(env, py, multi, "a 2 x 2 multi-slice job")
-        multi_asks = metadata_asks(env) - asked - single
-        check("JAX's detection asks the metadata server for tpu-env (MEGASCALE_*) on a single "
-              "slice, where tpu.env has no MEGASCALE_*, and never on a multi-slice job",
-              single >= len(one.pods) and multi_asks == 0, (single, multi_asks))
-        detect_overrides(env, py, multi.pods[3])
         # A pod that sets JAX_COORDINATOR_PORT for its trainer: the sidecar reads it from its
         # own pod, and jax.env names it, as JAX's detection does.
         port = env.job("jp", 2, 2, "v4-16", "2x2x2", {"JAX_COORDINATOR_PORT": "9123"})
-        check("jp: tpumesh-init and the sidecar published a complete topology on every pod",
-              port.start(env.token), [(p.name, p.car.readyz()) for p in port.pods])
+        for job in (one, multi, port):
+            check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
+                  % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
         check("jp: jax.env names the pod's JAX_COORDINATOR_PORT 9123 on every pod",
               all(p.env("jax.env")["JAX_COORDINATOR_ADDRESS"].endswith(":9123") for p in port.pods),
               [p.read("jax.env") for p in port.pods])
-        detect_test(env, py, port, "a 2 x 2 job whose pods set JAX_COORDINATOR_PORT=9123")
+        # Two phases of processes running together (their waits overlap): nothing in the first
+        # asks the metadata server, the single slice's detection in the second does.
+        asked = metadata_asks(env)
+        run_together(env, psum_test(env, py, one),
+                     detect_test(env, py, multi, "a 2 x 2 multi-slice job"),
+                     detect_overrides(env, py, multi.pods[3]))
+        multi_asks = metadata_asks(env) - asked
+        run_together(env, detect_test(env, py, one, "a single-slice job (4 pods)"),
+                     detect_test(env, py, port, "a 2 x 2 job whose pods set JAX_COORDINATOR_PORT=9123"))
+        single = metadata_asks(env) - asked - multi_asks
+        check("JAX's detection asks the metadata server for tpu-env (MEGASCALE_*) on a single "
+              "slice, where tpu.env has no MEGASCALE_*, and never on a multi-slice job",
+              single >= len(one.pods) and multi_asks == 0, (single, multi_asks))
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()

@@ -66,8 +66,14 @@ fi
 mkdir -p "$OUT/bin"
 rm -f "$OUT/.stamp"
 
-# Module proxy only (no VCS fallback), go.sum must already hold every module.
-export GOPROXY=https://proxy.golang.org GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
+# The module proxy the machine's Go is set up with, without the fallback to version control
+# ("direct"): every module comes from the proxy, and go.sum must already hold each one.
+proxy=$(go env GOPROXY | tr ',|' '\n\n' | grep -v -x -e direct -e off -e '' | paste -sd, -)
+if [ -z "$proxy" ]; then
+    echo "e2e-deps: GOPROXY ($(go env GOPROXY)) names no module proxy; set it to the Go module proxy this machine reaches" >&2
+    exit 1
+fi
+export GOPROXY="$proxy" GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 major=${K8S_VERSION#v}; minor=${major#*.}; major=${major%%.*}; minor=${minor%%.*}
 V=k8s.io/component-base/version
 LDFLAGS="-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=$major -X $V.gitMinor=$minor \

@@ -27,6 +27,12 @@ BG=$BUILD/e2e-deps.bg
 case "${1:-}" in
 --background)
     mkdir -p "$BUILD"
+    # One build at a time: .ci/run starts one before the sanitizer runs, and make test's own
+    # start then finds it running (and --wait waits for that one).
+    if [ -f "$BG.pid" ] && kill -0 "$(cat "$BG.pid")" 2>/dev/null; then
+        echo "e2e-deps: a background build is already running (pid $(cat "$BG.pid"), log: $BG.log)"
+        exit 0
+    fi
     rm -f "$BG.rc"
     # setsid: the build is not in make's process group, so it survives the recipe's shell.
     setsid sh -c 'nice -n 10 "$0" >"$1.log" 2>&1; echo $? >"$1.rc"' "$0" "$BG" </dev/null >/dev/null 2>&1 &

@@ -97,6 +97,14 @@ def main():
     ok("4 pods Ready %s after apply" % elapsed(t0))
     jobs = sorted(j["metadata"]["name"] for j in cp.admin.list("jobs", NS)["items"])
     check("child Jobs are <jobset>-<replicatedJob>-<index>", jobs == [JS + "-slice-0", JS + "-slice-1"], jobs)
+    # JobSet's own pod webhook ran (exclusive placement per the manifest's annotation): leader
+    # pods get its affinity on cloud.google.com/gke-nodepool, followers the leader's node pool.
+    placed = [p["metadata"]["name"] for p in ps
+              if (p["spec"].get("nodeSelector") or {}).get("cloud.google.com/gke-nodepool") == "tpu-pool-0"
+              or "cloud.google.com/gke-nodepool" in json.dumps(p["spec"].get("affinity") or {})]
+    check("JobSet's pod webhook set exclusive placement on every pod (gke-nodepool affinity or selector)",
+          len(placed) == 4, [(p["metadata"]["name"], p["spec"].get("nodeSelector"), p["spec"].get("affinity"))
+                             for p in ps])
     want = expected(ps)
     wait(lambda: not compare(node, ps, want), 10)
     errs = compare(node, ps, want)

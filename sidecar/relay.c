@@ -53,6 +53,7 @@ struct mesh_sidecar_relay {
     atomic_int_fast64_t running_since;       /* CLOCK_MONOTONIC ms it was first seen running */
     atomic_uint_fast64_t candidates_refused; /* pods at the index of another job */
     uint64_t lists, watches;            /* relay thread: API requests spent finding the relay */
+    uint64_t ready_applied_seen;        /* relay thread: store's ready_applied at the last notify */
     char refused_why[MESH_ERR_MSG_MAX]; /* relay thread: last refusal logged */
     struct mesh_sidecar_verify verify;  /* relay thread: records checked against the API */
     struct mesh_relay_store *store;
@@ -490,11 +491,21 @@ int mesh_sidecar_relay_check(void *vr, struct mesh_k8s_pod_rec *const *up, size_
 static void notify(void *vctx)
 {
     struct mesh_sidecar *ctx = vctx;
+    struct mesh_sidecar_relay *r = ctx->relay;
+    /* A message that changed only peers' Ready flags is a readiness-only
+     * change, paced as routine like one from the API (topology.c). */
+    struct mesh_relay_status st;
+    mesh_relay_store_status(r->store, &st);
+    bool ready_only = st.ready_applied != r->ready_applied_seen;
+    r->ready_applied_seen = st.ready_applied;
     pthread_mutex_lock(&ctx->chg_mu);
     if (ctx->pending_since_us == 0) {
         ctx->pending_since_us = mesh_sys_now_us();
     }
     atomic_fetch_add(&ctx->changes, 1);
+    if (ready_only) {
+        atomic_fetch_add(&ctx->ready_changes, 1);
+    }
     pthread_mutex_unlock(&ctx->chg_mu);
     uint64_t one = 1;
     (void)!write(ctx->wake_fd, &one, sizeof(one));

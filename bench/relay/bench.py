@@ -19,6 +19,7 @@ complete, then converge on the new IP).
     ROOT=$PWD BUILD=build /usr/bin/python3 bench/relay/bench.py --sizes 16,32,64,128,256 --kill 64
 """
 import argparse
+import calendar
 import json
 import math
 import os
@@ -79,7 +80,10 @@ class Car:
             if "published generation" in line and "incomplete, env files keep" in line:
                 self.pubs_incomplete += 1
             if self.complete_at is None and "topology complete with" in line:
-                self.complete_at = time.monotonic()
+                # When the sidecar logged it (its own wall-clock timestamp), on the monotonic
+                # clock: the bench reads 256 processes' logs on threads of one Python process, and
+                # at a high load average its reading lags the sidecars by seconds.
+                self.complete_at = time.monotonic() - max(0.0, time.time() - log_time(line))
                 self.on_complete(self)
 
     def cpu(self):
@@ -112,6 +116,14 @@ class Car:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def log_time(line):
+    """The wall-clock time of a sidecar log line (2026-11-28T10:41:43.446Z ...), or now."""
+    try:
+        return calendar.timegm(time.strptime(line[:19], "%Y-%m-%dT%H:%M:%S")) + float(line[19:23])
+    except ValueError:
+        return time.time()
 
 
 def relay_ranks(n, fanout):

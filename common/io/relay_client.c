@@ -14,6 +14,7 @@
  * silence limit; ending early is grpc_call_cancel and then the status.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,9 +163,33 @@ static struct mesh_k8s_pod_rec **check_upserts(const Tpumesh__V1__PodDelta *d, s
 /* old (sorted) + upserts (sorted, taken) - deleted (sorted names) -> new
  * array (owned); the records of old that are kept move over, the others
  * are freed. */
+/* a and b differ, and only in the Ready flag (pack() zeroes every byte it
+ * does not write, so the rest compares exactly). */
+static bool ready_flip_only(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
+{
+    if (a->size != b->size || (a->flags ^ b->flags) != MESH_K8S_REC_READY) {
+        return false;
+    }
+    struct mesh_k8s_pod_rec ha = *a, hb = *b;
+    ha.flags = hb.flags = 0;
+    size_t hdr = offsetof(struct mesh_k8s_pod_rec, s);
+    return memcmp(&ha, &hb, hdr) == 0 && memcmp(a->s, b->s, a->size - hdr) == 0;
+}
+
+/* *other: a change that is not a Ready flip (an add, a delete, any other
+ * field). */
+static void note_diff(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b,
+                      bool *changed, bool *other)
+{
+    if (!mesh_k8s_pod_rec_equal(a, b)) {
+        *changed = true;
+        *other = *other || !ready_flip_only(a, b);
+    }
+}
+
 static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nold,
                                        struct mesh_k8s_pod_rec **up, size_t nup, char **del,
-                                       size_t ndel, size_t *out_n, bool *changed)
+                                       size_t ndel, size_t *out_n, bool *changed, bool *other)
 {
     struct mesh_k8s_pod_rec **v = mesh_calloc(nold + nup + 1, sizeof(*v));
     size_t i = 0, j = 0, k = 0, n = 0;
@@ -178,16 +203,18 @@ static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nol
             if (k < ndel && strcmp(del[k], name) == 0) {
                 mesh_free(old[i]);
                 *changed = true;
+                *other = true;
             } else {
                 v[n++] = old[i];
             }
             i++;
         } else {
             if (c == 0) {
-                *changed = *changed || !mesh_k8s_pod_rec_equal(old[i], up[j]);
+                note_diff(old[i], up[j], changed, other);
                 mesh_free(old[i++]);
             } else {
                 *changed = true;
+                *other = true;
             }
             v[n++] = up[j++];
         }
@@ -241,22 +268,27 @@ int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_
     pthread_mutex_lock(&s->mu);
     if (d != NULL) {
         size_t n = 0;
-        bool changed = false;
+        bool changed = false, other = false;
         struct mesh_k8s_pod_rec **v;
         if (d->reset) {
-            v = merge(NULL, 0, up, nup, NULL, 0, &n, &changed);
-            changed = changed || s->n != n;
+            v = merge(NULL, 0, up, nup, NULL, 0, &n, &changed, &other);
+            changed = s->n != n;
+            other = changed;
             /* Same set again (a reconnect): say "changed" only when it is. */
-            if (s->n == n) {
-                changed = false;
-                for (size_t i = 0; i < n && !changed; i++) {
-                    changed = !mesh_k8s_pod_rec_equal(s->recs[i], v[i]);
+            for (size_t i = 0; s->n == n && i < n && !other; i++) {
+                other = strcmp(mesh_k8s_pod_rec_name(s->recs[i]), mesh_k8s_pod_rec_name(v[i])) != 0;
+                if (!other) {
+                    note_diff(s->recs[i], v[i], &changed, &other);
                 }
             }
+            changed = changed || other;
             free_recs(s->recs, s->n);
         } else {
-            v = merge(s->recs, s->n, up, nup, d->deleted, d->n_deleted, &n, &changed);
+            v = merge(s->recs, s->n, up, nup, d->deleted, d->n_deleted, &n, &changed, &other);
             mesh_free(s->recs);
+        }
+        if (changed && !other) {
+            s->st.ready_applied++;
         }
         mesh_free(up);
         up = NULL;

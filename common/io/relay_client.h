@@ -44,6 +44,7 @@ struct mesh_relay_status {
     int depth;             /* the relay's depth in its last message */
     char rv[MESH_TOPO_MSG_RV_MAX];
     uint64_t sessions, messages, bytes, applied, refused;
+    uint64_t ready_applied; /* of `applied`, messages that changed only peers' Ready flags */
     char target[64];
     char error[MESH_ERR_MSG_MAX]; /* why the last session ended, "" = none yet */
 };

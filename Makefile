@@ -2,7 +2,7 @@
 #
 # Layout (docs/DESIGN.md §2): common/core -> libmeshcore.a (pure; links without
 # curl, lws or grpc), common/io -> libmeshio.a, initcontainer/, sidecar/ and injector/ ->
-# build/bin/. Sources are discovered with wildcards: adding a module is adding
+# build/bin/ (their modules besides main.c also -> lib<program>.a, which the tests link). Sources are discovered with wildcards: adding a module is adding
 # its .c/.h pair; adding a test is adding tests/unit/test_<mod>.c,
 # tests/fuzz/fuzz_<target>.c (+ tests/fuzz/corpus/<target>/) or
 # tests/integration/test_*.{sh,py}.
@@ -22,7 +22,7 @@ else
 OPT      := -O2 -g -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 LDSAN    :=
 endif
-CPPFLAGS += -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"' -Icommon -I$(BUILD)/gen
+CPPFLAGS += -D_GNU_SOURCE -DMESH_VERSION='"$(VERSION)"' -Icommon -I. -I$(BUILD)/gen
 CFLAGS   += $(WARN) $(OPT) -MMD -MP
 LDFLAGS  += -Wl,-z,relro,-z,now $(LDSAN)
 
@@ -55,6 +55,12 @@ CORE_OBJ   := $(call obj,$(CORE_SRC)) $(patsubst %.c,%.o,$(subst $(BUILD)/gen,$(
 IO_OBJ     := $(call obj,$(IO_SRC))
 CORE_LIB   := $(BUILD)/lib/libmeshcore.a
 IO_LIB     := $(BUILD)/lib/libmeshio.a
+# A module only one program uses lives in that program's directory; the unit tests, fuzz
+# targets and test tools reach it through the program's modules besides main.c.
+INIT_LIB   := $(BUILD)/lib/libinit.a
+SIDE_LIB   := $(BUILD)/lib/libsidecar.a
+INJ_LIB    := $(BUILD)/lib/libinjector.a
+PROG_LIBS  := $(INIT_LIB) $(SIDE_LIB) $(INJ_LIB)
 BINS       := $(BUILD)/bin/tpumesh-init $(BUILD)/bin/tpumesh-sidecar $(BUILD)/bin/tpumesh-injector
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
@@ -137,6 +143,13 @@ $(IO_LIB): $(IO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(INIT_LIB): $(call obj,$(filter-out %/main.c,$(INIT_SRC)))
+$(SIDE_LIB): $(call obj,$(filter-out %/main.c,$(SIDE_SRC)))
+$(INJ_LIB): $(call obj,$(filter-out %/main.c,$(INJ_SRC)))
+$(PROG_LIBS):
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 # The pure core must link with nothing but protobuf-c, cJSON, libyaml and libm
 # (docs/DESIGN.md §2, docs/STYLE.md R8): a probe program that pulls in every core object.
 check-core-pure: $(BUILD)/core-pure.ok
@@ -162,19 +175,19 @@ $(BUILD)/bin/tpumesh-injector: $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) -lssl -lcrypto $(CORE_LIBS)
 
 # ---- tests -----------------------------------------------------------------
-$(BUILD)/tests/test_%: $(BUILD)/obj/tests/unit/test_%.o $(IO_LIB) $(CORE_LIB)
+$(BUILD)/tests/test_%: $(BUILD)/obj/tests/unit/test_%.o $(PROG_LIBS) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(IO_LIB) $(CORE_LIB) -lcmocka $(IO_LIBS) $(CORE_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(PROG_LIBS) $(IO_LIB) $(CORE_LIB) -lcmocka $(IO_LIBS) $(CORE_LIBS)
 
 # Replay build of a fuzz target: tests/fuzz/replay.c supplies main().
-$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(IO_LIB) $(CORE_LIB)
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(PROG_LIBS) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(IO_LIBS) $(CORE_LIBS)
 
 # Test drivers used by integration tests (tests/tools/<name>.c -> $(BUILD)/tests/tools/<name>).
-$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(IO_LIB) $(CORE_LIB)
+$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(PROG_LIBS) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(IO_LIB) $(CORE_LIB) $(IO_LIBS) $(CORE_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(PROG_LIBS) $(IO_LIB) $(CORE_LIB) $(IO_LIBS) $(CORE_LIBS)
 
 # LD_PRELOAD library of the real-runtime tests: a wildcard bind becomes a bind on the
 # process's pod IP (TPUMESH_POD_IP, 127.64.0.0/16), so trainers on one host keep one IP per pod.

@@ -33,7 +33,7 @@
 #include "core/topo.h"
 #include "io/log.h"
 #include "io/sys.h"
-#include "io/tf_master.h"
+#include "tf_master.h"
 #include "init.h"
 
 #define MOD "init"
@@ -387,7 +387,7 @@ static int check_node_topology(struct mesh_init *ctx, const uint8_t *pb, size_t 
 }
 
 /* Legacy TPU Node: run ConfigureDistributedTPU on the TPU's TensorFlow
- * server (common/io/tf_master.h) and keep the TopologyProto it returns. The
+ * server (tf_master.h) and keep the TopologyProto it returns. The
  * endpoints are TensorFlow's task order: task 0 is the master. */
 static int initialize_tpu_node(struct mesh_init *ctx, struct mesh_err *err)
 {

@@ -27,11 +27,11 @@
 #include "core/tpuenv.h"
 #include "core/workers.h"
 #include "init.h"
-#include "io/gce_metadata.h"
+#include "gce_metadata.h"
 #include "io/log.h"
 #include "io/secret.h"
 #include "io/sys.h"
-#include "io/tpu_api.h"
+#include "tpu_api.h"
 
 #define MOD "resolve"
 #define MESH_TF_VERSION_KEY "annotation tf-version.cloud-tpus.google.com"

@@ -11,9 +11,10 @@ SECS=${FUZZ_SECONDS:-30}
 # without it is rebuilt once.
 if [ ! -e "$B/.fuzz-coverage" ]; then rm -rf "$B/obj" "$B/lib"; fi
 CFLAGS="${CFLAGS:-} -fsanitize=fuzzer-no-link" \
-    make --no-print-directory BUILD="$B" CC=clang SAN=1 "$B/lib/libmeshcore.a" "$B/lib/libmeshio.a"
+    make --no-print-directory BUILD="$B" CC=clang SAN=1 "$B/lib/libmeshcore.a" "$B/lib/libmeshio.a" \
+        "$B/lib/libinit.a" "$B/lib/libsidecar.a" "$B/lib/libinjector.a"
 mkdir -p "$B" && touch "$B/.fuzz-coverage"
-FLAGS="-D_GNU_SOURCE -Icommon -I$B/gen -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
+FLAGS="-D_GNU_SOURCE -Icommon -I. -I$B/gen -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 LIBS="-lcurl -lyaml -lwebsockets -lgrpc -lgpr -lpthread -lprotobuf-c -lcjson -lm"
 rc=0
 for src in tests/fuzz/fuzz_*.c; do
@@ -21,7 +22,8 @@ for src in tests/fuzz/fuzz_*.c; do
     exe=$B/libfuzzer/fuzz_$t
     mkdir -p "$B/libfuzzer" "$B/corpus/$t"
     # shellcheck disable=SC2086
-    clang $FLAGS "$src" -o "$exe" "$B/lib/libmeshio.a" "$B/lib/libmeshcore.a" $LIBS
+    clang $FLAGS "$src" -o "$exe" "$B"/lib/lib{init,sidecar,injector}.a "$B/lib/libmeshio.a" \
+        "$B/lib/libmeshcore.a" $LIBS
     cp -n tests/fuzz/corpus/"$t"/* "$B/corpus/$t/" 2>/dev/null || true
     echo "fuzz: $t for ${SECS}s"
     if ! "$exe" -max_total_time="$SECS" -max_len=65536 "$B/corpus/$t" >"$B/libfuzzer/$t.log" 2>&1; then

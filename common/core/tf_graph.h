@@ -7,7 +7,7 @@
  * Facts: TensorFlow's master protocol (tensorflow/core/protobuf/master.proto,
  * the TPU ops ConfigureDistributedTPU / ShutdownDistributedTPU, the
  * CreateSession -> RunStep -> CloseSession sequence of tpu_strategy_util.py).
- * The transport (gRPC) lives in common/io/tf_master.{c,h}.
+ * The transport (gRPC) lives in initcontainer/tf_master.{c,h}.
  */
 #ifndef MESH_TF_GRAPH_H
 #define MESH_TF_GRAPH_H

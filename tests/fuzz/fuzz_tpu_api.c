@@ -14,7 +14,7 @@
 #include "core/json.h"
 #include "core/names.h"
 #include "fuzz_check.h"
-#include "io/tpu_api.h"
+#include "initcontainer/tpu_api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * gce_metadata_get.c - test driver for the GCE metadata client: reads one
- * value with common/io/gce_metadata.c and prints it, so integration tests can
+ * value with initcontainer/gce_metadata.c and prints it, so integration tests can
  * check every accessor against tests/sim/gce-metadata.
  *
  *   gce_metadata_get HOST[:PORT] project|zone|ip|token-len|tpu-vm|raw PATH
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/mem.h"
-#include "io/gce_metadata.h"
+#include "initcontainer/gce_metadata.h"
 
 static int get_value(const struct mesh_gce_metadata *md, const char *what, const char *path,
                      struct mesh_err *err)

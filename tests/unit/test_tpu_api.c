@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/mem.h"
-#include "io/gce_metadata.h"
-#include "io/tpu_api.h"
+#include "initcontainer/gce_metadata.h"
+#include "initcontainer/tpu_api.h"
 
 static void test_parse_node(void **state)
 {

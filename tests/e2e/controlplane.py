@@ -243,6 +243,7 @@ class ControlPlane:
 
     def start(self):
         t0 = time.monotonic()
+        at_exit(self.stop)  # after the node's stop (hooks run last first): processes, then the directory
         self.pki = PKI(self.p("pki"))
         pki = self.pki
         self.api_port = free_port()

@@ -400,6 +400,13 @@ class ControlPlane:
                     w["objectSelector"] = {"matchExpressions": [
                         {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
             self.admin.apply(d)
+        # A CRD is served a moment after it is created (the API server installs the handler of
+        # the new group/version asynchronously): a JobSet created before then is a 404.
+        def served():
+            self.admin.request("GET", "/apis/jobset.x-k8s.io/v1alpha2/jobsets", query={"limit": "1"})
+            return True
+        if not self._wait(served, 60):
+            raise StartError("the JobSet API (jobset.x-k8s.io/v1alpha2) is not served 60 s after its CRD was created")
 
     # ---- helpers ------------------------------------------------------------------------------
     def kubectl(self, *args, kubeconfig_path=None, input=None, timeout=60, check=False):

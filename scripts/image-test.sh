@@ -658,7 +658,7 @@ unshare -m /bin/sh -c '
     run() { chroot --userspec="$user" "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
         TINI_SUBREAPER=1 "$@"; }
     run TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES=img-0.img /usr/bin/tini -- tpumesh-init --skip-init \
-        --tpu local --accelerator-type v5litepod-1 --topology 1x1 --annotations-file /nonexistent \
+        --tpu local --accelerator-type v5litepod-1 --topology 1x1 --annotations-file /dev/null \
         --out-dir /var/run/tpumesh >"$res/init.log" 2>&1
     echo $? >"$res/init.rc"
     ls "$r$out" >"$res/published"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Scenario 1 (docs/e2e.md): `helm install` of charts/tpumesh (injector on, the chart's own
 generated certificate) with Helm 3 and with Helm 4 (the binaries `make deps` unpacks into
-build/helm, scripts/helm.sh), each waiting for the injector's Deployment, then `helm test`: the
-chart's test pods run on the e2e node (tpumesh-injector --check-namespace creates a labelled
+build/helm, scripts/helm.sh), each waiting for the injector's Deployment, then a second install
+for the same namespace (refused by name), then `helm test`: the chart's test pods run on the e2e node (tpumesh-injector --check-namespace creates a labelled
 pod as a dry run through the real API server and its webhook; the topology pod runs
 tpumesh-init and the sidecar), then `helm uninstall`."""
 import os
@@ -45,6 +45,13 @@ def main():
         if not check("Helm %s: helm install (injector on) completes with the injector Ready (%s)" % (ver, elapsed(t0)),
                      r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:] + "\n" + "\n".join(node.notes[-5:])):
             continue
+        # A second install whose injector would serve the same namespace is refused by name
+        # (templates/validate.yaml reads the first one's webhook with lookup: only a real
+        # cluster can show this; `helm template` sees no webhooks).
+        r = helm(cp, binary, "install", "tpumesh-again", chart, "--namespace", ns, "--timeout", "%ds" % scaled(60))
+        check("Helm %s: a second install for the same namespace is refused, naming the first" % ver,
+              r.returncode != 0 and "already installed for these pods" in r.stderr and "tpumesh" in r.stderr,
+              "exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-1500:]))
         t1 = time.monotonic()
         r = helm(cp, binary, "test", "tpumesh", "--namespace", ns, "--timeout", "%ds" % scaled(120))
         check("Helm %s: helm test passes (%s)" % (ver, elapsed(t1)), r.returncode == 0,

@@ -20,21 +20,13 @@ void mesh_init_init(struct mesh_init *ctx)
 void mesh_init_cleanup(struct mesh_init *ctx)
 {
     struct mesh_init_opts *o = &ctx->opts;
-    char **strs[] = {&o->tpu,
-                     &o->zone,
-                     &o->project,
-                     &o->accelerator_type,
-                     &o->topology,
-                     &o->annotations_file,
-                     &o->dev_dir,
-                     &o->out_dir,
-                     &o->metadata_host,
-                     &o->tpu_api_endpoint,
-                     &o->job_name,
-                     &o->tf_version,
-                     &o->jax_coordinator,
-                     &ctx->tpu_source,
-                     &ctx->megascale_coordinator};
+    char **strs[] = {&o->tpu,           &o->zone,
+                     &o->project,       &o->accelerator_type,
+                     &o->topology,      &o->annotations_file,
+                     &o->dev_dir,       &o->out_dir,
+                     &o->metadata_host, &o->tpu_api_endpoint,
+                     &o->job_name,      &o->tf_version,
+                     &ctx->tpu_source,  &ctx->megascale_coordinator};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         mesh_free(*strs[i]);
         *strs[i] = NULL;

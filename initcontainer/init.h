@@ -46,9 +46,8 @@ struct mesh_init_opts {
     bool skip_init;
     enum mesh_log_level log_level;
     enum mesh_log_format log_format;
-    char *tf_version;      /* tf-version.cloud-tpus.google.com annotation, or NULL */
-    int megascale_port;    /* tpumesh.dev/megascale-port annotation, 0 = not given */
-    char *jax_coordinator; /* jobset.sigs.k8s.io/coordinator annotation, or NULL */
+    char *tf_version;   /* tf-version.cloud-tpus.google.com annotation, or NULL */
+    int megascale_port; /* tpumesh.dev/megascale-port annotation, 0 = not given */
     /* Where opts.tpu came from, for the log: a static string such as "flag --tpu",
      * "env TPUMESH_TPU" or "annotation tpumesh.dev/tpu"; NULL = "flag --tpu". */
     const char *tpu_origin;

@@ -199,7 +199,6 @@ static void take_layer(struct mesh_init_opts *o, struct ann_layer *l,
     /* Multi-slice: annotation only; resolve.c falls back to the MEGASCALE_PORT
      * variable GKE sets. */
     o->megascale_port = l->cfg.megascale_port;
-    o->jax_coordinator = MESH_STEAL(l->cfg.coordinator);
     int s = source_of("expected-workers", src);
     o->expected_origin = s == MESH_CLIOPT_FROM_LAYER     ? "annotation"
                          : s == MESH_CLIOPT_FROM_DEFAULT ? NULL

@@ -50,7 +50,6 @@ static void fill_input(const struct mesh_init *ctx, uint64_t generation,
     in->generation = generation;
     in->complete = ctx->complete;
     in->megascale_port = ctx->megascale_port;
-    in->jax_coordinator = ctx->opts.jax_coordinator;
     if (ctx->num_slices > 1 && !is_node_path(ctx)) {
         /* GKE's TPU_WORKER_HOSTNAMES names this slice only (render.h,
          * slice_only): tpu.env and jax.env, not the global lists. */

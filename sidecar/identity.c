@@ -431,11 +431,10 @@ int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err)
         return rc;
     }
     if (multislice) {
-        mesh_info(MOD, "multi-slice: MEGASCALE_PORT %d (from %s), JAX coordinator %s (from %s)",
+        mesh_info(MOD, "multi-slice: MEGASCALE_PORT %d (from %s), JAX coordinator slice 0 worker 0",
                   ctx->self.megascale_port > 0 ? ctx->self.megascale_port
                                                : MESH_RENDER_MEGASCALE_PORT,
-                  mport_src, ctx->self.coordinator[0] ? ctx->self.coordinator : "slice 0 worker 0",
-                  ctx->self.coordinator[0] ? MESH_K8S_KEY_COORDINATOR : "default");
+                  mport_src);
     }
     if (ctx->self.jax_port > 0) {
         mesh_info(MOD,

@@ -514,7 +514,6 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
         .slices = slice_count(ctx, w),
         .megascale_port = ctx->self.megascale_port > 0 ? ctx->self.megascale_port : 0,
         .jax_port = ctx->self.jax_port > 0 ? ctx->self.jax_port : 0,
-        .jax_coordinator = ctx->self.coordinator[0] ? ctx->self.coordinator : NULL,
         .expected_source = ctx->expected_source[0] ? ctx->expected_source : NULL,
         .present = w->present,
     };

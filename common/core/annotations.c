@@ -477,16 +477,6 @@ int mesh_annotations_tf_version(const char *v, struct mesh_err *err)
     return 0;
 }
 
-int mesh_annotations_coordinator(const char *v, struct mesh_err *err)
-{
-    size_t n = strlen(v);
-    if (n == 0 || n > 253 || !mesh_names_is_dns_name(v, n, false, false)) {
-        return bad(err, MESH_ANNOTATION_JOBSET_COORDINATOR, v,
-                   "is not a host name (<pod hostname>.<headless service>)");
-    }
-    return 0;
-}
-
 int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err)
 {
     static const struct {
@@ -501,9 +491,6 @@ int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err)
     };
     if (strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0) {
         return mesh_annotations_tf_version(v, err);
-    }
-    if (strcmp(key, MESH_ANNOTATION_JOBSET_COORDINATOR) == 0) {
-        return mesh_annotations_coordinator(v, err);
     }
     const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
     if (strncmp(key, MESH_ANNOTATION_PREFIX, plen) != 0) {
@@ -538,13 +525,12 @@ static void config_take(const char *key, const char *v, struct mesh_annotations_
 {
     const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
     const char *name = strncmp(key, MESH_ANNOTATION_PREFIX, plen) == 0 ? key + plen : "";
-    char **str = strcmp(name, "tpu") == 0                               ? &c->tpu
-                 : strcmp(name, "zone") == 0                            ? &c->zone
-                 : strcmp(name, "project") == 0                         ? &c->project
-                 : strcmp(name, "job-name") == 0                        ? &c->job_name
-                 : strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0         ? &c->tf_version
-                 : strcmp(key, MESH_ANNOTATION_JOBSET_COORDINATOR) == 0 ? &c->coordinator
-                                                                        : NULL;
+    char **str = strcmp(name, "tpu") == 0                       ? &c->tpu
+                 : strcmp(name, "zone") == 0                    ? &c->zone
+                 : strcmp(name, "project") == 0                 ? &c->project
+                 : strcmp(name, "job-name") == 0                ? &c->job_name
+                 : strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0 ? &c->tf_version
+                                                                : NULL;
     if (str != NULL) {
         mesh_free(*str);
         *str = mesh_strdup(v);
@@ -574,7 +560,6 @@ void mesh_annotations_config_cleanup(struct mesh_annotations_config *c)
     mesh_free(c->project);
     mesh_free(c->job_name);
     mesh_free(c->tf_version);
-    mesh_free(c->coordinator);
     memset(c, 0, sizeof(*c));
 }
 

@@ -55,9 +55,6 @@ int mesh_annotations_unquote(const char *s, size_t len, char **out_value, struct
 /* The prefix of our keys and the legacy TPU Node key. */
 #define MESH_ANNOTATION_PREFIX "tpumesh.dev/"
 #define MESH_ANNOTATION_TF_VERSION "tf-version.cloud-tpus.google.com"
-/* JobSet's coordinator, "<pod hostname>.<headless service>" (JobSet sets it
- * as label and annotation when the JobSet names a coordinator pod). */
-#define MESH_ANNOTATION_JOBSET_COORDINATOR "jobset.sigs.k8s.io/coordinator"
 
 /* tpumesh's configuration from annotations. Strings owned (NULL = absent);
  * numbers 0 = absent; has_address_mode says whether address_mode is set. */
@@ -73,7 +70,6 @@ struct mesh_annotations_config {
     int expected_workers;             /* tpumesh.dev/expected-workers, 1-65536 */
     int timeout_s;                    /* tpumesh.dev/timeout, whole seconds 1-86400 */
     int megascale_port;               /* tpumesh.dev/megascale-port, 1-65535 */
-    char *coordinator;                /* jobset.sigs.k8s.io/coordinator: an RFC 1123 host name */
 };
 
 /* One rule per annotation, shared by the three programs (docs/DESIGN.md §6):
@@ -99,7 +95,6 @@ int mesh_annotations_megascale_port(const char *v, int *out, struct mesh_err *er
  * injector's check. */
 int mesh_annotations_containers(const char *v, struct mesh_err *err);
 int mesh_annotations_tf_version(const char *v, struct mesh_err *err);
-int mesh_annotations_coordinator(const char *v, struct mesh_err *err);
 
 /* The rule of key applied to v: 0 when v is acceptable or key is none of
  * the keys above (other annotations are not ours); an unknown tpumesh.dev/
@@ -115,7 +110,8 @@ int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err)
 #define MESH_ANNOTATION_EXPECTED_MAX 65536
 
 /* Extract and validate tpumesh's keys from a (each with its rule above). Keys outside tpumesh.dev/
- * are ignored except tf-version.cloud-tpus.google.com and jobset.sigs.k8s.io/coordinator.
+ * are ignored except tf-version.cloud-tpus.google.com. (A JobSet's jobset.sigs.k8s.io/coordinator
+ * is not read: jax.env names process 0, where JAX starts its coordination service.)
  * tpumesh.dev/inject (the webhook's switch) and tpumesh.dev/containers (which containers the
  * webhook mounts the volume in; tpumesh-injector checks it) are accepted and ignored. Any other
  * tpumesh.dev/ key, or a bad value, is -MESH_E_CONFIG naming the key and the accepted keys/values.

@@ -123,29 +123,6 @@ static void read_number(struct mesh_k8s_pod *p, const cJSON *annos, const char *
     *dst = n;
 }
 
-/* The own pod's multi-slice keys: tpumesh.dev/megascale-port and JobSet's
- * coordinator. */
-static void read_multislice(struct mesh_k8s_pod *p, const cJSON *labels, const cJSON *annos)
-{
-    read_number(p, annos, MESH_K8S_KEY_MEGASCALE_PORT, mesh_annotations_megascale_port,
-                &p->megascale_port);
-    /* JobSet stamps its coordinator as label and annotation with the same
-     * value (<pod hostname>.<headless service>); the annotation wins. */
-    const char *coord = mesh_json_str(annos, MESH_K8S_KEY_COORDINATOR);
-    if (coord == NULL) {
-        coord = mesh_json_str(labels, MESH_K8S_KEY_COORDINATOR);
-    }
-    if (coord != NULL) {
-        struct mesh_err e = {0};
-        /* The rule allows at most 253 bytes: it fits MESH_HOST_MAX. */
-        if (mesh_annotations_coordinator(coord, &e) < 0) {
-            set_invalid_msg(p, e.msg);
-        } else {
-            copy_str(p->coordinator, sizeof(p->coordinator), coord);
-        }
-    }
-}
-
 static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
 {
     const char *ns = mesh_json_str(md, "namespace");
@@ -198,7 +175,8 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     read_number(p, annos, MESH_K8S_KEY_EXPECTED, mesh_annotations_expected_workers,
                 &p->expected_workers);
     read_number(p, annos, MESH_K8S_KEY_PORT, mesh_annotations_port, &p->port);
-    read_multislice(p, labels, annos);
+    read_number(p, annos, MESH_K8S_KEY_MEGASCALE_PORT, mesh_annotations_megascale_port,
+                &p->megascale_port);
     const char *mode = mesh_json_str(annos, MESH_K8S_KEY_ADDR_MODE);
     if (mode != NULL) {
         enum mesh_addr_mode m = MESH_ADDR_AUTO;

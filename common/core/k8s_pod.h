@@ -17,8 +17,6 @@
  *     tpumesh.dev/port, tpumesh.dev/address-mode, tpumesh.dev/megascale-port
  *                                                (annotations; the sidecar
  *                                                 reads them from its own pod)
- *     jobset.sigs.k8s.io/coordinator             (annotation, else label: the
- *                                                 JobSet's coordinator host)
  *   metadata.ownerReferences[] (the one with controller: true: kind, name, uid)
  *   spec.hostname, spec.subdomain
  *   spec.containers[].env[name=JAX_COORDINATOR_PORT].value (the port JAX's
@@ -69,7 +67,6 @@
 #define MESH_K8S_KEY_PORT "tpumesh.dev/port"
 #define MESH_K8S_KEY_ADDR_MODE "tpumesh.dev/address-mode"
 #define MESH_K8S_KEY_MEGASCALE_PORT "tpumesh.dev/megascale-port"
-#define MESH_K8S_KEY_COORDINATOR "jobset.sigs.k8s.io/coordinator"
 
 /* One pod. Strings are NUL-terminated, "" = absent. Integers are -1 when
  * absent. When `invalid` is true the other fields hold what could be read
@@ -98,13 +95,10 @@ struct mesh_k8s_pod {
     int address_mode;     /* tpumesh.dev/address-mode as enum mesh_addr_mode, or -1 */
     int megascale_port;   /* tpumesh.dev/megascale-port (1..65535), or -1 */
     int jax_port;         /* JAX_COORDINATOR_PORT of the regular containers, or -1 */
-    /* jobset.sigs.k8s.io/coordinator: "<pod hostname>.<headless service>",
-     * an RFC 1123 host name, or "" */
-    char coordinator[MESH_HOST_MAX];
-    bool ip_v6;       /* ip is an IPv6 address (render as [ip]:port) */
-    bool ready;       /* condition Ready == "True" */
-    bool terminating; /* metadata.deletionTimestamp set */
-    bool finished;    /* status.phase Succeeded or Failed: no process behind the IP */
+    bool ip_v6;           /* ip is an IPv6 address (render as [ip]:port) */
+    bool ready;           /* condition Ready == "True" */
+    bool terminating;     /* metadata.deletionTimestamp set */
+    bool finished;        /* status.phase Succeeded or Failed: no process behind the IP */
     bool invalid;
     char reason[MESH_K8S_REASON_MAX]; /* why invalid, e.g. "spec.hostname 'a b' is not ..." */
 };

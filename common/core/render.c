@@ -371,10 +371,7 @@ static int check_slices(const struct mesh_render_input *in, struct mesh_err *err
                             "JAX_COORDINATOR_PORT %d is outside 1..65535 (0 = the default %d)",
                             in->jax_port, MESH_RENDER_JAX_PORT);
     }
-    int rc = check_coordinator("JAX coordinator", in->jax_coordinator, err);
-    if (rc == 0) {
-        rc = check_coordinator("MEGASCALE_COORDINATOR_ADDRESS", in->megascale_coordinator, err);
-    }
+    int rc = check_coordinator("MEGASCALE_COORDINATOR_ADDRESS", in->megascale_coordinator, err);
     if (rc < 0) {
         return rc;
     }
@@ -894,7 +891,10 @@ static void tpu_suffix(struct wr *w, const struct prep *p)
  * Multi-slice, what JAX's own multislice detection computes: slice 0 worker
  * 0 as coordinator, hosts per slice x slices processes, process id = slice
  * id x hosts per slice + worker id (= the global index). A JobSet's
- * coordinator, when the job names one, replaces slice 0 worker 0. */
+ * coordinator (jobset.sigs.k8s.io/coordinator) is not used: JAX starts its
+ * coordination service in process 0, so any other pod would leave every
+ * process waiting for a coordinator that is not there, and JAX's own
+ * detection does not read it either. */
 static size_t jax_hint(const struct prep *p)
 {
     (void)p;
@@ -909,14 +909,7 @@ static void jax_prefix(struct wr *w, const struct prep *p)
                                     in->jax_port > 0 ? in->jax_port : MESH_RENDER_JAX_PORT);
     const char *bare;
     bool v6 = false;
-    size_t len;
-    if (in->jax_coordinator != NULL && in->jax_coordinator[0] != '\0') {
-        bare = in->jax_coordinator;
-        len = strlen(bare);
-        (void)is_ip(bare, &v6);
-    } else {
-        len = slice0_host(p, &bare, &v6);
-    }
+    size_t len = slice0_host(p, &bare, &v6);
     WR_LIT(w, "JAX_COORDINATOR_ADDRESS='");
     wr_address(w, &jax, bare, len, v6);
     WR_LIT(w, "'\n");

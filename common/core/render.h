@@ -102,9 +102,8 @@ struct mesh_render_input {
      *   jax_port        the port of JAX_COORDINATOR_ADDRESS, 1..65535 (the pod's
      *                   JAX_COORDINATOR_PORT, which JAX's detection uses too);
      *                   0 = MESH_RENDER_JAX_PORT. Any job, not only multi-slice.
-     *   jax_coordinator host (name or IP, no port) of JAX's coordinator when
-     *                   the job names one (a JobSet's coordinator); NULL or ""
-     *                   = slice 0 worker 0
+     *                   The coordinator host is always process 0's (slice 0
+     *                   worker 0): JAX starts its coordination service there.
      * slice_only: workers[] is this pod's slice alone, not the whole job
      * (tpumesh-init on a multi-slice TPU VM: GKE's TPU_WORKER_HOSTNAMES names
      * one slice). Then slices > 1, slice_id is this pod's slice, workers[i]
@@ -119,7 +118,6 @@ struct mesh_render_input {
     int slices;
     int megascale_port;
     int jax_port;
-    const char *jax_coordinator;
     bool slice_only;
     int slice_id;
     const char *megascale_coordinator;

@@ -187,7 +187,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in.slice_only = in.slices >= 2 && size % 3 == 0;
     in.slice_id = data[4] % (in.slices + 1);
     in.megascale_coordinator = n > 0 && size % 2 == 0 ? w[0].pod : NULL;
-    in.jax_coordinator = size % 4 == 1 ? job : NULL;
     in.megascale_port = size % 5 == 2 ? data[3] * 300 : 0;
     struct mesh_render_out out;
     mesh_render_out_init(&out);

@@ -2,7 +2,8 @@
 kube-apiserver simulator. A 2 x 2 and a 4 x 4 JobSet; each pod's sidecar must publish a tpu.env
 for its own slice (TPU_WORKER_ID within the slice, the slice's hosts in order) with MEGASCALE_*
 (slice 0 worker 0, the slice count, its slice, the port: 8080 or tpumesh.dev/megascale-port),
-a jax.env with what JAX's multislice detection computes (or the JobSet's coordinator), global
+a jax.env with what JAX's multislice detection computes (process 0, even when the JobSet names
+another pod as its coordinator: JAX starts its coordination service in process 0), global
 slice-major DTENSOR_JOBS and TF_CONFIG (read back as TFConfigClusterResolver does), and a
 topology.json whose slices and workersDigest agree across pods.
 """
@@ -175,11 +176,11 @@ def main():
         check("bad MEGASCALE_PORT: the sidecar exits 2 naming it",
               rc == 2 and any("MEGASCALE_PORT='80a' is not a port" in l for l in bad.lines[-3:]),
               (rc, bad.lines[-3:]))
-        check_job("ms44", grid["ms44"], 4, 4, 8081, "ms44-slice-1-0.ms44")
+        check_job("ms44", grid["ms44"], 4, 4, 8081, "ms44-slice-0-0.ms44")
         car = grid["ms44"][2][3]
         check("ms44: the multi-slice settings and their sources are logged",
               car.log_count("MEGASCALE_PORT 8081 (from annotation tpumesh.dev/megascale-port), "
-                            "JAX coordinator ms44-slice-1-0.ms44") == 1, car.lines[:14])
+                            "JAX coordinator slice 0 worker 0") == 1, car.lines[:14])
         # A peer's IP changes (dns mode: the addresses stay): every pod still agrees.
         for car in cars:
             car.digest0 = car.topology()["workersDigest"]

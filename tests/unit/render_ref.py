@@ -155,7 +155,7 @@ def lat(s):
 class In:
     def __init__(self, d):
         self.__dict__.update(d)
-        for k in ("job_name", "jax_coordinator", "megascale_coordinator", "expected_source"):
+        for k in ("job_name", "megascale_coordinator", "expected_source"):
             setattr(self, k, lat(d[k]))
         self.ws = [dict(w, pod=lat(w["pod"]), host=lat(w["host"]), ip=lat(w["ip"])) for w in d["workers"]]
         s = d["slice"]
@@ -237,9 +237,8 @@ def common_faults(inp):
         f.add("RANGE")
     if not 0 <= inp.megascale_port <= 65535:
         f.add("RANGE")
-    for c in (inp.jax_coordinator, inp.megascale_coordinator):
-        if c and not is_host_or_ip(c):
-            f.add("INVAL")
+    if inp.megascale_coordinator and not is_host_or_ip(inp.megascale_coordinator):
+        f.add("INVAL")
     if inp.slice_only:
         if inp.slices < 2 or not 0 <= inp.slice_id < inp.slices:
             f.add("INVAL")
@@ -438,7 +437,7 @@ def tpu_env(inp):
 
 
 def jax_env(inp):
-    host = inp.jax_coordinator or slice0_host(inp)
+    host = slice0_host(inp)  # process 0: JAX starts its coordination service there
     return (env("JAX_COORDINATOR_ADDRESS", with_port(host, ip_family(host) == 6, JAX_PORT)) +
             env("JAX_NUM_PROCESSES", inp.total()) + env("JAX_PROCESS_ID", inp.self_index))
 

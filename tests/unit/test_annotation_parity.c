@@ -95,23 +95,18 @@ static const struct row rows[] = {
     {"tf-version.cloud-tpus.google.com", "2.11.0"},
     {"tf-version.cloud-tpus.google.com", "2.12.0"},
     {"tf-version.cloud-tpus.google.com", ""},
-    {"jobset.sigs.k8s.io/coordinator", "js-d-0-0.js"},
-    {"jobset.sigs.k8s.io/coordinator", "js-w-0-0.js"},
-    {"jobset.sigs.k8s.io/coordinator", "js-leader-0-0.js"},
-    {"jobset.sigs.k8s.io/coordinator", "a b"},
+    {"jobset.sigs.k8s.io/coordinator",
+     "js-d-0-0.js"}, /* JobSet's: not read (jax.env names process 0) */
     {"jobset.sigs.k8s.io/coordinator", "a b;rm"},
-    {"jobset.sigs.k8s.io/coordinator", "x:8476"},
-    {"jobset.sigs.k8s.io/coordinator", "js-0.js:8476"},
-    {"jobset.sigs.k8s.io/coordinator", ""},
     {"other.example.com/x", "anything \" goes"},
 };
 
 /* The keys the sidecar reads from its own pod (core/k8s_pod.c). */
 static bool sidecar_reads(const char *key)
 {
-    static const char *const keys[] = {
-        MESH_ANNOTATION_PORT, MESH_ANNOTATION_ADDRESS_MODE, MESH_ANNOTATION_EXPECTED_WORKERS,
-        MESH_ANNOTATION_MEGASCALE_PORT, MESH_ANNOTATION_JOBSET_COORDINATOR};
+    static const char *const keys[] = {MESH_ANNOTATION_PORT, MESH_ANNOTATION_ADDRESS_MODE,
+                                       MESH_ANNOTATION_EXPECTED_WORKERS,
+                                       MESH_ANNOTATION_MEGASCALE_PORT};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         if (strcmp(key, keys[i]) == 0) {
             return true;

@@ -167,8 +167,6 @@ static void test_config(void **state)
         {"tf-version.cloud-tpus.google.com=\"\"", -MESH_E_CONFIG, "TensorFlow version"},
         {"tpumesh.dev/megascale-port=\"65536\"", -MESH_E_CONFIG,
          "tpumesh.dev/megascale-port=\"65536\" is not an integer in 1..65535"},
-        {"jobset.sigs.k8s.io/coordinator=\"x:8476\"", -MESH_E_CONFIG, "is not a host name"},
-        {"jobset.sigs.k8s.io/coordinator=\"\"", -MESH_E_CONFIG, "coordinator"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct mesh_annotations a;
@@ -197,7 +195,6 @@ static void test_config(void **state)
         assert_int_equal(c.expected_workers, 4);
         assert_int_equal(c.timeout_s, 30);
         assert_int_equal(c.megascale_port, 8081);
-        assert_string_equal(c.coordinator, "js-d-0-0.js");
         mesh_annotations_config_cleanup(&c);
     }
 }

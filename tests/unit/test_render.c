@@ -613,27 +613,13 @@ static void test_multislice_golden(void **state)
                   "MEGASCALE_NUM_SLICES='2'\n"
                   "MEGASCALE_SLICE_ID='1'\n"
                   "MEGASCALE_PORT='9090'\n");
-    in.jax_coordinator = "js-leader-0-0.js";
+    /* JAX's coordinator is process 0 (slice 0 worker 0), where JAX starts
+     * its coordination service. */
     expect_render(mesh_render_jax_env, &in,
-                  "JAX_COORDINATOR_ADDRESS='js-leader-0-0.js:8482'\n"
+                  "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='3'\n");
-    in.jax_coordinator = "fd00::1";
-    expect_render(mesh_render_jax_env, &in,
-                  "JAX_COORDINATOR_ADDRESS='[fd00::1]:8482'\n"
-                  "JAX_NUM_PROCESSES='4'\n"
-                  "JAX_PROCESS_ID='3'\n");
-    /* The coordinator does not change tpu.env (MEGASCALE names slice 0
-     * worker 0, as GKE does). */
-    char *out = NULL;
-    size_t len = 0;
-    assert_int_equal(mesh_render_tpu_env(&in, &out, &len, NULL), 0);
-    assert_non_null(strstr(out, "MEGASCALE_COORDINATOR_ADDRESS='w-0.job.ns.svc'\n"));
-    mesh_free(out);
     /* Refusals name the problem. */
-    in.jax_coordinator = "http://x:1";
-    expect_fail(mesh_render_jax_env, &in, MESH_E_INVAL, "JAX coordinator");
-    in.jax_coordinator = NULL;
     in.slices = 3;
     expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "do not split into 3 equal slices");
     in.slices = 2;

@@ -140,7 +140,6 @@ static void put_input(const struct mesh_render_input *in)
     fprintf(cases, ",\"megascale_port\":%d,\"slice_only\":%s,\"slice_id\":%d,\"present\":%d",
             in->megascale_port, in->slice_only ? "true" : "false", in->slice_id, in->present);
     put_str("job_name", in->job_name);
-    put_str("jax_coordinator", in->jax_coordinator);
     put_str("megascale_coordinator", in->megascale_coordinator);
     put_str("expected_source", in->expected_source);
     fputs(",\"slice\":", cases);
@@ -784,7 +783,6 @@ static void random_case(uint64_t *s, struct wcase *c, struct mesh_render_input *
         }
     }
     in->megascale_port = rnd(s, 10) == 0 ? (int)rnd(s, 70000) : (rnd(s, 2) == 0 ? 0 : 9090);
-    in->jax_coordinator = coords[rnd(s, 6)];
     if (rnd(s, 6) == 0) {
         /* One slice alone: indices from slice_id x n, own index among them. */
         in->slice_only = true;

@@ -1,5 +1,5 @@
 /*
- * grpc.c - what the sidecar hands its gRPC server (io/grpc_server.h):
+ * grpc.c - what the sidecar hands its gRPC server (grpc_server.h):
  * the published topology as a TopologySnapshot, built from the published
  * worker list when someone asks for it, and, while relay subscribers are
  * connected, the pod records it follows.
@@ -13,11 +13,11 @@
 #include "core/mem.h"
 #include "core/prom.h"
 #include "core/topo_msg.h"
-#include "io/grpc_server.h"
-#include "io/k8s_informer.h"
+#include "grpc_server.h"
+#include "k8s_informer.h"
 #include "io/log.h"
 #include "io/sys.h"
-#include "io/relay_client.h"
+#include "relay_client.h"
 #include "sidecar.h"
 
 #define MOD "grpc"

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "io/grpc_server.h"
+#include "grpc_server.h"
 #include "io/sys.h"
 #include "sidecar.h"
 

@@ -13,7 +13,7 @@
 
 #include "core/buf.h"
 #include "core/prom.h"
-#include "io/k8s_informer.h"
+#include "k8s_informer.h"
 #include "io/sys.h"
 #include "sidecar.h"
 

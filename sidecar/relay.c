@@ -13,7 +13,7 @@
  * replaced relay pod (new IP) is found.
  *
  * Threads: one relay thread per subscriber sidecar resolves and runs the
- * gRPC sessions (io/relay_client.h), writing the received records into a
+ * gRPC sessions (relay_client.h), writing the received records into a
  * store and waking the main loop through ctx->wake_fd. The main thread
  * decides the source (mesh_sidecar_relay_tick):
  *   following the relay  while its messages arrive (a heartbeat every 2 s)
@@ -34,11 +34,11 @@
 #include <unistd.h>
 
 #include "core/mem.h"
-#include "io/grpc_server.h"
+#include "grpc_server.h"
 #include "io/k8s_client.h"
-#include "io/k8s_informer.h"
+#include "k8s_informer.h"
 #include "io/log.h"
-#include "io/relay_client.h"
+#include "relay_client.h"
 #include "io/sys.h"
 #include "sidecar.h"
 

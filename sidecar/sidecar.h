@@ -400,7 +400,7 @@ int mesh_sidecar_relay_start(struct mesh_sidecar *ctx, int grpc_port, struct mes
 void mesh_sidecar_relay_stop(struct mesh_sidecar *ctx);
 /* Main loop, every iteration: follow the relay, fall back, return. */
 void mesh_sidecar_relay_tick(struct mesh_sidecar *ctx);
-/* The relay store's check (io/relay_client.h mesh_relay_check_fn): the
+/* The relay store's check (relay_client.h mesh_relay_check_fn): the
  * coordinator's and the own record a message upserts, against the API.
  * vr = the struct mesh_sidecar_relay. Relay thread. */
 int mesh_sidecar_relay_check(void *vr, struct mesh_k8s_pod_rec *const *up, size_t n,

@@ -41,10 +41,10 @@
 #include "core/buf.h"
 #include "core/cleanup.h"
 #include "core/mem.h"
-#include "io/k8s_informer.h"
+#include "k8s_informer.h"
 #include "io/log.h"
 #include "io/publish.h"
-#include "io/relay_client.h"
+#include "relay_client.h"
 #include "io/sys.h"
 #include "sidecar.h"
 

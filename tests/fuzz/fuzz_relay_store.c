@@ -1,5 +1,5 @@
 /*
- * fuzz_relay_store.c - a relay subscriber's store (io/relay_client.h) fed
+ * fuzz_relay_store.c - a relay subscriber's store (sidecar/relay_client.h) fed
  * any sequence of messages. The input is split into messages by a 2-byte
  * big-endian length prefix each; every message is applied (the first as a
  * session's first). Invariants checked after each step: the store is
@@ -12,7 +12,7 @@
 
 #include "core/mem.h"
 #include "core/topo_msg.h"
-#include "io/relay_client.h"
+#include "sidecar/relay_client.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -38,7 +38,7 @@
 #include "core/json.h"
 #include "core/mem.h"
 #include "io/k8s_client.h"
-#include "io/k8s_informer.h"
+#include "sidecar/k8s_informer.h"
 #include "io/log.h"
 
 /* The compact record the driver keeps per pod (what a sidecar needs). */

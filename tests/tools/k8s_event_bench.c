@@ -37,7 +37,7 @@
 #include "core/k8s_pod.h"
 #include "core/mem.h"
 #include "io/k8s_client.h"
-#include "io/k8s_informer.h"
+#include "sidecar/k8s_informer.h"
 
 static const char builtin_pod[] =
     "{\"metadata\":{\"name\":\"x\",\"namespace\":\"default\",\"resourceVersion\":\"1\","

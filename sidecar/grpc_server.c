@@ -39,7 +39,7 @@
 #include "core/topo_msg.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "io/grpc_util.h"
-#include "io/grpc_server.h"
+#include "grpc_server.h"
 #include "io/log.h"
 #include "io/sys.h"
 

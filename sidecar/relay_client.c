@@ -27,7 +27,7 @@
 
 #include "core/mem.h"
 #include "io/grpc_util.h"
-#include "io/relay_client.h"
+#include "relay_client.h"
 #include "io/sys.h"
 
 #define SLICE_MS 100

@@ -444,28 +444,39 @@ int mesh_annotations_megascale_port(const char *v, int *out, struct mesh_err *er
     return want_int(MESH_ANNOTATION_MEGASCALE_PORT, v, 1, 65535, out, err);
 }
 
+bool mesh_annotations_list_next(const char **cursor, const char **out_item, size_t *out_len)
+{
+    const char *p = *cursor;
+    if (p == NULL) {
+        return false;
+    }
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    while (n > 0 && *p == ' ') {
+        p++;
+        n--;
+    }
+    while (n > 0 && p[n - 1] == ' ') {
+        n--;
+    }
+    *out_item = p;
+    *out_len = n;
+    *cursor = comma ? comma + 1 : NULL;
+    return true;
+}
+
 int mesh_annotations_containers(const char *v, struct mesh_err *err)
 {
-    const char *p = v;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        while (n > 0 && *p == ' ') {
-            p++;
-            n--;
-        }
-        while (n > 0 && p[n - 1] == ' ') {
-            n--;
-        }
-        if (n == 0 || !mesh_names_is_dns_label(p, n)) {
+    const char *cursor = v;
+    const char *name;
+    size_t n;
+    while (mesh_annotations_list_next(&cursor, &name, &n)) {
+        if (n == 0 || !mesh_names_is_dns_label(name, n)) {
             return bad(err, MESH_ANNOTATION_CONTAINERS, v,
                        "must be a comma-separated list of container names (DNS labels)");
         }
-        if (comma == NULL) {
-            return 0;
-        }
-        p = comma + 1;
     }
+    return 0;
 }
 
 int mesh_annotations_tf_version(const char *v, struct mesh_err *err)

@@ -94,6 +94,11 @@ int mesh_annotations_megascale_port(const char *v, int *out, struct mesh_err *er
  * around the names allowed); whether they name the pod's containers is the
  * injector's check. */
 int mesh_annotations_containers(const char *v, struct mesh_err *err);
+/* Walks a comma-separated list such as tpumesh.dev/containers: start with
+ * *cursor = the list; each call sets *out_item and *out_len to the next item
+ * with the spaces around it trimmed (*out_len may be 0) and returns true, and
+ * returns false once the last item was returned. */
+bool mesh_annotations_list_next(const char **cursor, const char **out_item, size_t *out_len);
 int mesh_annotations_tf_version(const char *v, struct mesh_err *err);
 
 /* The rule of key applied to v: 0 when v is acceptable or key is none of

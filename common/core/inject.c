@@ -721,17 +721,10 @@ static int annotations_of(const cJSON *meta, struct mesh_annotations *out)
 static int select_containers(const char *list, const cJSON *containers, bool *mark,
                              struct mesh_inject_decision *d)
 {
-    const char *p = list;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        while (n > 0 && *p == ' ') {
-            p++;
-            n--;
-        }
-        while (n > 0 && p[n - 1] == ' ') {
-            n--;
-        }
+    const char *cursor = list;
+    const char *p;
+    size_t n;
+    while (mesh_annotations_list_next(&cursor, &p, &n)) {
         bool found = false;
         int i = 0;
         const cJSON *c;
@@ -750,11 +743,8 @@ static int select_containers(const char *list, const cJSON *containers, bool *ma
                            " names container '%.*s', which is not one of the pod's containers",
                            (int)(n > 64 ? 64 : n), p);
         }
-        if (comma == NULL) {
-            return 0;
-        }
-        p = comma + 1;
     }
+    return 0;
 }
 
 /* A resource quantity of a TPU: a whole number, as a JSON number or string. */

@@ -199,13 +199,43 @@ static void test_config(void **state)
     }
 }
 
+/* The list walk both the annotation check and the injector use: items in order, spaces around
+ * them trimmed, empty items reported as empty, and nothing after the last one. */
+static void test_list_next(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *list;
+        const char *items[5];
+    } rows[] = {
+        {"a", {"a"}},
+        {" a , bb,c ", {"a", "bb", "c"}},
+        {"", {""}},
+        {"a,,b,", {"a", "", "b", ""}},
+        {"  ,x y", {"", "x y"}},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const char *cursor = rows[i].list;
+        const char *item;
+        size_t n;
+        size_t k = 0;
+        while (mesh_annotations_list_next(&cursor, &item, &n)) {
+            assert_non_null(rows[i].items[k]);
+            assert_int_equal(n, strlen(rows[i].items[k]));
+            assert_memory_equal(item, rows[i].items[k], n);
+            k++;
+        }
+        assert_null(rows[i].items[k]);
+        assert_false(mesh_annotations_list_next(&cursor, &item, &n));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unquote),
-        cmocka_unit_test(test_parse_file),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_unquote),   cmocka_unit_test(test_parse_file),
+        cmocka_unit_test(test_limits),    cmocka_unit_test(test_config),
+        cmocka_unit_test(test_list_next),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

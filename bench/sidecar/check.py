@@ -28,19 +28,11 @@ import sys
 import tempfile
 import time
 
-ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
-BUILD = os.environ.get("BUILD", "build")
-if not os.path.isabs(BUILD):
-    BUILD = os.path.join(ROOT, BUILD)
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
-
+# bench.py's setup: where the repository and the build are, the simulator, the peers' selector.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu import cpu_seconds  # noqa: E402
-from mem import PeakAnon, status_kib  # noqa: E402
+from bench import BUILD, PY, ROOT, SELECTOR, PeakAnon, cpu_seconds, start_sim  # noqa: E402
+from mem import status_kib  # noqa: E402
 
-PY = "/usr/bin/python3"
-SELECTOR = "batch.kubernetes.io/job-name=trainer"
 SENTINEL = "10.250.250.250"
 
 

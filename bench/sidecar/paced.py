@@ -31,13 +31,9 @@ import threading
 import time
 import urllib.request
 
-ROOT = os.environ.get("ROOT", os.getcwd())
-BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
-
+# bench.py's setup: where the build is, the simulator, the CPU clock.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu import cpu_seconds  # noqa: E402
+from bench import BUILD, cpu_seconds, start_sim  # noqa: E402
 
 DEBUG_LINE = re.compile(r"generation \d+: (\d+) us from event arrival \(wake-up after (-?\d+) us; "
                         r"workers (\d+) us, render (\d+) us, write (\d+) us\)")

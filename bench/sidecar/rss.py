@@ -20,14 +20,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.environ.get("ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
-BUILD = os.environ.get("BUILD", "build")
-if not os.path.isabs(BUILD):
-    BUILD = os.path.join(ROOT, BUILD)
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
+# bench.py's setup: where the build is, the simulator.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mem import PeakAnon, status_kib as status  # noqa: E402
+from bench import BUILD, PeakAnon, start_sim  # noqa: E402
+from mem import status_kib as status  # noqa: E402
 
 
 def main():

@@ -5,7 +5,7 @@
 
 bool mesh_ports_is_reserved(int p)
 {
-    return (p >= 8470 && p <= 8476) || p == 8080 || p == 9470 || p == 9476;
+    return (p >= 8470 && p <= 8476) || p == 8482 || p == 8080 || p == 9470 || p == 9476;
 }
 
 int mesh_ports_check(const struct mesh_port_use *u, size_t n, struct mesh_err *err)
@@ -15,8 +15,8 @@ int mesh_ports_check(const struct mesh_port_use *u, size_t n, struct mesh_err *e
             return mesh_err_set(
                 err, MESH_E_CONFIG, 0,
                 "%s %d is reserved: TPU software uses ports " MESH_PORTS_RESERVED_TEXT
-                " in the pod's network namespace (JAX's coordinator 8476, the TPU "
-                "runtime 8470-8475, multislice 8080); choose another port",
+                " in the pod's network namespace (JAX's coordinator 8482, 8476 before jax "
+                "0.8.1, the TPU runtime 8470-8475, multislice 8080); choose another port",
                 u[i].what, u[i].port);
         }
     }

@@ -2,8 +2,10 @@
  * ports.h - the port rules both programs and the chart's values schema
  * enforce (README "Ports"): the trainer, tpumesh-sidecar and TPU software
  * share the pod's network namespace, so
- *   - no tpumesh port is one TPU software uses: 8470-8476 (TPU runtime and
- *     JAX's coordinator), 8080 (multislice MEGASCALE_PORT), 9470 and 9476;
+ *   - no tpumesh port is one TPU software uses: 8470-8475 (TPU runtime),
+ *     8482 (JAX's Cloud TPU coordinator since jax 0.8.1, jax.env's port) and
+ *     8476 (the same before 0.8.1: an older JAX's own detection still binds
+ *     it), 8080 (multislice MEGASCALE_PORT), 9470 and 9476;
  *   - the DTensor, probe (--http-addr) and gRPC (--grpc-addr) ports differ.
  *
  * Pure: no I/O.
@@ -17,7 +19,7 @@
 #include "err.h"
 
 /* The reserved ports as the messages list them. */
-#define MESH_PORTS_RESERVED_TEXT "8470-8476, 8080, 9470 and 9476"
+#define MESH_PORTS_RESERVED_TEXT "8470-8476, 8482, 8080, 9470 and 9476"
 
 /* True when TPU software uses port p in the pod's network namespace. */
 bool mesh_ports_is_reserved(int p);

@@ -281,9 +281,9 @@ expect_exit "empty --tpu=: exit 2" 2 "--tpu needs a non-empty value" v4 "$DE" --
 expect_exit "bad --skip-init: exit 2 naming every spelling" 2 \
     "--skip-init: 'maybe' is not a boolean (true|false, 1|0, yes|no, on|off)" v4 "$DE" --skip-init=maybe
 expect_exit "positional argument: exit 2" 2 "unexpected argument 'extra'" v4 "$DE" extra
-# Port rules (README: not 8470-8476, 8080, 9470, 9476), from any source.
+# Port rules (README: not 8470-8476, 8482, 8080, 9470, 9476), from any source.
 expect_exit "reserved --port: exit 2 naming the rule" 2 \
-    "DTensor port (--port) 8080 is reserved: TPU software uses ports 8470-8476, 8080, 9470 and 9476" \
+    "DTensor port (--port) 8080 is reserved: TPU software uses ports 8470-8476, 8482, 8080, 9470 and 9476" \
     v4 "$DE" --port 8080
 TPUMESH_PORT=9470 expect_exit "reserved TPUMESH_PORT: exit 2" 2 "DTensor port (TPUMESH_PORT) 9470 is reserved" \
     v4 "$DE"

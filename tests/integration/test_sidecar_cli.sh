@@ -44,14 +44,17 @@ expect_config "a command-line error is one log line in the format all three prog
 expect_config "... in JSON when asked for" \
     '"msg":"command line failed (exit 2, configuration error): --verify-dns: '"'"'maybe'"'"' is not a boolean' \
     "$SC" --log-format=json --verify-dns=maybe
-# Port rules: not 8470-8476, 8080, 9470, 9476; DTensor, probe and gRPC ports distinct.
+# Port rules: not 8470-8476, 8482, 8080, 9470, 9476; DTensor, probe and gRPC ports distinct.
 expect_config "reserved --port names the rule" \
-    "DTensor port (--port / TPUMESH_PORT) 8476 is reserved: TPU software uses ports 8470-8476, 8080, 9470 and 9476" \
+    "DTensor port (--port / TPUMESH_PORT) 8476 is reserved: TPU software uses ports 8470-8476, 8482, 8080, 9470 and 9476" \
     "$SC" --port 8476
 expect_config "reserved TPUMESH_PORT" "DTensor port (--port / TPUMESH_PORT) 8080 is reserved" \
     env TPUMESH_PORT=8080 "$SC"
 expect_config "reserved probe port" "probe port (--http-addr) 9476 is reserved" "$SC" --http-addr 127.0.0.1:9476
 expect_config "reserved gRPC port" "gRPC port (--grpc-addr) 8470 is reserved" "$SC" --grpc-addr :8470
+expect_config "JAX's coordinator port (jax 0.8.1+) is reserved" \
+    "gRPC port (--grpc-addr) 8482 is reserved: TPU software uses ports 8470-8476, 8482, 8080, 9470 and 9476 in the pod's network namespace (JAX's coordinator 8482" \
+    "$SC" --grpc-addr :8482
 expect_config "DTensor and probe ports must differ" \
     "DTensor port (--port / TPUMESH_PORT) and probe port (--http-addr) are both 9431: the DTensor, probe and gRPC ports must be distinct" \
     "$SC" --port 9431

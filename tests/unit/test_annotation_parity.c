@@ -249,7 +249,7 @@ static void test_reserved_port_words(void **state)
     assert_int_equal(mesh_annotations_port("8470", &port, &err), -MESH_E_CONFIG);
     assert_non_null(strstr(err.msg,
                            "annotation tpumesh.dev/port=\"8470\" is reserved: TPU software "
-                           "uses ports 8470-8476, 8080, 9470 and 9476"));
+                           "uses ports 8470-8476, 8482, 8080, 9470 and 9476"));
     assert_int_equal(port, 0);
     assert_int_equal(mesh_annotations_port("10000", &port, &err), 0);
     assert_int_equal(port, 10000);

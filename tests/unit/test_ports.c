@@ -40,7 +40,10 @@ static void test_check(void **state)
         {10000, 0, 0, NULL}, /* any free port: exempt */
         {8476, 9431, 9432,
          "DTensor port 8476 is reserved: TPU software uses ports 8470-8476, "
-         "8080, 9470 and 9476"},
+         "8482, 8080, 9470 and 9476"},
+        {10000, 8482, 9432, "probe port 8482 is reserved"},
+        {10000, 9431, 8481, NULL},
+        {10000, 9431, 8483, NULL},
         {10000, 8080, 9432, "probe port 8080 is reserved"},
         {10000, 9431, 9470, "gRPC port 9470 is reserved"},
         {9431, 9431, 9432,

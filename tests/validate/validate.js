@@ -714,10 +714,10 @@ for (const h of HELMS) {
     const refusals = [
         ['a reserved sidecar.httpPort: values.schema.json says why',
             () => helmlib.template(h.bin, CHART, { sets: ['sidecar.httpPort=8476'] }),
-            /a port other than 8470-8476, 8080, 9470 and 9476 for sidecar\.httpPort \(TPU software uses those ports in the pod network namespace\)/],
+            /a port other than 8470-8476, 8482, 8080, 9470 and 9476 for sidecar\.httpPort \(TPU software uses those ports in the pod network namespace\)/],
         ['a reserved sidecar.grpcPort: values.schema.json says why',
             () => helmlib.template(h.bin, CHART, { sets: ['sidecar.grpcPort=8080'] }),
-            /a port other than 8470-8476, 8080, 9470 and 9476 for sidecar\.grpcPort/],
+            /a port other than 8470-8476, 8482, 8080, 9470 and 9476 for sidecar\.grpcPort/],
         ['equal probe and gRPC ports: refused, they must be distinct',
             () => helmlib.template(h.bin, CHART, { sets: ['sidecar.httpPort=9500', 'sidecar.grpcPort=9500'] }),
             /sidecar\.httpPort and sidecar\.grpcPort are both 9500: the probe and gRPC ports must be distinct/],

@@ -7,7 +7,7 @@
 const { resourceErrors } = require('./k8s');
 
 /* Ports TPU software uses in the pod's network namespace (docs/DESIGN.md §6). */
-const TPU_PORTS = [8080, 8470, 8471, 8472, 8473, 8474, 8475, 8476, 9470, 9476];
+const TPU_PORTS = [8080, 8470, 8471, 8472, 8473, 8474, 8475, 8476, 8482, 9470, 9476];
 const INIT = 'tpumesh-init';
 const SIDECAR = 'tpumesh-sidecar';
 

@@ -87,6 +87,21 @@ def wait_pods_ready(cp, namespace, selector, n, timeout=120):
     return wait(all_ready, timeout, 0.5)
 
 
+def apply_and_wait_ready(cp, node, docs, namespace, selector, n, label, timeout=120, more=None):
+    """Apply docs, then wait (bounded) until the n pods of selector are Ready: check(label), whose
+    diagnostics are the pods' phases, the node's last notes and more() when given, then one ok
+    line with the time it took. Returns the Ready pods, or None after the failed check."""
+    t0 = time.monotonic()
+    apply_all(cp, docs)
+    ps = wait_pods_ready(cp, namespace, selector, n, timeout)
+    if not check(label, ps, "pods: %s\nnode: %s%s" % (
+            [(p["metadata"]["name"], p["status"].get("phase")) for p in pods(cp, namespace, selector)],
+            "\n".join(node.notes[-5:]), "\n" + more() if more and not ps else "")):
+        return None
+    ok("%d pods Ready %s after apply" % (n, elapsed(t0)))
+    return ps
+
+
 def out_dir(node, pod):
     """The host directory of pod's shared volume (where tpumesh-init's TPUMESH_OUT_DIR points)."""
     pr = node.pods.get("%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"]))

@@ -12,8 +12,8 @@ import json
 import os
 import time
 
-from e2e import (apply_all, check, done, fail, install_injector_manifests, load_manifests, ok, out_dir,
-                 pods, setup, source_env, wait, wait_pods_ready, elapsed)
+from e2e import (apply_all, apply_and_wait_ready, check, done, fail, install_injector_manifests,
+                 load_manifests, ok, out_dir, setup, source_env, wait, elapsed)
 import kube
 
 NAME = "injected Indexed Job of 4 (k8s/injected-job-v5litepod-16.yaml)"
@@ -97,16 +97,12 @@ def main():
         check("namespace %s enforces restricted Pod Security (a non-compliant pod is refused)" % NS,
               e.status == 403 and "violates PodSecurity \"restricted:latest\"" in e.message, e.message)
 
-    t1 = time.monotonic()
-    apply_all(cp, load_manifests("k8s/injected-job-v5litepod-16.yaml", NS))
-    sel = "batch.kubernetes.io/job-name=tpumesh-v5e16-injected"
-    ps = wait_pods_ready(cp, NS, sel, 4, timeout=120)
-    if not check("the Job controller's 4 pods were admitted (webhook, restricted Pod Security) and are Ready",
-                 ps, "pods: %s\nnode: %s\nevents: %s" % (
-                     [(p["metadata"]["name"], p["status"].get("phase")) for p in pods(cp, NS, sel)],
-                     "\n".join(node.notes[-5:]), _events(cp))):
+    ps = apply_and_wait_ready(cp, node, load_manifests("k8s/injected-job-v5litepod-16.yaml", NS), NS,
+                              "batch.kubernetes.io/job-name=tpumesh-v5e16-injected", 4,
+                              "the Job controller's 4 pods were admitted (webhook, restricted Pod Security) "
+                              "and are Ready", more=lambda: "events: %s" % _events(cp))
+    if not ps:
         return done()
-    ok("4 pods Ready %s after the Job was applied" % elapsed(t1))
     for p in ps:
         inits = [c["name"] for c in p["spec"].get("initContainers") or []]
         mounts = [m["mountPath"] for m in p["spec"]["containers"][0].get("volumeMounts") or []]

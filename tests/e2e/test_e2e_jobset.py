@@ -6,10 +6,9 @@ per-slice tpu.env with MEGASCALE_*, the global DTENSOR_JOBS / TF_CONFIG / jax.en
 order, and the expected count from the JobSet (replicas x completions)."""
 import json
 import os
-import time
 
-from e2e import (apply_all, check, done, load_manifests, ok, out_dir, pods, setup, source_env, wait,
-                 wait_pods_ready, elapsed)
+from e2e import (apply_and_wait_ready, check, done, load_manifests, out_dir, setup, source_env,
+                 wait)
 
 NAME = "2-slice x 2-host JobSet (k8s/jobset-multislice.yaml)"
 NS = "multislice"
@@ -86,15 +85,11 @@ def main():
         return done()
     cp, node = env
     cp.namespace(NS, enforce="restricted")
-    t0 = time.monotonic()
-    apply_all(cp, manifests())
-    ps = wait_pods_ready(cp, NS, SEL, 4, timeout=150)
-    if not check("the JobSet controller's 2 child Jobs x 2 pods are created (its webhooks admit them) and Ready", ps,
-                 "%s\n%s\njobset-controller: %s" % (
-                     [(p["metadata"]["name"], p["status"].get("phase")) for p in pods(cp, NS, SEL)],
-                     "\n".join(node.notes[-5:]), cp.procs["jobset-controller"].tail(8))):
+    ps = apply_and_wait_ready(cp, node, manifests(), NS, SEL, 4, "the JobSet controller's 2 child Jobs x 2 pods "
+                              "are created (its webhooks admit them) and Ready", timeout=150,
+                              more=lambda: "jobset-controller: %s" % cp.procs["jobset-controller"].tail(8))
+    if not ps:
         return done()
-    ok("4 pods Ready %s after apply" % elapsed(t0))
     jobs = sorted(j["metadata"]["name"] for j in cp.admin.list("jobs", NS)["items"])
     check("child Jobs are <jobset>-<replicatedJob>-<index>", jobs == [JS + "-slice-0", JS + "-slice-1"], jobs)
     # JobSet's own pod webhook ran (exclusive placement per the manifest's annotation): leader

@@ -14,8 +14,8 @@ import json
 import os
 import time
 
-from e2e import (apply_all, check, done, fail, load_manifests, ok, out_dir, pods, setup, source_env, wait,
-                 wait_pods_ready, elapsed, is_ready)
+from e2e import (apply_and_wait_ready, check, done, load_manifests, out_dir, setup, source_env, wait,
+                 wait_pods_ready, elapsed)
 
 NAME = "StatefulSet of 3 (k8s/job-v5litepod-16.yaml's pod template)"
 NS = "sts"
@@ -107,14 +107,10 @@ def main():
         return done()
     cp, node = env
     cp.namespace(NS, enforce="restricted")
-    t0 = time.monotonic()
-    apply_all(cp, manifests())
-    ps = wait_pods_ready(cp, NS, SEL, 3, timeout=120)
-    if not check("scenario 4: the StatefulSet controller's 3 pods are Ready", ps,
-                 "%s\n%s" % ([(p["metadata"]["name"], p["status"].get("phase")) for p in pods(cp, NS, SEL)],
-                             "\n".join(node.notes[-5:]))):
+    ps = apply_and_wait_ready(cp, node, manifests(), NS, SEL, 3,
+                              "scenario 4: the StatefulSet controller's 3 pods are Ready")
+    if not ps:
         return done()
-    ok("3 pods Ready %s after apply" % elapsed(t0))
     want = expected(ps)
     wait(lambda: not check_files(node, ps, want), 10)
     errs = check_files(node, ps, want)

@@ -43,7 +43,19 @@
  * server's clean DEADLINE_EXCEEDED body status wins. */
 #define RUN_STEP_SLACK_MS 2000
 
-struct mesh_tf_master {
+#define METHOD_CREATE_SESSION "/tensorflow.MasterService/CreateSession"
+#define METHOD_RUN_STEP "/tensorflow.MasterService/RunStep"
+#define METHOD_CLOSE_SESSION "/tensorflow.MasterService/CloseSession"
+
+/* The outcome of one unary call. */
+struct call_result {
+    int status;         /* gRPC status code (== tensorflow.error.Code) */
+    char message[1024]; /* status details, NUL-terminated, maybe cut */
+    uint8_t *response;  /* owned (mesh_free) when status == 0 */
+    size_t response_len;
+};
+
+struct master {
     char *target;
     grpc_channel *channel;
     grpc_completion_queue *cq;
@@ -89,7 +101,12 @@ static void grpc_log_to_mesh(gpr_log_func_args *args)
     }
 }
 
-struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *err)
+static void master_free(struct master *m);
+
+/* An insecure channel to target ("host:port", "[v6]:port"; copied); nothing
+ * is sent yet. NULL with err set: -MESH_E_INVAL for an empty target,
+ * -MESH_E_API when gRPC refuses to create the channel. */
+static struct master *master_new(const char *target, struct mesh_err *err)
 {
     if (target == NULL || target[0] == '\0') {
         mesh_err_set(err, MESH_E_INVAL, 0, "no TPU server address to connect to");
@@ -107,7 +124,7 @@ struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *e
     };
     grpc_channel_args cargs = {sizeof(args) / sizeof(args[0]), args};
 
-    struct mesh_tf_master *m = mesh_calloc(1, sizeof(*m));
+    struct master *m = mesh_calloc(1, sizeof(*m));
     m->target = mesh_strdup(target);
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     m->channel = grpc_channel_create(target, creds, &cargs);
@@ -115,13 +132,13 @@ struct mesh_tf_master *mesh_tf_master_new(const char *target, struct mesh_err *e
     m->cq = grpc_completion_queue_create_for_pluck(NULL);
     if (m->channel == NULL || m->cq == NULL) {
         mesh_err_set(err, MESH_E_API, 0, "gRPC could not create a channel to '%s'", target);
-        mesh_tf_master_free(m);
+        master_free(m);
         return NULL;
     }
     return m;
 }
 
-void mesh_tf_master_free(struct mesh_tf_master *m)
+static void master_free(struct master *m)
 {
     if (m == NULL) {
         return;
@@ -146,8 +163,10 @@ void mesh_tf_master_free(struct mesh_tf_master *m)
     grpc_shutdown();
 }
 
-int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
-                                  struct mesh_err *err)
+/* Wait until the channel is connected, at most until deadline_ms (monotonic),
+ * with a progress line every PROGRESS_MS; -MESH_E_NOTREADY naming the target,
+ * the last connectivity state and how long we waited. */
+static int wait_connected(struct master *m, int64_t deadline_ms, struct mesh_err *err)
 {
     int64_t start = mesh_sys_now_ms();
     int64_t next_log = start + PROGRESS_MS;
@@ -176,7 +195,7 @@ int mesh_tf_master_wait_connected(struct mesh_tf_master *m, int64_t deadline_ms,
     return 0;
 }
 
-void mesh_tf_call_result_cleanup(struct mesh_tf_call_result *r)
+static void result_cleanup(struct call_result *r)
 {
     if (r != NULL) {
         mesh_free(r->response);
@@ -251,7 +270,7 @@ static void unary_cleanup(struct unary *u)
 
 /* Wait for the batch tagged tag to complete, saying every PROGRESS_MS that
  * we still wait, and cancelling the call once it is past its deadline. */
-static void wait_batch(struct mesh_tf_master *m, grpc_call *call, void *tag, const char *method,
+static void wait_batch(struct master *m, grpc_call *call, void *tag, const char *method,
                        int64_t deadline_ms)
 {
     int64_t start = mesh_sys_now_ms();
@@ -276,8 +295,8 @@ static void wait_batch(struct mesh_tf_master *m, grpc_call *call, void *tag, con
 }
 
 /* The finished call's status, details and (when OK) reply into out. */
-static int take_result(struct mesh_tf_master *m, const char *method, const struct unary *u,
-                       struct mesh_tf_call_result *out, struct mesh_err *err)
+static int take_result(struct master *m, const char *method, const struct unary *u,
+                       struct call_result *out, struct mesh_err *err)
 {
     out->status = (int)u->status;
     size_t dl = GRPC_SLICE_LENGTH(u->details);
@@ -305,9 +324,13 @@ static int take_result(struct mesh_tf_master *m, const char *method, const struc
     return 0;
 }
 
-int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint8_t *req,
-                        size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
-                        struct mesh_err *err)
+/* One unary call of method with the serialized request req and the absolute
+ * deadline deadline_ms; waits for the channel to become ready (TF's
+ * fail_fast=false). 0 when the call completed, whatever its gRPC status
+ * (out->status; out->response only for status 0); -MESH_E_API when gRPC could
+ * not start the call or an OK reply carried no message. */
+static int unary_call(struct master *m, const char *method, const uint8_t *req, size_t req_len,
+                      int64_t deadline_ms, struct call_result *out, struct mesh_err *err)
 {
     memset(out, 0, sizeof(*out));
     grpc_slice method_slice = grpc_slice_from_static_string(method);
@@ -336,14 +359,14 @@ int mesh_tf_master_call(struct mesh_tf_master *m, const char *method, const uint
 
 /* UNAVAILABLE, and UNKNOWN "Stream removed" that TF's FromGrpcStatus means
  * to treat as UNAVAILABLE, are worth another try. */
-static bool retryable(const struct mesh_tf_call_result *r)
+static bool retryable(const struct call_result *r)
 {
     return r->status == GRPC_STATUS_UNAVAILABLE ||
            (r->status == GRPC_STATUS_UNKNOWN && strstr(r->message, "Stream removed") != NULL);
 }
 
 /* A call whose failure is a deadline we set (ours, not the server's). */
-static int deadline_error(struct mesh_tf_master *m, const char *what, int64_t start_ms,
+static int deadline_error(struct master *m, const char *what, int64_t start_ms,
                           struct mesh_err *err)
 {
     return mesh_err_set(err, MESH_E_TIMEOUT, 0,
@@ -356,14 +379,13 @@ static int deadline_error(struct mesh_tf_master *m, const char *what, int64_t st
  * at 100 ms and cap at 2 s). TF stops after 10 retries; an init container's
  * job is to wait for the TPU, so we keep trying until the deadline and log
  * the first retry and then one line every 10 s. */
-static int call_with_retry(struct mesh_tf_master *m, const char *method, const uint8_t *req,
-                           size_t req_len, int64_t deadline_ms, struct mesh_tf_call_result *out,
-                           struct mesh_err *err)
+static int call_with_retry(struct master *m, const char *method, const uint8_t *req, size_t req_len,
+                           int64_t deadline_ms, struct call_result *out, struct mesh_err *err)
 {
     int64_t backoff = 100;
     int64_t next_log = 0;
     for (;;) {
-        int rc = mesh_tf_master_call(m, method, req, req_len, deadline_ms, out, err);
+        int rc = unary_call(m, method, req, req_len, deadline_ms, out, err);
         if (rc < 0 || !retryable(out)) {
             return rc;
         }
@@ -386,9 +408,8 @@ static int call_with_retry(struct mesh_tf_master *m, const char *method, const u
 }
 
 /* Map a finished call's non-OK status, telling our own deadline apart. */
-static int call_status_error(struct mesh_tf_master *m, const struct mesh_tf_call_result *r,
-                             const char *what, int64_t start_ms, int64_t deadline_ms,
-                             struct mesh_err *err)
+static int call_status_error(struct master *m, const struct call_result *r, const char *what,
+                             int64_t start_ms, int64_t deadline_ms, struct mesh_err *err)
 {
     /* The error below may shorten the server's text; keep all of it here. */
     mesh_debug(MOD, "%s on %s: %s: %s", what, m->target, mesh_tf_graph_code_name(r->status),
@@ -399,7 +420,7 @@ static int call_status_error(struct mesh_tf_master *m, const struct mesh_tf_call
     return mesh_tf_graph_status_error(r->status, r->message, what, err);
 }
 
-static void close_session(struct mesh_tf_master *m, const char *handle)
+static void close_session(struct master *m, const char *handle)
 {
     uint8_t *req = NULL;
     size_t len = 0;
@@ -409,9 +430,9 @@ static void close_session(struct mesh_tf_master *m, const char *handle)
         mesh_warn(MOD, "CloseSession not sent: %s", err.msg);
         return;
     }
-    struct mesh_tf_call_result r;
-    int rc = mesh_tf_master_call(m, MESH_TF_METHOD_CLOSE_SESSION, req, len,
-                                 mesh_sys_now_ms() + CLOSE_TIMEOUT_MS, &r, &err);
+    struct call_result r;
+    int rc = unary_call(m, METHOD_CLOSE_SESSION, req, len, mesh_sys_now_ms() + CLOSE_TIMEOUT_MS, &r,
+                        &err);
     mesh_free(req);
     if (rc < 0) {
         mesh_warn(MOD, "CloseSession on %s failed: %s", m->target, err.msg);
@@ -421,12 +442,12 @@ static void close_session(struct mesh_tf_master *m, const char *handle)
     } else {
         mesh_debug(MOD, "session %s closed", handle);
     }
-    mesh_tf_call_result_cleanup(&r);
+    result_cleanup(&r);
 }
 
 /* A reply we could not decode is the server's failure, not a configuration
  * error of ours: report it as an API failure (exit 5) naming the server. */
-static int bad_reply(struct mesh_tf_master *m, int rc, struct mesh_err *err)
+static int bad_reply(struct master *m, int rc, struct mesh_err *err)
 {
     if (rc != -MESH_E_PARSE && rc != -MESH_E_TOOBIG) {
         return rc;
@@ -441,7 +462,7 @@ static int bad_reply(struct mesh_tf_master *m, int rc, struct mesh_err *err)
 /* Option B's address checks failed: the address we dial is not the one the
  * server knows itself by (Master::CreateSession and
  * GrpcServer::WorkerCacheFactory texts). */
-static bool address_mismatch(const struct mesh_tf_call_result *r)
+static bool address_mismatch(const struct call_result *r)
 {
     return r->status == GRPC_STATUS_INVALID_ARGUMENT &&
            (strstr(r->message, "differs from expected port") != NULL ||
@@ -452,11 +473,11 @@ static bool address_mismatch(const struct mesh_tf_call_result *r)
  * TensorFlow's own client does (option B: cluster_def + target); when the
  * server rejects the address we reached it by (a port-forward, a proxy, a
  * NAT), once more with option A, on the server's own tpu_worker job. */
-static int create_session(struct mesh_tf_master *m, const char *const *tasks, size_t ntasks,
+static int create_session(struct master *m, const char *const *tasks, size_t ntasks,
                           int64_t deadline_ms, char **out_handle, struct mesh_err *err)
 {
     int64_t now = mesh_sys_now_ms();
-    struct mesh_tf_call_result r;
+    struct call_result r;
     memset(&r, 0, sizeof(r));
     int rc = 0;
     for (int option_a = 0; option_a <= 1; option_a++) {
@@ -468,7 +489,7 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
         if (rc < 0) {
             return rc;
         }
-        rc = call_with_retry(m, MESH_TF_METHOD_CREATE_SESSION, req, len, deadline_ms, &r, err);
+        rc = call_with_retry(m, METHOD_CREATE_SESSION, req, len, deadline_ms, &r, err);
         mesh_free(req);
         if (rc < 0 || option_a || !address_mismatch(&r)) {
             break;
@@ -477,7 +498,7 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
                   "the TPU server at %s knows itself by another address (%s); creating the "
                   "session on its own job '%s' instead",
                   m->target, r.message, MESH_TF_SERVER_JOB);
-        mesh_tf_call_result_cleanup(&r);
+        result_cleanup(&r);
     }
     if (rc == 0 && r.status != GRPC_STATUS_OK) {
         /* With several tasks the master first reaches every task of the
@@ -492,11 +513,11 @@ static int create_session(struct mesh_tf_master *m, const char *const *tasks, si
                                                          err);
         rc = bad_reply(m, rc, err);
     }
-    mesh_tf_call_result_cleanup(&r);
+    result_cleanup(&r);
     return rc;
 }
 
-static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t deadline_ms,
+static int run_configure(struct master *m, const char *handle, int64_t deadline_ms,
                          uint8_t **out_topology, size_t *out_len, struct mesh_err *err)
 {
     int64_t now = mesh_sys_now_ms();
@@ -511,9 +532,9 @@ static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t d
     if (rc < 0) {
         return rc;
     }
-    struct mesh_tf_call_result r;
+    struct call_result r;
     /* No retry: a second ConfigureDistributedTPU re-initializes the TPU. */
-    rc = mesh_tf_master_call(m, MESH_TF_METHOD_RUN_STEP, req, len, deadline_ms, &r, err);
+    rc = unary_call(m, METHOD_RUN_STEP, req, len, deadline_ms, &r, err);
     mesh_free(req);
     if (rc == 0 && r.status != GRPC_STATUS_OK) {
         /* Both places an error can come back in: here the gRPC
@@ -524,7 +545,7 @@ static int run_configure(struct mesh_tf_master *m, const char *handle, int64_t d
             r.response, r.response_len, MESH_TF_CONFIGURE_FETCH, out_topology, out_len, err);
         rc = bad_reply(m, rc, err);
     }
-    mesh_tf_call_result_cleanup(&r);
+    result_cleanup(&r);
     return rc;
 }
 
@@ -536,7 +557,7 @@ int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_
     }
     int64_t start = mesh_sys_now_ms();
     int64_t deadline = start + (timeout_ms > 0 ? timeout_ms : 1);
-    struct mesh_tf_master *m = mesh_tf_master_new(tasks[0], err);
+    struct master *m = master_new(tasks[0], err);
     if (m == NULL) {
         return -MESH_E_API;
     }
@@ -544,7 +565,7 @@ int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_
               tasks[0], ntasks, ntasks == 1 ? "" : "s", (long long)(timeout_ms / 1000));
 
     char *handle = NULL;
-    int rc = mesh_tf_master_wait_connected(m, deadline, err);
+    int rc = wait_connected(m, deadline, err);
     if (rc == 0) {
         rc = create_session(m, tasks, ntasks, deadline, &handle, err);
     }
@@ -558,6 +579,6 @@ int mesh_tf_master_configure_tpu(const char *const *tasks, size_t ntasks, int64_
                   tasks[0], (long long)(mesh_sys_now_ms() - start), *out_len);
     }
     mesh_free(handle);
-    mesh_tf_master_free(m);
+    master_free(m);
     return rc;
 }

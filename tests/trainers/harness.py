@@ -206,6 +206,12 @@ class Env:
         self.jobs.append(j)
         return j
 
+    def start_jobs(self, *jobs):
+        """tpumesh-init and the sidecar on every pod of every job: one check a job."""
+        for job in jobs:
+            check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
+                  % job.name, job.start(self.token), [(p.name, p.car.readyz()) for p in job.pods])
+
     def trainer_env(self, pod, extra=None):
         env = {"PATH": "/usr/bin:/bin", "HOME": self.tmp, "LANG": "C.UTF-8",
                "TPUMESH_POD_IP": pod.ip, "LD_PRELOAD": PODBIND,
@@ -251,6 +257,18 @@ class Env:
                 out.append((p.returncode, f.read()))
         return out
 
+    def run_together(self, parts, timeout):
+        """parts: [(procs, judge)]. Waits for the processes of every part at once (their start-up
+        waits overlap; bounded as finish()), then calls judge(outs, took) for each part with its
+        processes' [(rc, log text)] and the wall time of the whole phase in seconds."""
+        t0 = time.monotonic()
+        outs = self.finish([p for procs, _ in parts for p in procs], timeout)
+        took = time.monotonic() - t0
+        at = 0
+        for procs, judge in parts:
+            judge(outs[at:at + len(procs)], took)
+            at += len(procs)
+
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
@@ -264,6 +282,23 @@ class Env:
             self.md.wait(10)
         if not os.environ.get("KEEP"):
             subprocess.run(["rm", "-rf", self.tmp])
+
+
+def run_file(kind, body):
+    """A test file's frame: the venv's python (or the file reports itself skipped), the
+    simulators, body(env, python), anything it raised reported as a failure, everything
+    stopped. Returns tap.done()'s exit code."""
+    py = need_venv(kind)
+    env = Env()
+    try:
+        body(env, py)
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        fail("test raised", repr(e))
+    finally:
+        env.stop()
+    return done()
 
 
 def results(text):

@@ -12,11 +12,10 @@ listens on its pod IP (podbind.so) at the one port every worker has in DTENSOR_J
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import check, done, fail, results, tail  # noqa: E402
+from harness import check, results, tail  # noqa: E402
 
 PROGRAM = r'''
 import json, os
@@ -42,14 +41,9 @@ dtensor.barrier(mesh, "tpumesh-test-done")
 def run_jobs(env, py, jobs, head):
     """Both jobs' trainers run at the same time (their startup waits overlap); each job is
     judged on its own."""
-    t0 = time.monotonic()
-    procs = [env.trainer(p, py, head, PROGRAM) for job, _ in jobs for p in job.pods]
-    outs = env.finish(procs, 300)
-    took = time.monotonic() - t0
-    at = 0
-    for job, label in jobs:
-        judge(job, label, outs[at:at + len(job.pods)], took)
-        at += len(job.pods)
+    env.run_together([([env.trainer(p, py, head, PROGRAM) for p in job.pods],
+                       lambda outs, took, job=job, label=label: judge(job, label, outs, took))
+                      for job, label in jobs], 300)
 
 
 def judge(job, label, outs, took):
@@ -97,27 +91,15 @@ def num_clients_test(env, py, pod, head):
           "not read", rc == 0 and r and r[0] == want, "%r want %r\n%s" % (r, want, tail(text)))
 
 
-def main():
-    py = harness.need_venv("tf")
-    env = harness.Env()
-    try:
-        head, _ = harness.readme_snippet("TensorFlow with DTensor")
-        check("README's DTensor snippet loads dtensor.env", "dtensor.env" in head, head)
-        one = env.job("dt", 1, 4, "v4-32", "2x2x4")
-        multi = env.job("dm", 2, 2, "v4-16", "2x2x2")
-        for job in (one, multi):
-            check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
-                  % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
-        run_jobs(env, py, [(one, "single slice"), (multi, "2 x 2 multi-slice")], head)
-        num_clients_test(env, py, multi.pods[2], head)
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        fail("test raised", repr(e))
-    finally:
-        env.stop()
-    return done()
+def body(env, py):
+    head, _ = harness.readme_snippet("TensorFlow with DTensor")
+    check("README's DTensor snippet loads dtensor.env", "dtensor.env" in head, head)
+    one = env.job("dt", 1, 4, "v4-32", "2x2x4")
+    multi = env.job("dm", 2, 2, "v4-16", "2x2x2")
+    env.start_jobs(one, multi)
+    run_jobs(env, py, [(one, "single slice"), (multi, "2 x 2 multi-slice")], head)
+    num_clients_test(env, py, multi.pods[2], head)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run_file("tf", body))

@@ -17,11 +17,10 @@
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import check, done, fail, results, tail  # noqa: E402
+from harness import check, results, tail  # noqa: E402
 
 PSUM = r'''
 # --- appended by tests/trainers/test_jax.py: a cross-process psum on CPU ---
@@ -160,54 +159,30 @@ def detect_overrides(env, py, pod):
     return procs, judge
 
 
-def run_together(env, *parts):
-    """Start the processes of every (procs, judge) part at once, wait for all, then judge each
-    with its outputs and the wall time of the phase."""
-    t0 = time.monotonic()
-    outs = env.finish([p for procs, _ in parts for p in procs], 240)
-    took = time.monotonic() - t0
-    at = 0
-    for procs, judge in parts:
-        judge(outs[at:at + len(procs)], took)
-        at += len(procs)
-
-
-def main():
-    py = harness.need_venv("jax")
-    env = harness.Env()
-    try:
-        one = env.job("jx", 1, 4, "v4-32", "2x2x4")
-        multi = env.job("jm", 2, 2, "v4-16", "2x2x2")
-        # A pod that sets JAX_COORDINATOR_PORT for its trainer: the sidecar reads it from its
-        # own pod, and jax.env names it, as JAX's detection does.
-        port = env.job("jp", 2, 2, "v4-16", "2x2x2", {"JAX_COORDINATOR_PORT": "9123"})
-        for job in (one, multi, port):
-            check("%s: tpumesh-init and the sidecar published a complete topology on every pod"
-                  % job.name, job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
-        check("jp: jax.env names the pod's JAX_COORDINATOR_PORT 9123 on every pod",
-              all(p.env("jax.env")["JAX_COORDINATOR_ADDRESS"].endswith(":9123") for p in port.pods),
-              [p.read("jax.env") for p in port.pods])
-        # Two phases of processes running together (their waits overlap): nothing in the first
-        # asks the metadata server, the single slice's detection in the second does.
-        asked = metadata_asks(env)
-        run_together(env, psum_test(env, py, one),
-                     detect_test(env, py, multi, "a 2 x 2 multi-slice job"),
-                     detect_overrides(env, py, multi.pods[3]))
-        multi_asks = metadata_asks(env) - asked
-        run_together(env, detect_test(env, py, one, "a single-slice job (4 pods)"),
-                     detect_test(env, py, port, "a 2 x 2 job whose pods set JAX_COORDINATOR_PORT=9123"))
-        single = metadata_asks(env) - asked - multi_asks
-        check("JAX's detection asks the metadata server for tpu-env (MEGASCALE_*) on a single "
-              "slice, where tpu.env has no MEGASCALE_*, and never on a multi-slice job",
-              single >= len(one.pods) and multi_asks == 0, (single, multi_asks))
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        fail("test raised", repr(e))
-    finally:
-        env.stop()
-    return done()
+def body(env, py):
+    one = env.job("jx", 1, 4, "v4-32", "2x2x4")
+    multi = env.job("jm", 2, 2, "v4-16", "2x2x2")
+    # A pod that sets JAX_COORDINATOR_PORT for its trainer: the sidecar reads it from its
+    # own pod, and jax.env names it, as JAX's detection does.
+    port = env.job("jp", 2, 2, "v4-16", "2x2x2", {"JAX_COORDINATOR_PORT": "9123"})
+    env.start_jobs(one, multi, port)
+    check("jp: jax.env names the pod's JAX_COORDINATOR_PORT 9123 on every pod",
+          all(p.env("jax.env")["JAX_COORDINATOR_ADDRESS"].endswith(":9123") for p in port.pods),
+          [p.read("jax.env") for p in port.pods])
+    # Two phases of processes running together (their waits overlap): nothing in the first
+    # asks the metadata server, the single slice's detection in the second does.
+    asked = metadata_asks(env)
+    env.run_together([psum_test(env, py, one), detect_test(env, py, multi, "a 2 x 2 multi-slice job"),
+                      detect_overrides(env, py, multi.pods[3])], 240)
+    multi_asks = metadata_asks(env) - asked
+    env.run_together([detect_test(env, py, one, "a single-slice job (4 pods)"),
+                      detect_test(env, py, port, "a 2 x 2 job whose pods set JAX_COORDINATOR_PORT=9123")],
+                     240)
+    single = metadata_asks(env) - asked - multi_asks
+    check("JAX's detection asks the metadata server for tpu-env (MEGASCALE_*) on a single "
+          "slice, where tpu.env has no MEGASCALE_*, and never on a multi-slice job",
+          single >= len(one.pods) and multi_asks == 0, (single, multi_asks))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run_file("jax", body))

@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import check, done, fail, results, scaled, tail  # noqa: E402
+from harness import check, results, scaled, tail  # noqa: E402
 from test_jax import PSUM  # noqa: E402
 
 CHECK_FILES = r'''
@@ -43,85 +43,75 @@ print("FILESET " + json.dumps({
 '''
 
 
-def main():
-    py = harness.need_venv("jax")
-    env = harness.Env()
-    try:
-        head, code = harness.readme_snippet("JAX (`. jax.env`")
-        job = env.job("su", 2, 2, "v4-16", "2x2x2")
-        c = env.sim.client
-        # Pods arrive one by one, the coordinator's (slice 0 worker 0) last; one has no IP yet.
-        order = [job.pods[i] for i in (3, 2, 1, 0)]
-        for p in job.pods:
-            c.delete(name=p.name)
-        started = {}
-        lock = threading.Lock()
+def body(env, py):
+    head, code = harness.readme_snippet("JAX (`. jax.env`")
+    job = env.job("su", 2, 2, "v4-16", "2x2x2")
+    c = env.sim.client
+    # Pods arrive one by one, the coordinator's (slice 0 worker 0) last; one has no IP yet.
+    order = [job.pods[i] for i in (3, 2, 1, 0)]
+    for p in job.pods:
+        c.delete(name=p.name)
+    started = {}
+    lock = threading.Lock()
 
-        def prober(pod):
-            # The kubelet: startupProbe every 1 s until 200, then the trainer container starts.
-            while pod.car.proc.poll() is None:
-                if pod.car.readyz()[0] == 200:
-                    with lock:
-                        started[pod.name] = time.monotonic()
-                    pod.trainer = env.trainer(
-                        pod, py, head, CHECK_FILES + code + "\n" + PSUM,
-                        {"JAX_NUM_CPU_DEVICES": "1", "TPUMESH_DIR": pod.out, "EXPECT_WORKERS": "4"})
-                    return
-                time.sleep(1)
-
-        threads = []
-        anns = {"tpumesh.dev/expected-workers": "4", "tpumesh.dev/address-mode": "ip"}
-        early = None
-        for k, pod in enumerate(order):
-            if k == len(order) - 1:
+    def prober(pod):
+        # The kubelet: startupProbe every 1 s until 200, then the trainer container starts.
+        while pod.car.proc.poll() is None:
+            if pod.car.readyz()[0] == 200:
                 with lock:
-                    early = dict(started)
-                last_made = time.monotonic()
-            ip = None if k == 1 else pod.ip
-            r = c.make(jobset="su", slice=pod.slice, index=pod.worker, slices=2, per_slice=2,
-                       ip=ip or "", annotations=anns)
-            pod.name = r["pod"]["metadata"]["name"]
-            job.run_init(pod)
-            job.start_sidecar(pod, env.token)
-            t = threading.Thread(target=prober, args=(pod,), daemon=True)
-            t.start()
-            threads.append(t)
+                    started[pod.name] = time.monotonic()
+                pod.trainer = env.trainer(
+                    pod, py, head, CHECK_FILES + code + "\n" + PSUM,
+                    {"JAX_NUM_CPU_DEVICES": "1", "TPUMESH_DIR": pod.out, "EXPECT_WORKERS": "4"})
+                return
+            time.sleep(1)
+
+    threads = []
+    anns = {"tpumesh.dev/expected-workers": "4", "tpumesh.dev/address-mode": "ip"}
+    early = None
+    for k, pod in enumerate(order):
+        if k == len(order) - 1:
+            with lock:
+                early = dict(started)
+            last_made = time.monotonic()
+        ip = None if k == 1 else pod.ip
+        r = c.make(jobset="su", slice=pod.slice, index=pod.worker, slices=2, per_slice=2,
+                   ip=ip or "", annotations=anns)
+        pod.name = r["pod"]["metadata"]["name"]
+        job.run_init(pod)
+        job.start_sidecar(pod, env.token)
+        t = threading.Thread(target=prober, args=(pod,), daemon=True)
+        t.start()
+        threads.append(t)
+        time.sleep(2)
+        if k == 2:
+            c.set_ip(name=order[1].name, ip=order[1].ip)
             time.sleep(2)
-            if k == 2:
-                c.set_ip(name=order[1].name, ip=order[1].ip)
-                time.sleep(2)
-        check("no trainer started while the job was incomplete (3 of 4 pods, one of them without "
-              "an IP for 4 s, over 8 s)", early == {}, early)
-        for t in threads:
-            t.join(scaled(60))
-        check("every pod's startup probe passed after the last pod arrived, and its trainer started",
-              len(started) == 4 and all(t >= last_made for t in started.values()),
-              (sorted(started), last_made))
-        procs = [p.trainer for p in job.pods if getattr(p, "trainer", None)]
-        outs = env.finish(procs, 180)
-        problems = []
-        for pod, (rc, text) in zip([p for p in job.pods if getattr(p, "trainer", None)], outs):
-            fs = results(text.replace("FILESET ", "RESULT "))
-            r = [x for x in fs if "sum" in x]
-            files = [x for x in fs if "jobs" in x]
-            want_files = {"jobs": 4, "tf_workers": 4, "jax_n": 4, "topo_complete": True,
-                          "topo_workers": 4, "ids": [pod.index], "slice_hosts": 2}
-            if not files or files[0] != want_files:
-                problems.append("%s: file set %r, want %r" % (pod.name, files, want_files))
-            if rc != 0 or not r or r[0]["sum"] != 10.0 or r[0]["index"] != pod.index:
-                problems.append("%s: exit %s %r\n%s" % (pod.name, rc, r, tail(text)))
-        check("every trainer started by the probe saw a complete, consistent file set (4 workers "
-              "in dtensor.env, tf_config.json, jax.env and topology.json; its own index in all) "
-              "and the psum over 4 processes = 10", not problems and len(outs) == 4,
-              "\n".join(problems[:4]))
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        fail("test raised", repr(e))
-    finally:
-        env.stop()
-    return done()
+    check("no trainer started while the job was incomplete (3 of 4 pods, one of them without "
+          "an IP for 4 s, over 8 s)", early == {}, early)
+    for t in threads:
+        t.join(scaled(60))
+    check("every pod's startup probe passed after the last pod arrived, and its trainer started",
+          len(started) == 4 and all(t >= last_made for t in started.values()),
+          (sorted(started), last_made))
+    procs = [p.trainer for p in job.pods if getattr(p, "trainer", None)]
+    outs = env.finish(procs, 180)
+    problems = []
+    for pod, (rc, text) in zip([p for p in job.pods if getattr(p, "trainer", None)], outs):
+        fs = results(text.replace("FILESET ", "RESULT "))
+        r = [x for x in fs if "sum" in x]
+        files = [x for x in fs if "jobs" in x]
+        want_files = {"jobs": 4, "tf_workers": 4, "jax_n": 4, "topo_complete": True,
+                      "topo_workers": 4, "ids": [pod.index], "slice_hosts": 2}
+        if not files or files[0] != want_files:
+            problems.append("%s: file set %r, want %r" % (pod.name, files, want_files))
+        if rc != 0 or not r or r[0]["sum"] != 10.0 or r[0]["index"] != pod.index:
+            problems.append("%s: exit %s %r\n%s" % (pod.name, rc, r, tail(text)))
+    check("every trainer started by the probe saw a complete, consistent file set (4 workers "
+          "in dtensor.env, tf_config.json, jax.env and topology.json; its own index in all) "
+          "and the psum over 4 processes = 10", not problems and len(outs) == 4,
+          "\n".join(problems[:4]))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run_file("jax", body))

@@ -15,11 +15,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import check, done, fail, results, scaled, tail  # noqa: E402
+from harness import check, fail, results, scaled, tail  # noqa: E402
 
 MWMS = r'''
 import json, os
@@ -51,10 +50,11 @@ print("RESULT " + json.dumps({"cluster": r.cluster_spec().as_dict(), "master": r
 
 
 def mwms_test(env, py, job, head):
-    t0 = time.monotonic()
-    procs = [env.trainer(p, py, head, MWMS) for p in job.pods]
-    outs = env.finish(procs, 240)
-    took = time.monotonic() - t0
+    env.run_together([([env.trainer(p, py, head, MWMS) for p in job.pods],
+                       lambda outs, took: mwms_judge(job, outs, took))], 240)
+
+
+def mwms_judge(job, outs, took):
     n = len(job.pods)
     want_cluster = {"worker": ["%s:10000" % p.ip for p in job.pods]}
     problems = []
@@ -108,26 +108,15 @@ def legacy_test(env, py):
               "published %r\nresolver %r\n%s" % (published, got, tail(out)))
 
 
-def main():
-    py = harness.need_venv("tf")
-    env = harness.Env()
-    try:
-        head, _ = harness.readme_snippet("TensorFlow with DTensor")
-        check("README's TensorFlow snippet exports TF_CONFIG from tf_config.json",
-              'TF_CONFIG="$(cat /var/run/tpumesh/tf_config.json)"' in head, head)
-        job = env.job("tc", 1, 2, "v4-16", "2x2x2")
-        check("tc: tpumesh-init and the sidecar published a complete topology on every pod",
-              job.start(env.token), [(p.name, p.car.readyz()) for p in job.pods])
-        mwms_test(env, py, job, head)
-        legacy_test(env, py)
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        fail("test raised", repr(e))
-    finally:
-        env.stop()
-    return done()
+def body(env, py):
+    head, _ = harness.readme_snippet("TensorFlow with DTensor")
+    check("README's TensorFlow snippet exports TF_CONFIG from tf_config.json",
+          'TF_CONFIG="$(cat /var/run/tpumesh/tf_config.json)"' in head, head)
+    job = env.job("tc", 1, 2, "v4-16", "2x2x2")
+    env.start_jobs(job)
+    mwms_test(env, py, job, head)
+    legacy_test(env, py)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run_file("tf", body))

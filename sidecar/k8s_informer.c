@@ -538,18 +538,22 @@ static int list_item(void *ctx, const char *item, size_t len, struct mesh_err *e
     if (!inf->o.keep_managed_fields) {
         item = mesh_k8s_watch_strip_managed_fields(item, len, false, &inf->scratch, &len);
     }
-    mesh_autocjson cJSON *obj = mesh_json_parse(item, len, len, err);
+    struct mesh_json_arena arena = {0};
+    cJSON *obj = mesh_json_parse_arena(item, len, len, &arena, err);
     if (obj == NULL) {
+        mesh_json_arena_free(&arena);
         mesh_err_prefix(err, "list item");
         return -MESH_E_PARSE;
     }
     char key[MESH_K8S_KEY_MAX], rv[MESH_K8S_RV_MAX];
     struct mesh_err e2;
+    void *rec = NULL;
     if (mesh_k8s_watch_object_key(obj, key, rv, &e2) < 0) {
         mesh_warn(MOD, "list: skipping an item: %s", e2.msg);
-        return 0;
+    } else {
+        rec = inf->o.extract(inf->o.ctx, obj);
     }
-    void *rec = inf->o.extract(inf->o.ctx, obj);
+    mesh_json_arena_free(&arena);
     if (rec == NULL) {
         return 0;
     }

@@ -32,7 +32,81 @@ size_t mesh_json_mask_nul_escapes(char *buf, size_t len)
     return masked;
 }
 
-cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err *err)
+/* ---- arena ------------------------------------------------------------- */
+
+struct mesh_json_chunk {
+    struct mesh_json_chunk *next;
+    size_t cap, used;
+    _Alignas(16) unsigned char data[];
+};
+
+/* The arena of the parse running on this thread (NULL: none, cJSON allocates from the heap). */
+static _Thread_local struct mesh_json_arena *parsing;
+
+static void *arena_alloc(struct mesh_json_arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15; /* a node (64 bytes) or a string of the document: no overflow */
+    struct mesh_json_chunk *c = a->chunks;
+    if (c == NULL || c->cap - c->used < n) {
+        size_t cap = a->next > n ? a->next : n;
+        a->next = cap * 2;
+        struct mesh_json_chunk *k = mesh_malloc(sizeof(*k) + cap);
+        k->next = c;
+        k->cap = cap;
+        k->used = 0;
+        a->chunks = c = k;
+    }
+    void *p = c->data + c->used;
+    c->used += n;
+    return p;
+}
+
+void mesh_json_arena_free(struct mesh_json_arena *a)
+{
+    while (a->chunks != NULL) {
+        struct mesh_json_chunk *c = a->chunks;
+        a->chunks = c->next;
+        mesh_free(c);
+    }
+    a->next = 0;
+}
+
+static void *hook_malloc(size_t n)
+{
+    return parsing != NULL ? arena_alloc(parsing, n) : mesh_malloc(n);
+}
+
+/* Inside an arena parse cJSON frees only what that parse allocated (a tree it gives up on). */
+static void hook_free(void *p)
+{
+    if (parsing == NULL) {
+        mesh_free(p);
+    }
+}
+
+/* Before main, while there is one thread: cJSON's hooks are process-wide. */
+__attribute__((constructor)) static void install_hooks(void)
+{
+    cJSON_Hooks h = {.malloc_fn = hook_malloc, .free_fn = hook_free};
+    cJSON_InitHooks(&h);
+}
+
+/* ---- parsing ----------------------------------------------------------- */
+
+/* True when buf holds the 6 bytes \u0000 (escaped or not: the mask decides). */
+static bool has_nul_escape(const char *buf, size_t len)
+{
+    const char *end = buf + len;
+    for (const char *p = buf; (p = memchr(p, '\\', (size_t)(end - p))) != NULL; p++) {
+        if (end - p >= 6 && memcmp(p, "\\u0000", 6) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static cJSON *parse(const char *buf, size_t len, size_t max, struct mesh_json_arena *a,
+                    struct mesh_err *err)
 {
     if (len > max) {
         mesh_err_set(err, MESH_E_TOOBIG, 0, "JSON document of %zu bytes exceeds the limit of %zu",
@@ -44,16 +118,23 @@ cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err 
      * value every validator of names, addresses and annotations rejects,
      * so the value is refused as a whole and never silently truncated. */
     mesh_autofree char *copy = NULL;
-    if (memmem(buf, len, "\\u0000", 6) != NULL) {
+    if (has_nul_escape(buf, len)) {
         copy = mesh_malloc(len + 1);
         memcpy(copy, buf, len);
         copy[len] = '\0';
         mesh_json_mask_nul_escapes(copy, len);
         buf = copy;
     }
+    if (a != NULL && a->chunks == NULL && a->next == 0) {
+        /* cJSON's tree of a Pod takes ~4x its JSON text (16-byte rounding included):
+         * one chunk, usually. */
+        a->next = len < 1024 ? 4096 : 4 * len + 1024;
+    }
     const char *end = NULL;
+    parsing = a;
     cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, false);
     if (j == NULL) {
+        parsing = NULL;
         size_t off = (end != NULL && end >= buf) ? (size_t)(end - buf) : 0;
         mesh_err_set(err, MESH_E_PARSE, 0, "malformed JSON near byte %zu", off);
         return NULL;
@@ -62,12 +143,25 @@ cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err 
     for (const char *p = end; p != NULL && p < buf + len; p++) {
         if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') {
             cJSON_Delete(j);
+            parsing = NULL;
             mesh_err_set(err, MESH_E_PARSE, 0, "trailing data after JSON value at byte %zu",
                          (size_t)(p - buf));
             return NULL;
         }
     }
+    parsing = NULL;
     return j;
+}
+
+cJSON *mesh_json_parse(const char *buf, size_t len, size_t max, struct mesh_err *err)
+{
+    return parse(buf, len, max, NULL, err);
+}
+
+cJSON *mesh_json_parse_arena(const char *buf, size_t len, size_t max, struct mesh_json_arena *a,
+                             struct mesh_err *err)
+{
+    return parse(buf, len, max, a, err);
 }
 
 const cJSON *mesh_json_path(const cJSON *o, const char *dotted)

@@ -263,30 +263,31 @@ static int decode_event_body(cJSON *root, struct mesh_k8s_watch_event *ev, struc
 int mesh_k8s_watch_decode_event(const char *line, size_t len, size_t max,
                                 struct mesh_k8s_watch_event *out, struct mesh_err *err)
 {
-    mesh_autocjson cJSON *root =
-        mesh_json_parse(line, len, max ? max : MESH_K8S_EVENT_MAX_DEFAULT, err);
-    if (root == NULL) {
-        /* mesh_json_parse fails with TOOBIG or PARSE: keep which. */
-        mesh_err_prefix(err, "watch event");
-        return len > (max ? max : MESH_K8S_EVENT_MAX_DEFAULT) ? -MESH_E_TOOBIG : -MESH_E_PARSE;
-    }
-    if (!cJSON_IsObject(root)) {
-        return mesh_err_set(err, MESH_E_PARSE, 0, "watch event is not a JSON object");
-    }
     struct mesh_k8s_watch_event ev;
     memset(&ev, 0, sizeof(ev));
-    int rc = decode_event_body(root, &ev, err);
+    max = max ? max : MESH_K8S_EVENT_MAX_DEFAULT;
+    ev.root = mesh_json_parse_arena(line, len, max, &ev.arena, err);
+    int rc;
+    if (ev.root == NULL) {
+        /* mesh_json_parse fails with TOOBIG or PARSE: keep which. */
+        mesh_err_prefix(err, "watch event");
+        rc = len > max ? -MESH_E_TOOBIG : -MESH_E_PARSE;
+    } else if (!cJSON_IsObject(ev.root)) {
+        rc = mesh_err_set(err, MESH_E_PARSE, 0, "watch event is not a JSON object");
+    } else {
+        rc = decode_event_body(ev.root, &ev, err);
+    }
     if (rc < 0) {
+        mesh_json_arena_free(&ev.arena);
         return rc;
     }
-    ev.root = MESH_STEAL(root);
     *out = ev;
     return 0;
 }
 
 void mesh_k8s_watch_event_cleanup(struct mesh_k8s_watch_event *ev)
 {
-    cJSON_Delete(ev->root);
+    mesh_json_arena_free(&ev->arena);
     ev->root = NULL;
     ev->object = NULL;
 }

@@ -30,6 +30,7 @@
 
 #include "core/buf.h"
 #include "core/err.h"
+#include "core/json.h"
 
 /* Default bound of one watch event / one list page. An etcd object is at
  * most 1.5 MB; the event envelope adds little. */
@@ -98,8 +99,9 @@ struct mesh_k8s_watch_status {
 /* One decoded watch event. */
 struct mesh_k8s_watch_event {
     enum mesh_k8s_event_type type;
-    cJSON *root;                         /* owned: the parsed event line */
+    cJSON *root;                         /* the parsed event line, in arena */
     const cJSON *object;                 /* borrowed from root: the "object" member */
+    struct mesh_json_arena arena;        /* owned: holds the tree (core/json.h) */
     char rv[MESH_K8S_RV_MAX];            /* object.metadata.resourceVersion ("" for ERROR) */
     char key[MESH_K8S_KEY_MAX];          /* "namespace/name" ("" for BOOKMARK/ERROR; "/name"
                                             for cluster-scoped objects) */
@@ -118,7 +120,7 @@ struct mesh_k8s_watch_event {
  * -MESH_E_PARSE / -MESH_E_TOOBIG / -MESH_E_INVAL names the problem. */
 int mesh_k8s_watch_decode_event(const char *line, size_t len, size_t max,
                                 struct mesh_k8s_watch_event *out, struct mesh_err *err);
-/* Release an event's tree; safe on a zeroed event. */
+/* Release an event's tree (its arena); safe on a zeroed event. */
 void mesh_k8s_watch_event_cleanup(struct mesh_k8s_watch_event *ev);
 
 /* Decode a Status JSON body (HTTP error replies, ERROR events). Returns 0,

@@ -383,30 +383,15 @@ static void render_failed(struct mesh_sidecar *ctx, const char *what, const stru
     fail_status(ctx, why);
 }
 
-/* Bring the published version to out (rendered at the current
- * generation; `differ`: the files whose bytes are not on disk): topology.json
- * is rendered again for generation + 1 and the set committed. */
-static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in,
-                        struct mesh_render_out *out, unsigned differ, size_t *written,
-                        int64_t now_ms)
+/* Publish out (rendered at generation + 1; `differ`: the files whose bytes
+ * are not on disk) as the next version. */
+static int publish_next(struct mesh_sidecar *ctx, const struct mesh_render_out *out,
+                        unsigned differ, size_t *written, int64_t now_ms)
 {
     struct mesh_err err;
     mesh_err_clear(&err);
-    in->generation = ctx->generation + 1;
-    int64_t t0 = mesh_sys_now_us();
-    char *topo = NULL;
-    size_t topo_len = 0;
-    int rc = mesh_render_topology_json(in, &topo, &topo_len, &err);
-    if (rc < 0) {
-        render_failed(ctx, "cannot render the topology", &err);
-        return rc;
-    }
-    mesh_free(out->data[MESH_FILE_TOPOLOGY_JSON]);
-    out->data[MESH_FILE_TOPOLOGY_JSON] = topo;
-    out->len[MESH_FILE_TOPOLOGY_JSON] = topo_len;
-    differ |= 1u << MESH_FILE_TOPOLOGY_JSON;
     int64_t t1 = mesh_sys_now_us();
-    rc = publish(ctx, out, differ, written, &err);
+    int rc = publish(ctx, out, differ, written, &err);
     ctx->renamed_us = mesh_sys_now_us();
     if (rc == 0 && *written > 0) {
         /* The files are visible from the swap of "..data" on; the commit
@@ -416,7 +401,6 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in,
             ctx->renamed_us = swapped;
         }
     }
-    ctx->cost_render_us += t1 - t0;
     ctx->cost_write_us = ctx->renamed_us - t1;
     if (rc < 0) {
         if (!ctx->publish_pending) {
@@ -439,6 +423,41 @@ static int publish_next(struct mesh_sidecar *ctx, struct mesh_render_input *in,
     ctx->st.publishes++;
     ctx->st.last_publish_time = (double)now_ms / 1000.0;
     pthread_mutex_unlock(&ctx->mu);
+    return 0;
+}
+
+/* Which files of out (rendered at generation + 1) differ from the current
+ * version on disk. topology.json always does by its generation: it counts
+ * when another file differs, else when its rendering at the current
+ * generation is not what is on disk (a readiness change touches it alone). */
+static int files_differ(struct mesh_sidecar *ctx, struct mesh_render_input *in,
+                        const struct mesh_render_out *out, unsigned *differ, struct mesh_err *err)
+{
+    const int topo = MESH_FILE_TOPOLOGY_JSON;
+    *differ = 0;
+    for (int i = 0; i < MESH_FILE__COUNT; i++) {
+        if (i != topo && out->data[i] != NULL &&
+            !mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out->data[i],
+                                     out->len[i])) {
+            *differ |= 1u << i;
+        }
+    }
+    if (*differ == 0) {
+        in->generation = ctx->generation;
+        char *cur = NULL;
+        size_t len = 0;
+        int rc = mesh_render_topology_json(in, &cur, &len, err);
+        in->generation = ctx->generation + 1;
+        if (rc < 0) {
+            return rc;
+        }
+        if (mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(topo), cur, len)) {
+            mesh_free(cur);
+            return 0;
+        }
+        mesh_free(cur);
+    }
+    *differ |= 1u << topo;
     return 0;
 }
 
@@ -509,7 +528,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
         .job_name = ctx->job_name[0] ? ctx->job_name : NULL,
         .port = ctx->opts.port,
         .mode = w->mode,
-        .generation = ctx->generation,
+        .generation = ctx->generation + 1, /* what a publish would be */
         .complete = complete,
         .slices = slice_count(ctx, w),
         .megascale_port = ctx->self.megascale_port > 0 ? ctx->self.megascale_port : 0,
@@ -522,25 +541,25 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
     int64_t t0 = mesh_sys_now_us();
     struct mesh_render_out out;
     mesh_render_out_init(&out);
+    unsigned differ = 0;
     int rc = mesh_render_all(&in, &out, &err);
+    if (rc == 0) {
+        rc = files_differ(ctx, &in, &out, &differ, &err);
+    }
     if (rc < 0) {
+        mesh_render_out_cleanup(&out);
         render_failed(ctx, "cannot render the topology", &err);
         return rc;
-    }
-    unsigned differ = 0;
-    for (int i = 0; i < MESH_FILE__COUNT; i++) {
-        if (out.data[i] != NULL &&
-            !mesh_publish_is_current(ctx->opts.out_dir, mesh_render_file_name(i), out.data[i],
-                                     out.len[i])) {
-            differ |= 1u << i;
-        }
     }
     ctx->cost_render_us = mesh_sys_now_us() - t0;
     bool published = false;
     size_t written = 0;
     if (differ != 0) {
-        rc = publish_next(ctx, &in, &out, differ, &written, now_ms);
+        rc = publish_next(ctx, &out, differ, &written, now_ms);
         published = rc == 0;
+    }
+    if (!published) {
+        in.generation = ctx->generation;
     }
     mesh_render_out_cleanup(&out);
     if (rc < 0) {

@@ -206,6 +206,7 @@ struct mesh_sidecar {
      * worker list; rendering the set and comparing it with the disk, plus
      * topology.json for the next generation; writing and renaming. */
     int64_t cost_workers_us, cost_render_us, cost_write_us;
+    int64_t publish_wall_ms; /* wall clock of the recompute publishing (metrics) */
     int64_t
         renamed_us; /* CLOCK_MONOTONIC us when the last publish became visible (..data swapped) */
     /* The recompute in progress measures its publish from here (CLOCK_MONOTONIC us): the

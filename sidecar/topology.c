@@ -300,6 +300,23 @@ static void remember(struct mesh_sidecar *ctx)
     pthread_mutex_unlock(&ctx->mu);
 }
 
+/* The publish is counted while the lock that /metrics reads under is held
+ * around the swap of "..data": a reader that saw the new files sees the
+ * count (tidying up after the swap can take a while on a busy machine). */
+static void count_publish(void *vctx, enum mesh_publish_swap at)
+{
+    struct mesh_sidecar *ctx = vctx;
+    if (at == MESH_PUBLISH_SWAP_BEGIN) {
+        pthread_mutex_lock(&ctx->mu);
+        return;
+    }
+    if (at == MESH_PUBLISH_SWAP_DONE) {
+        ctx->st.publishes++;
+        ctx->st.last_publish_time = (double)ctx->publish_wall_ms / 1000.0;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
 /* Publish every file of out as a new version: those in `differ` are
  * written without a comparison (they were just compared), the others are
  * hard-linked when equal to the current version's; files not rendered are
@@ -324,6 +341,7 @@ static int publish(struct mesh_sidecar *ctx, const struct mesh_render_out *out, 
         if (ctx->pub == NULL) {
             return err->code != 0 ? -err->code : -MESH_E_PUBLISH;
         }
+        mesh_publish_dir_on_swap(ctx->pub, count_publish, ctx);
     }
     return mesh_publish_dir_commit(ctx->pub, files, n, written, err);
 }
@@ -391,6 +409,7 @@ static int publish_next(struct mesh_sidecar *ctx, const struct mesh_render_out *
     struct mesh_err err;
     mesh_err_clear(&err);
     int64_t t1 = mesh_sys_now_us();
+    ctx->publish_wall_ms = now_ms; /* count_publish's timestamp */
     int rc = publish(ctx, out, differ, written, &err);
     ctx->renamed_us = mesh_sys_now_us();
     if (rc == 0 && *written > 0) {
@@ -417,12 +436,6 @@ static int publish_next(struct mesh_sidecar *ctx, const struct mesh_render_out *
     }
     ctx->publish_pending = false;
     ctx->generation++;
-    /* Counted the moment it is visible (a reader of /metrics that saw the
-     * new files sees the count). */
-    pthread_mutex_lock(&ctx->mu);
-    ctx->st.publishes++;
-    ctx->st.last_publish_time = (double)now_ms / 1000.0;
-    pthread_mutex_unlock(&ctx->mu);
     return 0;
 }
 

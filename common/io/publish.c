@@ -44,6 +44,8 @@ struct mesh_publish_dir {
     int dfd;
     bool sync;          /* false on tmpfs: fsync is a no-op there */
     int64_t swapped_us; /* mesh_sys_now_us() when "..data" last changed, 0 = never */
+    void (*on_swap)(void *ctx, enum mesh_publish_swap at);
+    void *on_swap_ctx;
 };
 
 /* One clear message per errno a volume gives us, naming the directory and
@@ -243,6 +245,13 @@ struct mesh_publish_dir *mesh_publish_dir_open(const char *dir, struct mesh_err 
     bool have = read_data_link(dfd, cur) == 0;
     remove_others(p, have ? cur : NULL, NULL);
     return p;
+}
+
+void mesh_publish_dir_on_swap(struct mesh_publish_dir *p,
+                              void (*fn)(void *ctx, enum mesh_publish_swap at), void *ctx)
+{
+    p->on_swap = fn;
+    p->on_swap_ctx = ctx;
 }
 
 int64_t mesh_publish_dir_swapped_us(const struct mesh_publish_dir *p)
@@ -618,8 +627,15 @@ static int swap_data(struct mesh_publish_dir *p, const char *v, struct mesh_err 
     if (symlinkat(v, p->dfd, DATA_TMP) < 0) {
         return pub_error(err, p->dir, DATA_TMP, errno);
     }
-    if (renameat(p->dfd, DATA_TMP, p->dfd, MESH_PUBLISH_DATA_LINK) < 0) {
-        int e = errno;
+    if (p->on_swap != NULL) {
+        p->on_swap(p->on_swap_ctx, MESH_PUBLISH_SWAP_BEGIN);
+    }
+    int rc = renameat(p->dfd, DATA_TMP, p->dfd, MESH_PUBLISH_DATA_LINK);
+    int e = errno;
+    if (p->on_swap != NULL) {
+        p->on_swap(p->on_swap_ctx, rc == 0 ? MESH_PUBLISH_SWAP_DONE : MESH_PUBLISH_SWAP_FAILED);
+    }
+    if (rc < 0) {
         (void)unlinkat(p->dfd, DATA_TMP, 0);
         return pub_error(err, p->dir, MESH_PUBLISH_DATA_LINK, e);
     }

@@ -109,6 +109,23 @@ void mesh_publish_dir_close(struct mesh_publish_dir *p);
 int mesh_publish_dir_commit(struct mesh_publish_dir *p, const struct mesh_publish_file *files,
                             size_t n, size_t *out_written, struct mesh_err *err);
 
+/* Where a commit stands when it calls the hook of mesh_publish_dir_on_swap. */
+enum mesh_publish_swap {
+    MESH_PUBLISH_SWAP_BEGIN,  /* "..data" is about to name the new version */
+    MESH_PUBLISH_SWAP_DONE,   /* it does: the version is visible */
+    MESH_PUBLISH_SWAP_FAILED, /* it still names the previous one */
+};
+
+/* Call fn(ctx, ...) around the rename that makes each committed version
+ * visible: BEGIN right before it, then DONE or FAILED right after (before
+ * the commit tidies up). What fn does between BEGIN and DONE a reader of
+ * the files cannot miss: e.g. it holds a lock from BEGIN to DONE and counts
+ * the publish inside, so whoever saw the new files and then takes the lock
+ * sees the count. fn NULL removes the hook. p borrowed; ctx borrowed for
+ * as long as the hook is set. */
+void mesh_publish_dir_on_swap(struct mesh_publish_dir *p,
+                              void (*fn)(void *ctx, enum mesh_publish_swap at), void *ctx);
+
 /* When the last commit of p made its version visible (the rename of
  * "..data"), in mesh_sys_now_us() microseconds; 0 before the first. A
  * commit returns a little later: it then repairs symlinks and removes the

@@ -301,6 +301,30 @@ static void test_unchanged_kept(void **state)
     assert_int_equal(count_hidden(f->dir), 2);
 }
 
+/* The swap hook (mesh_publish_dir_on_swap): BEGIN while "..data" still
+ * names the version before, DONE once it names the new one, before the
+ * version before last is removed. */
+struct swaps {
+    const char *dir;
+    int begun, done;
+    char at_begin[64], at_done[64], before_last[64];
+    bool before_last_kept;
+};
+
+static void on_swap(void *ctx, enum mesh_publish_swap at)
+{
+    struct swaps *s = ctx;
+    if (at == MESH_PUBLISH_SWAP_BEGIN) {
+        s->begun++;
+        current_version(s->dir, s->at_begin, sizeof(s->at_begin));
+        return;
+    }
+    assert_int_equal(at, MESH_PUBLISH_SWAP_DONE);
+    s->done++;
+    current_version(s->dir, s->at_done, sizeof(s->at_done));
+    s->before_last_kept = s->before_last[0] == '\0' || exists(s->dir, s->before_last);
+}
+
 /* Old versions go: after many publishes only the current one and the one
  * it replaced are on the volume, with one publisher kept open (the
  * sidecar) as with one per publish (tpumesh-init). */
@@ -311,6 +335,9 @@ static void test_old_versions_removed(void **state)
     struct mesh_publish_dir *p = mesh_publish_dir_open(f->dir, &err);
     assert_non_null(p);
     assert_int_equal(mesh_publish_dir_swapped_us(p), 0);
+    struct swaps sw = {.dir = f->dir};
+    mesh_publish_dir_on_swap(p, on_swap, &sw);
+    char before_prev[64] = "";
     int64_t swapped = 0;
     char prev[64] = "";
     for (int i = 0; i < 20; i++) {
@@ -320,8 +347,15 @@ static void test_old_versions_removed(void **state)
             FILE_OF("tpu.env", "TPU_WORKER_ID='0'\n"),
         };
         size_t written = 0;
+        snprintf(sw.before_last, sizeof(sw.before_last), "%s", before_prev);
         assert_int_equal(mesh_publish_dir_commit(p, set, 2, &written, &err), 0);
         assert_int_equal(written, i == 0 ? 2 : 1);
+        assert_int_equal(sw.begun, i + 1);
+        assert_int_equal(sw.done, i + 1);
+        assert_string_equal(sw.at_begin, prev);
+        assert_string_not_equal(sw.at_done, prev);
+        assert_true(sw.before_last_kept);
+        snprintf(before_prev, sizeof(before_prev), "%s", prev);
         /* Every new version moves the swap time on. */
         assert_true(mesh_publish_dir_swapped_us(p) > swapped);
         swapped = mesh_publish_dir_swapped_us(p);
@@ -343,6 +377,7 @@ static void test_old_versions_removed(void **state)
     assert_int_equal(mesh_publish_dir_commit(p, same, 2, &written, &err), 0);
     assert_int_equal(written, 0);
     assert_int_equal(mesh_publish_dir_swapped_us(p), swapped);
+    assert_int_equal(sw.begun, 20); /* no swap, no call */
     mesh_publish_dir_close(p);
     /* A new publisher keeps only the current version. */
     p = mesh_publish_dir_open(f->dir, &err);

@@ -267,3 +267,103 @@ int mesh_json_int(const cJSON *o, const char *key, long long min, long long max,
     }
     return mesh_err_set(err, MESH_E_INVAL, 0, "'%s' is not an integer", key);
 }
+
+/* ---- the pre-scan ---------------------------------------------------------- */
+
+enum { SC_TOKEN, SC_STRING, SC_ESCAPE, SC_SCALAR, SC_FAILED };
+
+void mesh_json_scan_init(struct mesh_json_scan *s, size_t max_depth, size_t max_values,
+                         size_t max_string)
+{
+    memset(s, 0, sizeof(*s));
+    s->max_depth = max_depth;
+    s->max_values = max_values;
+    s->max_string = max_string;
+    s->state = SC_TOKEN;
+}
+
+static int scan_fail(struct mesh_json_scan *s, struct mesh_err *err)
+{
+    s->state = SC_FAILED;
+    if (s->max_depth > 0 && s->depth > s->max_depth) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "JSON nested deeper than %zu levels",
+                            s->max_depth);
+    }
+    if (s->max_string > 0 && s->str_len > s->max_string) {
+        return mesh_err_set(err, MESH_E_TOOBIG, 0, "a JSON string longer than %zu bytes",
+                            s->max_string);
+    }
+    return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu JSON values", s->max_values);
+}
+
+/* One value begins. */
+static bool scan_value(struct mesh_json_scan *s)
+{
+    s->values++;
+    return s->max_values == 0 || s->values <= s->max_values;
+}
+
+/* A byte outside strings and scalars: false when a cap is passed. */
+static bool scan_token(struct mesh_json_scan *s, unsigned char c)
+{
+    if (c == '"') {
+        s->state = SC_STRING;
+        s->str_len = 0;
+        return scan_value(s);
+    }
+    if (c == '[' || c == '{') {
+        s->depth++;
+        return scan_value(s) && (s->max_depth == 0 || s->depth <= s->max_depth);
+    }
+    if (c == ']' || c == '}') {
+        s->depth -= s->depth > 0 ? 1 : 0;
+    } else if ((c >= '0' && c <= '9') || c == '-' || (c >= 'a' && c <= 'z')) {
+        s->state = SC_SCALAR;
+        return scan_value(s);
+    }
+    /* ',', ':' and white space separate tokens; anything else is for the parse to refuse. */
+    return true;
+}
+
+/* Inside a string: false when it grows past max_string. */
+static bool scan_string(struct mesh_json_scan *s, unsigned char c)
+{
+    if (s->state == SC_ESCAPE) {
+        s->state = SC_STRING;
+        return true;
+    }
+    if (c == '"') {
+        s->state = SC_TOKEN;
+        return true;
+    }
+    s->state = c == '\\' ? SC_ESCAPE : SC_STRING;
+    return s->max_string == 0 || ++s->str_len <= s->max_string;
+}
+
+int mesh_json_scan_feed(struct mesh_json_scan *s, const char *buf, size_t len, struct mesh_err *err)
+{
+    if (s->state == SC_FAILED) {
+        return scan_fail(s, err);
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        if (s->state == SC_STRING || s->state == SC_ESCAPE) {
+            if (!scan_string(s, c)) {
+                return scan_fail(s, err);
+            }
+            continue;
+        }
+        if (s->state == SC_SCALAR) {
+            /* A number or literal ends at the first byte that cannot be in one. */
+            if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '.' || c == '+' ||
+                c == '-' || c == 'E') {
+                continue;
+            }
+            s->state = SC_TOKEN;
+        }
+        if (!scan_token(s, c)) {
+            return scan_fail(s, err);
+        }
+    }
+    return 0;
+}

@@ -59,4 +59,27 @@ int mesh_json_int(const cJSON *o, const char *key, long long min, long long max,
 int mesh_parse_ll(const char *s, size_t len, long long min, long long max, long long *out_value,
                   struct mesh_err *err);
 
+/* A streaming pre-scan that bounds what a parse of a JSON text would build
+ * before any tree exists (a 4 MiB `[0,0,0,...]` is two million cJSON nodes,
+ * about 130 MiB). Fed the text in pieces as it arrives; counts every value
+ * (string, number, literal, array, object; an object key counts as one
+ * too), the nesting depth and the length of each string, and stops at the
+ * first cap exceeded. It checks no grammar: a text it passes may still be
+ * malformed, which the parse then says. Pure. */
+struct mesh_json_scan {
+    size_t max_depth, max_values, max_string; /* the caps; 0 = that cap is off */
+    size_t depth, values, str_len;            /* progress (read-only for callers) */
+    unsigned char state;                      /* internal */
+};
+
+/* Start a scan with the given caps. */
+void mesh_json_scan_init(struct mesh_json_scan *s, size_t max_depth, size_t max_values,
+                         size_t max_string);
+/* Scan the next len bytes. 0, or -MESH_E_TOOBIG with a message naming the
+ * cap ("JSON nested deeper than 64 levels", "more than 100000 JSON values",
+ * "a JSON string longer than 1048576 bytes"); after a failure every later
+ * call fails the same way. */
+int mesh_json_scan_feed(struct mesh_json_scan *s, const char *buf, size_t len,
+                        struct mesh_err *err);
+
 #endif

@@ -202,13 +202,61 @@ static void test_logfmt_lines(void **state)
     assert_int_equal(mesh_logfmt_parse_level("loud", &l), -MESH_E_INVAL);
 }
 
+/* The pre-scan: every cap, fed whole and byte by byte (the verdict must not
+ * depend on how the text is split). */
+static void test_json_scan(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int rc;
+        const char *msg;
+    } rows[] = {
+        {"{\"a\":[1,{\"b\":\"x\"}],\"c\":true}", 0, NULL}, /* 9 values, keys included */
+        {"[1,2,3,4,5,6,7,8]", 0, NULL},                    /* 9 values */
+        {"[1,2,3,4,5,6,7,8,9]", -MESH_E_TOOBIG, "more than 9 JSON values"},
+        {"{\"k1\":1,\"k2\":2,\"k3\":3,\"k4\":4,\"k5\":5}", -MESH_E_TOOBIG, "more than 9"},
+        {"[[[[1]]]]", 0, NULL},
+        {"[[[[[1]]]]]", -MESH_E_TOOBIG, "JSON nested deeper than 4 levels"},
+        {"[\"0123456789\"]", 0, NULL},
+        {"[\"0123456789a\"]", -MESH_E_TOOBIG, "a JSON string longer than 10 bytes"},
+        {"[\"\\\"\\\"\\\"\\\"\\\"]", 0, NULL}, /* escapes: ten bytes, no early end */
+        {"[\"[[[[[[[[[[[\"]", -MESH_E_TOOBIG, "longer than 10"},
+        {"[\"[[[[[[[[[\"]", 0, NULL}, /* brackets inside a string do not nest */
+        {"[-1.5e+10,true,false,null]", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            struct mesh_json_scan sc;
+            mesh_json_scan_init(&sc, 4, 9, 10);
+            struct mesh_err err = {0};
+            size_t n = strlen(rows[i].text);
+            int rc = 0;
+            if (bytewise) {
+                for (size_t k = 0; k < n && rc == 0; k++) {
+                    rc = mesh_json_scan_feed(&sc, rows[i].text + k, 1, &err);
+                }
+            } else {
+                rc = mesh_json_scan_feed(&sc, rows[i].text, n, &err);
+            }
+            if (rc != rows[i].rc || (rows[i].msg != NULL && strstr(err.msg, rows[i].msg) == NULL)) {
+                fail_msg("%s (bytewise %d): rc %d '%s'", rows[i].text, bytewise, rc, err.msg);
+            }
+            if (rc < 0) {
+                /* A failed scan stays failed. */
+                assert_int_equal(mesh_json_scan_feed(&sc, "1", 1, NULL), -MESH_E_TOOBIG);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_set_prefix), cmocka_unit_test(test_buf_limits),
         cmocka_unit_test(test_parse_ll),       cmocka_unit_test(test_json_getters),
         cmocka_unit_test(test_logfmt_lines),   cmocka_unit_test(test_json_nul_escape),
-        cmocka_unit_test(test_logfmt_escapes),
+        cmocka_unit_test(test_logfmt_escapes), cmocka_unit_test(test_json_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,7 +32,7 @@ LDFLAGS  += -Wl,-z,relro,-z,now $(LDSAN)
 # package database, see every library the programs load. Never link a private
 # or static copy of a library (scripts/image-test.sh checks the binaries).
 CORE_LIBS := -lprotobuf-c -lcjson -lyaml -lm
-IO_LIBS   := -lcurl -lwebsockets -lgrpc -lgpr -lpthread
+IO_LIBS   := -lcurl -lwebsockets -lssl -lcrypto -lgrpc -lgpr -lpthread
 BIN_LIBS  := $(IO_LIBS)
 
 PROTOS     := $(shell find proto -name '*.proto' 2>/dev/null | sort)
@@ -172,7 +172,7 @@ $(BUILD)/bin/tpumesh-sidecar: $(call obj,$(SIDE_SRC)) $(IO_LIB) $(CORE_LIB)
 # it to libwebsockets (which links the same libssl3).
 $(BUILD)/bin/tpumesh-injector: $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) -lssl -lcrypto $(CORE_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(call obj,$(INJ_SRC)) $(IO_LIB) $(CORE_LIB) $(BIN_LIBS) $(CORE_LIBS)
 
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/tests/test_%: $(BUILD)/obj/tests/unit/test_%.o $(PROG_LIBS) $(IO_LIB) $(CORE_LIB)

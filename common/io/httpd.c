@@ -34,6 +34,16 @@
  * and when it finishes sends ws_body again if the version moved meanwhile.
  * So a client holds one document reference and at most one chunk in lws,
  * whatever the publish rate: intermediate versions are skipped, not queued.
+ *
+ * POST. A request on post_path with an acceptable Content-Length reserves
+ * that many bytes (h->held, h->held_small) and gets a buffer of that size;
+ * a large one is mapped, so only the bytes that arrived are resident and
+ * all of it goes back to the kernel at once. Each piece lws hands over is
+ * pre-scanned (post_json) before it is kept. A refusal while a body is
+ * pending is written at once with "Connection: close" and the connection
+ * is closed: the rest of the body is never read. The connection stays in
+ * C_WAIT until the body is complete, so the header timeout bounds the whole
+ * request and a half-sent body is the first candidate for eviction.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +59,9 @@
 #include <unistd.h>
 
 #include <libwebsockets.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "core/json.h"
 #include "core/mem.h"
@@ -90,6 +103,13 @@ struct conn {
      * and a close (1001) requested. */
     uint64_t ws_ver;
     bool ws_any, ws_closing;
+    /* A POST body being read (posting): req_cap bytes reserved (from the
+     * small reserve when req_small), req_len arrived. */
+    bool posting, req_small, req_mapped;
+    unsigned recalls; /* BODY_COMPLETION calls while a POST's answer is written */
+    char *req;
+    size_t req_len, req_cap;
+    struct mesh_json_scan scan;
 };
 
 struct mesh_httpd {
@@ -107,7 +127,19 @@ struct mesh_httpd {
     char ws_name[64];
     mesh_httpd_doc_fn ws_doc;
     lws_retry_bo_t idle_policy;
-    atomic_int draining; /* stop: close the streams (1001) */
+    atomic_int draining;              /* stop: close the streams (1001) */
+    char post_path[PATH_MAX_LEN + 1]; /* "" = no POST */
+    mesh_httpd_post_fn post;
+    bool post_json;
+    char *tls_cert, *tls_key; /* owned; NULL = plain HTTP */
+    int tls_check_s;
+    int64_t tls_next_ms;
+    struct tls_file_id {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime;
+    } cert_id, key_id, bad_cert_id, bad_key_id;
 
     /* Server thread only. */
     struct conn *conns;
@@ -120,7 +152,11 @@ struct mesh_httpd {
     uint64_t ws_ver;
     unsigned char pending_peer[17]; /* the address FILTER_NETWORK_CONNECTION admitted */
     unsigned char buf[LWS_PRE + CHUNK];
+    size_t held, held_small; /* POST bytes reserved: in all, from the small reserve */
 
+    atomic_uint_fast64_t n_posts, n_post_too_large, n_post_refused, n_post_busy;
+    atomic_uint_fast64_t n_tls_reloads, n_tls_reload_failures;
+    atomic_int_fast64_t tick_ms;
     atomic_uint_fast64_t n_accepted, n_evicted, n_refused, n_timed_out, n_upgrades, n_bulk_busy;
     atomic_uint_fast64_t n_ws_busy, n_ws_sent, n_ws_dropped;
     atomic_int n_open, n_ws_open;
@@ -248,8 +284,30 @@ static void peer_key(const struct sockaddr_storage *ss, unsigned char key[17])
     }
 }
 
+/* Give back c's POST body and its reservation. */
+static void release_request(struct mesh_httpd *h, struct conn *c)
+{
+    if (c->req != NULL) {
+        if (c->req_mapped) {
+            munmap(c->req, c->req_cap);
+        } else {
+            mesh_free(c->req);
+        }
+    }
+    if (c->posting || c->req != NULL) {
+        h->held -= c->req_cap <= h->held ? c->req_cap : h->held;
+        if (c->req_small) {
+            h->held_small -= c->req_cap <= h->held_small ? c->req_cap : h->held_small;
+        }
+    }
+    c->req = NULL;
+    c->req_len = c->req_cap = 0;
+    c->posting = c->req_small = c->req_mapped = false;
+}
+
 static void release_response(struct mesh_httpd *h, struct conn *c)
 {
+    release_request(h, c);
     mesh_free(c->text);
     c->text = NULL;
     mesh_httpd_body_unref(c->body);
@@ -393,7 +451,7 @@ static int attach(struct mesh_httpd *h, struct lws *wsi)
 
 /* ---- responses ------------------------------------------------------------ */
 
-enum method { M_GET, M_HEAD, M_OTHER };
+enum method { M_GET, M_HEAD, M_POST, M_OTHER };
 
 static enum method request_method(struct lws *wsi)
 {
@@ -403,11 +461,14 @@ static enum method request_method(struct lws *wsi)
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0) {
         return M_HEAD;
     }
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
+        return M_POST;
+    }
     return M_OTHER;
 }
 
-static int write_headers(struct lws *wsi, const struct mesh_httpd_resp *r, size_t len, bool allow,
-                         bool retry)
+static int write_headers(struct lws *wsi, const struct mesh_httpd_resp *r, size_t len,
+                         const char *allow, bool retry, bool close)
 {
     unsigned char buf[LWS_PRE + HDR_BUF];
     unsigned char *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
@@ -417,8 +478,13 @@ static int write_headers(struct lws *wsi, const struct mesh_httpd_resp *r, size_
                                      (const unsigned char *)"no-store", 8, &p, end) != 0) {
         return -1;
     }
-    if (allow && lws_add_http_header_by_name(wsi, (const unsigned char *)"allow:",
-                                             (const unsigned char *)"GET, HEAD", 9, &p, end) != 0) {
+    if (allow != NULL && lws_add_http_header_by_name(
+                             wsi, (const unsigned char *)"allow:", (const unsigned char *)allow,
+                             (int)strlen(allow), &p, end) != 0) {
+        return -1;
+    }
+    if (close && lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION,
+                                              (const unsigned char *)"close", 5, &p, end) != 0) {
         return -1;
     }
     if (retry && lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_RETRY_AFTER,
@@ -454,20 +520,216 @@ static bool path_ok(const char *in, size_t len, char *out, size_t cap)
     return true;
 }
 
+/* Take r as c's response and send its headers; the body follows on
+ * writable callbacks (m == M_GET or M_POST), or now (a refused method: the
+ * request's own body is still being read, so the writable callback would
+ * come only after it), or never (HEAD, or no body). */
+static int start_response(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
+                          struct mesh_httpd_resp *r, enum method m, const char *allow, bool retry)
+{
+    if (r->bulk) {
+        c->bulk = true;
+        h->bulk_active++;
+    }
+    c->text = r->text;
+    c->body = r->body;
+    c->data = c->body != NULL ? mesh_httpd_body_data(c->body) : (c->text != NULL ? c->text : "");
+    c->len = c->body != NULL ? mesh_httpd_body_len(c->body) : (c->text ? strlen(c->text) : 0);
+    c->off = 0;
+    set_state(h, c, C_SEND);
+    if (write_headers(wsi, r, c->len, allow, retry, false) < 0) {
+        return -1;
+    }
+    if ((m == M_GET || m == M_POST) && c->len > 0) {
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    /* No body (HEAD: RFC 9110 §9.3.2), or a request whose own body lws is
+     * still reading: then the writable callback would not come before the
+     * body ends, so the (short) answer goes out now and lws discards the
+     * request body. */
+    if (m == M_OTHER &&
+        lws_write(wsi, (unsigned char *)c->data, c->len, LWS_WRITE_HTTP_FINAL) < (int)c->len) {
+        return -1;
+    }
+    release_response(h, c);
+    set_state(h, c, C_WAIT);
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+/* Refuse a POST whose body is (or may be) still on its way: status and
+ * text now, "Connection: close", then -1 so lws closes the connection
+ * without reading the rest. */
+static int refuse_post(struct mesh_httpd *h, struct lws *wsi, struct conn *c, unsigned status,
+                       const char *text, bool retry)
+{
+    release_request(h, c);
+    struct mesh_httpd_resp r = {.status = status};
+    size_t len = strlen(text);
+    if (len <= CHUNK && write_headers(wsi, &r, len, NULL, retry, true) == 0) {
+        memcpy(h->buf + LWS_PRE, text, len);
+        (void)lws_write(wsi, h->buf + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
+    }
+    conn_kill(h, c);
+    return -1;
+}
+
+/* The Content-Length of a POST: 0..max, -1 absent, -2 malformed. */
+static long long content_length(struct lws *wsi)
+{
+    char v[32];
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+    if (n <= 0) {
+        return -1;
+    }
+    if (n >= (int)sizeof(v) ||
+        lws_hdr_copy(wsi, v, sizeof(v), WSI_TOKEN_HTTP_CONTENT_LENGTH) != n) {
+        return -2;
+    }
+    long long x = 0;
+    if (mesh_parse_ll(v, (size_t)n, 0, 1LL << 40, &x, NULL) < 0) {
+        return -2;
+    }
+    return x;
+}
+
+/* A POST on post_path: check its length, reserve its bytes, make its buffer. */
+static int post_begin(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
+{
+    long long cl = content_length(wsi);
+    char msg[200];
+    if (cl == -1) {
+        atomic_fetch_add(&h->n_post_refused, 1);
+        return refuse_post(h, wsi, c, 411, "length required: send the body with a Content-Length\n",
+                           false);
+    }
+    if (cl <= 0) {
+        atomic_fetch_add(&h->n_post_refused, 1);
+        return refuse_post(h, wsi, c, 400, "bad request: empty body or bad Content-Length\n",
+                           false);
+    }
+    if ((unsigned long long)cl > h->lim.max_body) {
+        atomic_fetch_add(&h->n_post_too_large, 1);
+        snprintf(msg, sizeof(msg), "request body of %lld bytes is above the limit of %zu bytes\n",
+                 cl, h->lim.max_body);
+        return refuse_post(h, wsi, c, 413, msg, false);
+    }
+    size_t n = (size_t)cl;
+    bool small = n <= h->lim.small_body && h->held_small + n <= h->lim.small_reserve;
+    if (!small && h->held - h->held_small + n > h->lim.max_inflight) {
+        atomic_fetch_add(&h->n_post_busy, 1);
+        snprintf(msg, sizeof(msg),
+                 "busy: %zu bytes of request bodies are being received, the most held at once; "
+                 "retry\n",
+                 h->held);
+        return refuse_post(h, wsi, c, 503, msg, true);
+    }
+    /* Large bodies are mapped: untouched pages cost nothing, and all of it
+     * goes back at once (a freed heap block may stay resident). */
+    c->req_mapped = n >= 65536;
+    if (c->req_mapped) {
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            mesh_error(MOD, "out of memory mapping %zu bytes", n);
+            abort();
+        }
+        c->req = p;
+    } else {
+        c->req = mesh_malloc(n);
+    }
+    c->req_cap = n;
+    c->req_len = 0;
+    c->req_small = small;
+    c->posting = true;
+    h->held += n;
+    if (small) {
+        h->held_small += n;
+    }
+    mesh_json_scan_init(&c->scan, (size_t)h->lim.json_max_depth, (size_t)h->lim.json_max_values,
+                        h->lim.json_max_string);
+    return 0;
+}
+
+static int on_body(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *in,
+                   size_t len)
+{
+    if (!c->posting) {
+        return 0; /* a refused request's body: discarded */
+    }
+    if (len > c->req_cap - c->req_len) {
+        atomic_fetch_add(&h->n_post_refused, 1);
+        return refuse_post(h, wsi, c, 400, "bad request: body longer than its Content-Length\n",
+                           false);
+    }
+    struct mesh_err err = {0};
+    if (h->post_json && mesh_json_scan_feed(&c->scan, in, len, &err) < 0) {
+        atomic_fetch_add(&h->n_post_refused, 1);
+        char msg[400];
+        snprintf(msg, sizeof(msg),
+                 "request body refused before parsing: %.256s (a limit of this server; a "
+                 "real request is far below it)\n",
+                 err.msg);
+        mesh_debug(MOD, "POST %s: %s", h->post_path, err.msg);
+        return refuse_post(h, wsi, c, 400, msg, false);
+    }
+    memcpy(c->req + c->req_len, in, len);
+    c->req_len += len;
+    return 0;
+}
+
+static int on_body_done(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
+{
+    if (!c->posting) {
+        return 0;
+    }
+    if (c->req_len != c->req_cap) {
+        atomic_fetch_add(&h->n_post_refused, 1);
+        return refuse_post(h, wsi, c, 400, "bad request: body shorter than its Content-Length\n",
+                           false);
+    }
+    struct mesh_httpd_resp r;
+    memset(&r, 0, sizeof(r));
+    atomic_fetch_add(&h->n_posts, 1);
+    h->post(h->arg, h->post_path, c->req, c->req_len, &r);
+    release_request(h, c);
+    if (r.status == 0) {
+        r.status = 200;
+    }
+    r.bulk = false;
+    c->recalls = 0;
+    return start_response(h, wsi, c, &r, M_POST, NULL, false);
+}
+
 static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *in,
                       size_t len)
 {
     struct mesh_httpd_resp r;
     memset(&r, 0, sizeof(r));
     enum method m = request_method(wsi);
-    bool allow = false, retry = false;
+    const char *allow = NULL;
+    bool retry = false;
     char path[PATH_MAX_LEN + 1];
-    if (m == M_OTHER) {
-        set_text(&r, 405, "method not allowed: only GET and HEAD are served\n");
-        allow = true;
+    bool path_good = in != NULL && len > 0 && memchr(in, '\0', len) == NULL &&
+                     path_ok(in, len, path, sizeof(path));
+    if (m == M_POST && path_good && h->post_path[0] != '\0' && strcmp(path, h->post_path) == 0) {
+        return post_begin(h, wsi, c);
+    }
+    if (m == M_POST && path_good && h->post_path[0] != '\0') {
+        /* Answered before the body: lws discards what follows. */
+        m = M_OTHER;
+        char msg[PATH_MAX_LEN + 32];
+        snprintf(msg, sizeof(msg), "not found: POST %s\n", h->post_path);
+        set_text(&r, 404, msg);
+    } else if (m == M_POST || m == M_OTHER) {
+        m = M_OTHER;
+        allow = h->post_path[0] != '\0' ? "GET, HEAD, POST" : "GET, HEAD";
+        set_text(&r, 405,
+                 h->post_path[0] != '\0' ? "method not allowed: GET and HEAD are served, and POST "
+                                           "on the one path that takes it\n"
+                                         : "method not allowed: only GET and HEAD are served\n");
     } else if (in != NULL && len > 0 && memchr(in, '\0', len) != NULL) {
         set_text(&r, 400, "bad request: the path contains a NUL byte\n");
-    } else if (!path_ok(in, len, path, sizeof(path))) {
+    } else if (!path_good) {
         set_text(&r, len > PATH_MAX_LEN ? 414 : 400,
                  len > PATH_MAX_LEN ? "the path is too long\n"
                                     : "bad request: the path must be printable ASCII\n");
@@ -485,34 +747,7 @@ static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, con
             retry = true;
         }
     }
-    if (r.bulk) {
-        c->bulk = true;
-        h->bulk_active++;
-    }
-    c->text = r.text;
-    c->body = r.body;
-    c->data = c->body != NULL ? mesh_httpd_body_data(c->body) : (c->text != NULL ? c->text : "");
-    c->len = c->body != NULL ? mesh_httpd_body_len(c->body) : (c->text ? strlen(c->text) : 0);
-    c->off = 0;
-    set_state(h, c, C_SEND);
-    if (write_headers(wsi, &r, c->len, allow, retry) < 0) {
-        return -1;
-    }
-    if (m == M_GET && c->len > 0) {
-        lws_callback_on_writable(wsi);
-        return 0;
-    }
-    /* No body (HEAD: RFC 9110 §9.3.2), or a request whose own body lws is
-     * still reading: then the writable callback would not come before the
-     * body ends, so the (short) answer goes out now and lws discards the
-     * request body. */
-    if (m == M_OTHER &&
-        lws_write(wsi, (unsigned char *)c->data, c->len, LWS_WRITE_HTTP_FINAL) < (int)c->len) {
-        return -1;
-    }
-    release_response(h, c);
-    set_state(h, c, C_WAIT);
-    return lws_http_transaction_completed(wsi) ? -1 : 0;
+    return start_response(h, wsi, c, &r, m, allow, retry);
 }
 
 static int on_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
@@ -622,7 +857,7 @@ static int refuse_text(struct lws *wsi, unsigned status, const char *text, bool 
     struct mesh_httpd_resp r = {.status = status};
     size_t len = strlen(text);
     unsigned char buf[LWS_PRE + 256];
-    if (len > sizeof(buf) - LWS_PRE || write_headers(wsi, &r, len, false, retry) < 0) {
+    if (len > sizeof(buf) - LWS_PRE || write_headers(wsi, &r, len, NULL, retry, false) < 0) {
         return -1;
     }
     memcpy(buf + LWS_PRE, text, len);
@@ -661,10 +896,84 @@ static int ws_upgrade(struct mesh_httpd *h, struct lws *wsi, const char *proto)
     return 0;
 }
 
+/* ---- TLS certificate ----------------------------------------------------------- */
+
+static bool file_id_of(const char *path, struct tls_file_id *out)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        return false;
+    }
+    out->dev = st.st_dev;
+    out->ino = st.st_ino;
+    out->size = st.st_size;
+    out->mtime = st.st_mtim;
+    return true;
+}
+
+static bool file_id_eq(const struct tls_file_id *a, const struct tls_file_id *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+/* Is cert (its first PEM certificate) + key a pair? The reason in why when not. */
+static bool tls_pair_ok(const char *cert, const char *key, char *why, size_t cap)
+{
+    bool ok = false;
+    BIO *cb = BIO_new_file(cert, "r"), *kb = BIO_new_file(key, "r");
+    X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+    EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
+    if (x == NULL) {
+        snprintf(why, cap, "%s holds no PEM certificate", cert);
+    } else if (k == NULL) {
+        snprintf(why, cap, "%s holds no PEM private key", key);
+    } else if (X509_check_private_key(x, k) != 1) {
+        snprintf(why, cap, "the key in %s does not belong to the certificate in %s", key, cert);
+    } else {
+        ok = true;
+    }
+    X509_free(x);
+    EVP_PKEY_free(k);
+    BIO_free(cb);
+    BIO_free(kb);
+    return ok;
+}
+
+/* Every tls_check_s seconds (from the sweep): reload a changed, valid pair. */
+static void tls_check(struct mesh_httpd *h, int64_t now)
+{
+    if (h->tls_cert == NULL || now < h->tls_next_ms) {
+        return;
+    }
+    h->tls_next_ms = now + (int64_t)h->tls_check_s * 1000;
+    struct tls_file_id c, k;
+    if (!file_id_of(h->tls_cert, &c) || !file_id_of(h->tls_key, &k) ||
+        (file_id_eq(&c, &h->cert_id) && file_id_eq(&k, &h->key_id))) {
+        return;
+    }
+    char why[512];
+    if (tls_pair_ok(h->tls_cert, h->tls_key, why, sizeof(why))) {
+        lws_tls_cert_updated(h->lws, h->tls_cert, h->tls_key, NULL, 0, NULL, 0);
+        h->cert_id = c;
+        h->key_id = k;
+        atomic_fetch_add(&h->n_tls_reloads, 1);
+        mesh_info(MOD, "serving certificate reloaded from %s", h->tls_cert);
+    } else if (!(file_id_eq(&c, &h->bad_cert_id) && file_id_eq(&k, &h->bad_key_id))) {
+        /* Logged once per changed pair; the files may be mid-update. */
+        h->bad_cert_id = c;
+        h->bad_key_id = k;
+        atomic_fetch_add(&h->n_tls_reload_failures, 1);
+        mesh_warn(MOD, "certificate files changed but %s; still serving the previous pair", why);
+    }
+}
+
 static void sweep(lws_sorted_usec_list_t *sul)
 {
     struct mesh_httpd *h = lws_container_of(sul, struct mesh_httpd, sweep);
     int64_t now = mesh_sys_now_ms();
+    atomic_store(&h->tick_ms, now);
+    tls_check(h, now);
     for (int i = 0; i < h->nconns; i++) {
         struct conn *c = &h->conns[i];
         int64_t limit_ms = c->state == C_WAIT   ? (int64_t)h->lim.header_timeout_s * 1000
@@ -742,7 +1051,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     case LWS_CALLBACK_HTTP:
         c = lws_get_opaque_user_data(wsi);
-        if (c == NULL || c->state == C_DYING) {
+        /* C_SEND: a request pipelined behind a POST whose answer is still
+         * being written: closed, not served (no real client pipelines). */
+        if (c == NULL || c->state == C_DYING || c->state == C_SEND) {
             return -1;
         }
         release_response(h, c);
@@ -754,10 +1065,33 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         }
         return on_writable(h, wsi, c);
     case LWS_CALLBACK_HTTP_BODY:
-    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        /* Request bodies are answered 405 and discarded; the header
+        /* A POST on post_path is kept (bounded, pre-scanned); other
+         * requests' bodies were answered 405 and are discarded. The header
          * timeout bounds how long a client may keep sending one. */
-        return 0;
+        c = lws_get_opaque_user_data(wsi);
+        if (c == NULL || c->state != C_WAIT) {
+            return 0;
+        }
+        return on_body(h, wsi, c, in, len);
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        c = lws_get_opaque_user_data(wsi);
+        if (c != NULL && c->state == C_SEND) {
+            /* Called again while the answer is being written: lws holds more
+             * input behind this POST (a pipelined request) and offers the
+             * ended body again until the transaction ends on the writable
+             * callback. With two pipelined POSTs lws 4.1 repeats this call
+             * without ever polling: after 1000 calls the connection is
+             * closed (no real client pipelines). */
+            if (++c->recalls > 1000) {
+                conn_kill(h, c);
+                return -1;
+            }
+            return 0;
+        }
+        if (c == NULL || c->state != C_WAIT) {
+            return 0;
+        }
+        return on_body_done(h, wsi, c);
     case LWS_CALLBACK_CLOSED_HTTP:
     case LWS_CALLBACK_CLOSED:
     case LWS_CALLBACK_WSI_DESTROY:
@@ -840,6 +1174,13 @@ static void limits_defaults(struct mesh_httpd_limits *l)
     if (l->ws_idle_s > 16000) {
         l->ws_idle_s = 16000;
     }
+    l->max_body = l->max_body > 0 ? l->max_body : 1u << 20;
+    l->max_inflight = l->max_inflight > 0 ? l->max_inflight : 32u << 20;
+    l->small_body = l->small_body > 0 ? l->small_body : 256u << 10;
+    l->small_reserve = l->small_reserve > 0 ? l->small_reserve : 8u << 20;
+    l->json_max_depth = l->json_max_depth > 0 ? l->json_max_depth : 64;
+    l->json_max_values = l->json_max_values > 0 ? l->json_max_values : 100000;
+    l->json_max_string = l->json_max_string > 0 ? l->json_max_string : 1u << 20;
 }
 
 /* Connection counts the process can afford: the table (2 x max_conns) must
@@ -919,6 +1260,33 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
                  opts->ws_name != NULL ? opts->ws_name : "stream clients");
         h->ws_doc = opts->ws_doc;
     }
+    if (opts->post_path != NULL && opts->post != NULL) {
+        snprintf(h->post_path, sizeof(h->post_path), "%s", opts->post_path);
+        h->post = opts->post;
+        h->post_json = opts->post_json;
+    }
+    if (opts->tls_cert != NULL || opts->tls_key != NULL) {
+        char why[512];
+        if (opts->tls_cert == NULL || opts->tls_key == NULL ||
+            !tls_pair_ok(opts->tls_cert, opts->tls_key, why, sizeof(why))) {
+            if (opts->tls_cert == NULL || opts->tls_key == NULL) {
+                snprintf(why, sizeof(why), "a certificate needs its key and a key its certificate");
+            }
+            mesh_free(h);
+            mesh_err_set(err, MESH_E_CONFIG, 0,
+                         "TLS: %s; pass the serving certificate and its key "
+                         "(PEM)",
+                         why);
+            return NULL;
+        }
+        h->tls_cert = mesh_strdup(opts->tls_cert);
+        h->tls_key = mesh_strdup(opts->tls_key);
+        h->tls_check_s = opts->tls_check_s > 0 ? opts->tls_check_s : 5;
+        file_id_of(h->tls_cert, &h->cert_id);
+        file_id_of(h->tls_key, &h->key_id);
+        h->tls_next_ms = mesh_sys_now_ms() + (int64_t)h->tls_check_s * 1000;
+    }
+    atomic_store(&h->tick_ms, mesh_sys_now_ms());
     h->nconns = 2 * h->lim.max_conns;
     h->conns = mesh_calloc((size_t)h->nconns, sizeof(*h->conns));
     h->protocols[0] = (struct lws_protocols){"http", callback, 0, 0, 0, NULL, 0};
@@ -926,8 +1294,17 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
 
     struct lws_context_creation_info info;
     context_info(h, port, &info);
+    if (h->tls_cert != NULL) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = h->tls_cert;
+        info.ssl_private_key_filepath = h->tls_key;
+        info.alpn = "http/1.1";
+        info.ssl_options_set = SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1;
+    }
     h->lws = lws_create_context(&info);
     if (h->lws == NULL) {
+        mesh_free(h->tls_cert);
+        mesh_free(h->tls_key);
         mesh_free(h->conns);
         mesh_free(h);
         mesh_err_set(err, MESH_E_IO, 0,
@@ -941,6 +1318,8 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     lws_sul_schedule(h->lws, 0, &h->sweep, sweep, LWS_US_PER_SEC);
     if (pthread_create(&h->thread, NULL, serve, h) != 0) {
         lws_context_destroy(h->lws);
+        mesh_free(h->tls_cert);
+        mesh_free(h->tls_key);
         mesh_free(h->conns);
         mesh_free(h);
         mesh_err_set(err, MESH_E_IO, 0, "cannot start the HTTP thread");
@@ -975,6 +1354,8 @@ void mesh_httpd_stop(struct mesh_httpd *h)
         release_response(h, &h->conns[i]);
     }
     mesh_httpd_body_unref(h->ws_body);
+    mesh_free(h->tls_cert);
+    mesh_free(h->tls_key);
     mesh_free(h->conns);
     mesh_free(h);
 }
@@ -1001,6 +1382,13 @@ void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out)
     out->ws_busy = atomic_load(&h->n_ws_busy);
     out->ws_sent = atomic_load(&h->n_ws_sent);
     out->ws_dropped = atomic_load(&h->n_ws_dropped);
+    out->posts = atomic_load(&h->n_posts);
+    out->post_too_large = atomic_load(&h->n_post_too_large);
+    out->post_refused = atomic_load(&h->n_post_refused);
+    out->post_busy = atomic_load(&h->n_post_busy);
+    out->tls_reloads = atomic_load(&h->n_tls_reloads);
+    out->tls_reload_failures = atomic_load(&h->n_tls_reload_failures);
+    out->tick_ms = atomic_load(&h->tick_ms);
     out->open = atomic_load(&h->n_open);
     out->ws_open = atomic_load(&h->n_ws_open);
 }

@@ -10,7 +10,12 @@
  * connection, WebSocket and h2c upgrades, request bodies, ...) and, for the
  * WebSocket stream on /watch, handshakes followed by client frames (text,
  * binary, huge and unmasked frames, pings, closes, reserved opcodes and
- * bits, truncated headers).
+ * bits, truncated headers). The server also takes POST /mutate as
+ * tpumesh-injector's does (bounded bodies, JSON pre-scan, then the
+ * injector's review parse and decision from core/inject.h), and after each
+ * input a real AdmissionReview there must still get 200: the corpus holds
+ * the hostile bodies of issue 23 too (flat arrays, many keys, deep nesting,
+ * long strings, lengths that lie, chunked bodies, no length).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,6 +28,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/inject.h"
 #include "core/mem.h"
 #include "io/httpd.h"
 #include "io/log.h"
@@ -32,6 +38,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct mesh_httpd *srv;
 static struct mesh_httpd_body *big;
 static int port;
+static struct mesh_inject_config cfg;
+
+/* POST /mutate: what tpumesh-injector's server does with a body. */
+static void mutate(void *arg, const char *path, const char *body, size_t len,
+                   struct mesh_httpd_resp *r)
+{
+    (void)arg;
+    (void)path;
+    struct mesh_inject_review rv;
+    struct mesh_err err = {0};
+    if (mesh_inject_review_parse(body, len, &rv, &err) < 0) {
+        r->status = 400;
+        r->text = mesh_asprintf("%s\n", err.msg);
+        return;
+    }
+    struct mesh_inject_decision d;
+    if (mesh_inject_decide(&cfg, &rv, &d, &err) < 0) {
+        r->status = 500;
+        r->text = mesh_asprintf("%s\n", err.msg);
+        mesh_inject_review_cleanup(&rv);
+        return;
+    }
+    size_t n = 0;
+    r->text = mesh_inject_response(rv.uid, &d, NULL, 0, &n, &err);
+    r->type = "application/json";
+    if (r->text == NULL) {
+        r->status = 500;
+        r->text = mesh_asprintf("%s\n", err.msg);
+    }
+    mesh_inject_decision_cleanup(&d);
+    mesh_inject_review_cleanup(&rv);
+}
 
 static void handler(void *arg, const char *path, struct mesh_httpd_resp *r)
 {
@@ -65,6 +103,7 @@ static void stop_server(void)
     srv = NULL;
     mesh_httpd_body_unref(big);
     big = NULL;
+    mesh_inject_config_cleanup(&cfg);
 }
 
 static void start_server(void)
@@ -74,6 +113,9 @@ static void start_server(void)
     memset(fill, 'x', 100000);
     big = mesh_httpd_body_from_bytes(fill, 100000);
     mesh_free(fill);
+    if (mesh_inject_config_default(&cfg, NULL) < 0) {
+        abort();
+    }
     struct mesh_httpd_opts o = {
         .addr = "127.0.0.1:0",
         .flag = "addr",
@@ -82,10 +124,21 @@ static void start_server(void)
                    .max_per_peer = 8,
                    .header_timeout_s = 2,
                    .send_timeout_s = 2,
-                   .ws_idle_s = 2},
+                   .ws_idle_s = 2,
+                   .max_body = MESH_INJECT_REVIEW_MAX,
+                   .max_inflight = 8u << 20,
+                   .small_body = 64u << 10,
+                   .small_reserve = 1u << 20,
+                   /* Lower than the injector's caps, so the corpus files that
+                    * pass them stay small. */
+                   .json_max_values = 20000,
+                   .json_max_string = 64u << 10},
         .ws_path = "/watch",
         .ws_doc = watch_doc,
         .ws_name = "/watch clients",
+        .post_path = "/mutate",
+        .post = mutate,
+        .post_json = true,
     };
     struct mesh_err err = {0};
     srv = mesh_httpd_start(&o, &port, &err);
@@ -177,6 +230,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(fd);
     if (got < 12 || memcmp(head, "HTTP/1.1 200", 12) != 0) {
         fprintf(stderr, "the server no longer answers /readyz (got %zu bytes: %.40s)\n", got, head);
+        abort();
+    }
+
+    /* ... and a real review. */
+    static const char review[] =
+        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{"
+        "\"uid\":\"u-1\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"
+        "\"operation\":\"CREATE\",\"namespace\":\"ml\",\"object\":{\"metadata\":{\"labels\":"
+        "{\"tpumesh.dev/inject\":\"true\"}},\"spec\":{\"containers\":[{\"name\":\"t\"}]}}}}";
+    char req[1024];
+    int rl =
+        snprintf(req, sizeof(req),
+                 "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                 sizeof(review) - 1, review);
+    fd = dial();
+    if (send(fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
+        abort();
+    }
+    memset(head, 0, sizeof(head));
+    got = drain(fd, head, sizeof(head) - 1);
+    close(fd);
+    if (got < 12 || memcmp(head, "HTTP/1.1 200", 12) != 0) {
+        fprintf(stderr, "the server no longer answers POST /mutate (got %zu bytes: %.40s)\n", got,
+                head);
         abort();
     }
     return 0;

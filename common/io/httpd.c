@@ -700,6 +700,24 @@ static int on_body_done(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
     return start_response(h, wsi, c, &r, M_POST, NULL, false);
 }
 
+/* A refused request with a body: answered (r, taken), then closed. Left to
+ * lws, the body (and a request pipelined behind it) sends lws 4.1 into a
+ * loop that never returns (two pipelined POSTs did it). */
+static int refuse_with_body(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
+                            struct mesh_httpd_resp *r, const char *allow)
+{
+    size_t n = r->text ? strlen(r->text) : 0;
+    n = n < CHUNK ? n : CHUNK;
+    if (write_headers(wsi, r, n, allow, false, true) == 0 && n > 0) {
+        memcpy(h->buf + LWS_PRE, r->text, n);
+        (void)lws_write(wsi, h->buf + LWS_PRE, n, LWS_WRITE_HTTP_FINAL);
+    }
+    mesh_free(r->text);
+    mesh_httpd_body_unref(r->body);
+    conn_kill(h, c);
+    return -1;
+}
+
 static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *in,
                       size_t len)
 {
@@ -746,6 +764,10 @@ static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, con
             set_text(&r, 503, msg);
             retry = true;
         }
+    }
+    if (m == M_OTHER && (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 ||
+                         lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0)) {
+        return refuse_with_body(h, wsi, c, &r, allow);
     }
     return start_response(h, wsi, c, &r, m, allow, retry);
 }

@@ -44,6 +44,27 @@
  * is closed: the rest of the body is never read. The connection stays in
  * C_WAIT until the body is complete, so the header timeout bounds the whole
  * request and a half-sent body is the first candidate for eviction.
+ *
+ * Pipelining. lws 4.1 keeps the bytes a client sent beyond the request it
+ * is serving in a per-connection buffer and parses them once the
+ * transaction completes. A POST parsed from that buffer is read twice: its
+ * headers by the outer read, its body by a nested one inside lws_http_action
+ * that starts again at the buffer's head; when either refuses, the nested
+ * read frees the connection and the outer one closes it again (a use after
+ * free in lws_service_do_ripe_rxflow), and when neither does, the nested
+ * loop may never end. So no request is ever parsed from that buffer here:
+ *   - only a POST on post_path keeps its connection: every other answer
+ *     carries "Connection: close" and the connection ends with it (lws
+ *     gives no sign of bytes buffered behind a GET), and any other request
+ *     with a body is answered and closed at once, its body unread (lws would
+ *     complete the transaction itself after discarding the body);
+ *   - a POST's transaction completes only on the writable callback, never
+ *     inside BODY_COMPLETION: before that, in the same service pass, lws
+ *     offers BODY_COMPLETION again when bytes follow the body, which marks
+ *     the connection to end with the answer;
+ *   - a stream upgrade refused for capacity is answered and closed.
+ * Real clients do not pipeline (Go's, which the API server and the kubelet
+ * use, does not); one that does gets its first answer, then a close.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -106,7 +127,11 @@ struct conn {
     /* A POST body being read (posting): req_cap bytes reserved (from the
      * small reserve when req_small), req_len arrived. */
     bool posting, req_small, req_mapped;
-    unsigned recalls; /* BODY_COMPLETION calls while a POST's answer is written */
+    /* C_SEND: the answer has no body to write (HEAD); the connection ends
+     * with the answer (see "Pipelining" above); BODY_COMPLETION calls
+     * meanwhile. */
+    bool no_body, close_after;
+    unsigned recalls;
     char *req;
     size_t req_len, req_cap;
     struct mesh_json_scan scan;
@@ -520,10 +545,9 @@ static bool path_ok(const char *in, size_t len, char *out, size_t cap)
     return true;
 }
 
-/* Take r as c's response and send its headers; the body follows on
- * writable callbacks (m == M_GET or M_POST), or now (a refused method: the
- * request's own body is still being read, so the writable callback would
- * come only after it), or never (HEAD, or no body). */
+/* Take r as c's response and send its headers; the body (none for HEAD:
+ * RFC 9110 §9.3.2) and the end of the transaction follow on the writable
+ * callback, never now (see "Pipelining" above). */
 static int start_response(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
                           struct mesh_httpd_resp *r, enum method m, const char *allow, bool retry)
 {
@@ -536,42 +560,39 @@ static int start_response(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
     c->data = c->body != NULL ? mesh_httpd_body_data(c->body) : (c->text != NULL ? c->text : "");
     c->len = c->body != NULL ? mesh_httpd_body_len(c->body) : (c->text ? strlen(c->text) : 0);
     c->off = 0;
+    c->no_body = m == M_HEAD;
+    c->close_after = m != M_POST;
+    c->recalls = 0;
     set_state(h, c, C_SEND);
-    if (write_headers(wsi, r, c->len, allow, retry, false) < 0) {
+    if (write_headers(wsi, r, c->len, allow, retry, c->close_after) < 0) {
         return -1;
     }
-    if ((m == M_GET || m == M_POST) && c->len > 0) {
-        lws_callback_on_writable(wsi);
-        return 0;
-    }
-    /* No body (HEAD: RFC 9110 §9.3.2), or a request whose own body lws is
-     * still reading: then the writable callback would not come before the
-     * body ends, so the (short) answer goes out now and lws discards the
-     * request body. */
-    if (m == M_OTHER &&
-        lws_write(wsi, (unsigned char *)c->data, c->len, LWS_WRITE_HTTP_FINAL) < (int)c->len) {
-        return -1;
-    }
-    release_response(h, c);
-    set_state(h, c, C_WAIT);
-    return lws_http_transaction_completed(wsi) ? -1 : 0;
+    lws_callback_on_writable(wsi);
+    return 0;
 }
 
-/* Refuse a POST whose body is (or may be) still on its way: status and
- * text now, "Connection: close", then -1 so lws closes the connection
- * without reading the rest. */
-static int refuse_post(struct mesh_httpd *h, struct lws *wsi, struct conn *c, unsigned status,
-                       const char *text, bool retry)
+/* Answer status and text (at most CHUNK bytes) with "Connection: close",
+ * then -1 so lws closes the connection: what the client sent after the
+ * request's headers (its body, or a request behind it) is never read. */
+static int close_with(struct mesh_httpd *h, struct lws *wsi, struct conn *c, unsigned status,
+                      const char *text, const char *allow, bool retry)
 {
-    release_request(h, c);
     struct mesh_httpd_resp r = {.status = status};
-    size_t len = strlen(text);
-    if (len <= CHUNK && write_headers(wsi, &r, len, NULL, retry, true) == 0) {
+    size_t len = text != NULL ? strlen(text) : 0;
+    len = len < CHUNK ? len : CHUNK;
+    if (write_headers(wsi, &r, len, allow, retry, true) == 0 && len > 0) {
         memcpy(h->buf + LWS_PRE, text, len);
         (void)lws_write(wsi, h->buf + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
     }
     conn_kill(h, c);
     return -1;
+}
+
+/* Refuse a POST whose body is (or may be) still on its way. */
+static int refuse_post(struct mesh_httpd *h, struct lws *wsi, struct conn *c, unsigned status,
+                       const char *text, bool retry)
+{
+    return close_with(h, wsi, c, status, text, NULL, retry);
 }
 
 /* The Content-Length of a POST: 0..max, -1 absent, -2 malformed. */
@@ -598,6 +619,15 @@ static int post_begin(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
 {
     long long cl = content_length(wsi);
     char msg[200];
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+        /* lws 4.1 reads Content-Length bytes whatever the encoding: a
+         * chunked body beside a length would be read as the wrong bytes. */
+        atomic_fetch_add(&h->n_post_refused, 1);
+        return refuse_post(h, wsi, c, 400,
+                           "bad request: Transfer-Encoding is not taken; send the body with a "
+                           "Content-Length\n",
+                           false);
+    }
     if (cl == -1) {
         atomic_fetch_add(&h->n_post_refused, 1);
         return refuse_post(h, wsi, c, 411, "length required: send the body with a Content-Length\n",
@@ -696,26 +726,7 @@ static int on_body_done(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
         r.status = 200;
     }
     r.bulk = false;
-    c->recalls = 0;
     return start_response(h, wsi, c, &r, M_POST, NULL, false);
-}
-
-/* A refused request with a body: answered (r, taken), then closed. Left to
- * lws, the body (and a request pipelined behind it) sends lws 4.1 into a
- * loop that never returns (two pipelined POSTs did it). */
-static int refuse_with_body(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
-                            struct mesh_httpd_resp *r, const char *allow)
-{
-    size_t n = r->text ? strlen(r->text) : 0;
-    n = n < CHUNK ? n : CHUNK;
-    if (write_headers(wsi, r, n, allow, false, true) == 0 && n > 0) {
-        memcpy(h->buf + LWS_PRE, r->text, n);
-        (void)lws_write(wsi, h->buf + LWS_PRE, n, LWS_WRITE_HTTP_FINAL);
-    }
-    mesh_free(r->text);
-    mesh_httpd_body_unref(r->body);
-    conn_kill(h, c);
-    return -1;
 }
 
 static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *in,
@@ -732,8 +743,11 @@ static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, con
     if (m == M_POST && path_good && h->post_path[0] != '\0' && strcmp(path, h->post_path) == 0) {
         return post_begin(h, wsi, c);
     }
+    /* Does a body follow? (A Content-Length of 0 is none; a malformed one
+     * may hide one.) */
+    bool has_body = content_length(wsi) != -1 && content_length(wsi) != 0;
+    has_body = has_body || lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
     if (m == M_POST && path_good && h->post_path[0] != '\0') {
-        /* Answered before the body: lws discards what follows. */
         m = M_OTHER;
         char msg[PATH_MAX_LEN + 32];
         snprintf(msg, sizeof(msg), "not found: POST %s\n", h->post_path);
@@ -765,9 +779,16 @@ static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, con
             retry = true;
         }
     }
-    if (m == M_OTHER && (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 ||
-                         lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0)) {
-        return refuse_with_body(h, wsi, c, &r, allow);
+    if (has_body) {
+        /* Only a POST on post_path has its body read (see "Pipelining"):
+         * answered with text only, then closed. */
+        if (r.body != NULL) {
+            set_text(&r, 400, "bad request: a GET or HEAD with a body\n");
+        }
+        int rc = close_with(h, wsi, c, r.status, m == M_HEAD ? NULL : r.text, allow, retry);
+        mesh_free(r.text);
+        mesh_httpd_body_unref(r.body);
+        return rc;
     }
     return start_response(h, wsi, c, &r, m, allow, retry);
 }
@@ -777,18 +798,25 @@ static int on_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
     if (c->state != C_SEND || c->data == NULL) {
         return 0;
     }
-    size_t n = c->len - c->off < CHUNK ? c->len - c->off : CHUNK;
-    bool last = c->off + n == c->len;
-    memcpy(h->buf + LWS_PRE, c->data + c->off, n);
-    if (lws_write(wsi, h->buf + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) <
-        (int)n) {
-        return -1;
+    size_t n = c->no_body ? 0 : c->len - c->off < CHUNK ? c->len - c->off : CHUNK;
+    bool last = c->no_body || c->off + n == c->len;
+    if (n > 0) {
+        memcpy(h->buf + LWS_PRE, c->data + c->off, n);
+        if (lws_write(wsi, h->buf + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) <
+            (int)n) {
+            return -1;
+        }
     }
     c->off += n;
     c->since_ms = mesh_sys_now_ms();
     if (!last) {
         lws_callback_on_writable(wsi);
         return 0;
+    }
+    if (c->close_after) {
+        /* What the client may have sent behind this request stays unread. */
+        conn_kill(h, c);
+        return -1;
     }
     release_response(h, c);
     set_state(h, c, C_WAIT);
@@ -874,23 +902,9 @@ static int ws_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
     return 0;
 }
 
-static int refuse_text(struct lws *wsi, unsigned status, const char *text, bool retry)
-{
-    struct mesh_httpd_resp r = {.status = status};
-    size_t len = strlen(text);
-    unsigned char buf[LWS_PRE + 256];
-    if (len > sizeof(buf) - LWS_PRE || write_headers(wsi, &r, len, NULL, retry, false) < 0) {
-        return -1;
-    }
-    memcpy(buf + LWS_PRE, text, len);
-    if (lws_write(wsi, buf + LWS_PRE, len, LWS_WRITE_HTTP_FINAL) < (int)len) {
-        return -1;
-    }
-    return 1; /* answered: lws completes the transaction */
-}
-
-/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: -1 hangs up, 1 = answered with an
- * HTTP error, 0 = the upgrade proceeds (c becomes a stream client). */
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: -1 hangs up (after a 503 when the
+ * stream is full: answered and closed, see "Pipelining"), 0 = the upgrade
+ * proceeds (c becomes a stream client). */
 static int ws_upgrade(struct mesh_httpd *h, struct lws *wsi, const char *proto)
 {
     struct conn *c = lws_get_opaque_user_data(wsi);
@@ -909,7 +923,7 @@ static int ws_upgrade(struct mesh_httpd *h, struct lws *wsi, const char *proto)
         char msg[160];
         snprintf(msg, sizeof(msg), "busy: %d %s connected, the most served at once; retry later\n",
                  h->ws_count, h->ws_name);
-        return refuse_text(wsi, 503, msg, true);
+        return close_with(h, wsi, c, 503, msg, NULL, true);
     }
     release_response(h, c);
     set_state(h, c, C_WS);
@@ -1073,8 +1087,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     case LWS_CALLBACK_HTTP:
         c = lws_get_opaque_user_data(wsi);
-        /* C_SEND: a request pipelined behind a POST whose answer is still
-         * being written: closed, not served (no real client pipelines). */
+        /* C_SEND: a request sent behind one whose answer is still being
+         * written: closed, not served (see "Pipelining" above). */
         if (c == NULL || c->state == C_DYING || c->state == C_SEND) {
             return -1;
         }
@@ -1088,7 +1102,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return on_writable(h, wsi, c);
     case LWS_CALLBACK_HTTP_BODY:
         /* A POST on post_path is kept (bounded, pre-scanned); other
-         * requests' bodies were answered 405 and are discarded. The header
+         * requests with a body were answered and closed. The header
          * timeout bounds how long a client may keep sending one. */
         c = lws_get_opaque_user_data(wsi);
         if (c == NULL || c->state != C_WAIT) {
@@ -1098,12 +1112,12 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
         c = lws_get_opaque_user_data(wsi);
         if (c != NULL && c->state == C_SEND) {
-            /* Called again while the answer is being written: lws holds more
-             * input behind this POST (a pipelined request) and offers the
-             * ended body again until the transaction ends on the writable
-             * callback. With two pipelined POSTs lws 4.1 repeats this call
-             * without ever polling: after 1000 calls the connection is
-             * closed (no real client pipelines). */
+            /* Offered again while the answer is being written: the client
+             * sent bytes behind this POST (lws offers the ended body on every
+             * service pass until the transaction ends). The connection ends
+             * with the answer; one whose answer takes more than 1000 passes
+             * ends now. */
+            c->close_after = true;
             if (++c->recalls > 1000) {
                 conn_kill(h, c);
                 return -1;

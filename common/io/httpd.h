@@ -28,6 +28,11 @@
  *   - HTTP semantics of RFC 9110: GET and HEAD (headers only) are served,
  *     every other method gets a complete 405 with `Allow: GET, HEAD`, a
  *     request path with control bytes gets 400;
+ *   - only a POST on post_path keeps its connection open for the next
+ *     request: every other answer says "Connection: close" and ends it, and
+ *     a client that pipelines (sends a request before the previous answer)
+ *     gets that answer and then a closed connection (libwebsockets 4.1
+ *     mishandles requests it buffered behind another; see httpd.c);
  *   - optionally POST on one path (post_path, e.g. /mutate), with bounded
  *     bodies: a Content-Length is required (411 without), one above max_body
  *     is refused (413) before a byte of the body is read, and the body's

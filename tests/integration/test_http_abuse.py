@@ -15,7 +15,8 @@ kube-apiserver simulator. Traffic goes to 127.0.0.1 only; attackers connect from
      changes while they are held add <= 24 MiB to VmHWM, probes keep succeeding, the stalled
      clients are dropped and their slots come back
   4. RFC 9110: HEAD without body, complete 405 with Allow, 404 with a body, 503 from /readyz with
-     `waiting for the first list of pods`, /healthz saying why it fails
+     `waiting for the first list of pods`, /healthz saying why it fails; pipelined requests
+     (two POSTs, a GET and a POST) get the first answer and a closed connection
   5. secrets: the token never reaches logs, /metrics, error messages or /proc/<pid>/environ;
      a crash leaves no core dump (PR_SET_DUMPABLE 0)
   6. the fd count is back to its baseline at the end
@@ -494,6 +495,19 @@ def semantics(car):
           "(%.2f s)" % took,
           post is not None and post[0] == 405 and post[1].get("allow") == "GET, HEAD"
           and len(post[2]) == int(post[1].get("content-length", -1)) > 0 and took < scaled(5), post)
+    # Pipelined requests (no real client sends them): the first is answered, then the
+    # connection closes unread; two POSTs once sent libwebsockets 4.1 into a loop that never
+    # returned, and a request parsed from its pipeline buffer into a use after free.
+    for name, data in (
+            ("two pipelined POSTs", b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" * 2),
+            ("a GET and a POST pipelined", b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+             b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")):
+        t0 = time.monotonic()
+        first = send_raw(car.port, data, timeout=scaled(5))
+        took = time.monotonic() - t0
+        check("%s: the first answered, the connection closed (%.2f s), /readyz still answers"
+              % (name, took), first.startswith(b"HTTP/1.1 405" if data.startswith(b"POST") else b"HTTP/1.1 ")
+              and took < scaled(2) and probe(car.port), (first, took))
     opt = http(car.port, "/readyz", method="OPTIONS")
     check("OPTIONS: 405 with Allow", opt is not None and opt[0] == 405 and "GET" in opt[1].get("allow", ""),
           opt)

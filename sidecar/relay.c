@@ -56,12 +56,16 @@ struct mesh_sidecar_relay {
     uint64_t ready_applied_seen;        /* relay thread: store's ready_applied at the last notify */
     char refused_why[MESH_ERR_MSG_MAX]; /* relay thread: last refusal logged */
     struct mesh_sidecar_verify verify;  /* relay thread: records checked against the API */
+    struct mesh_k8s_pod relay_pod;      /* relay thread: the relay pod as the API last gave it */
+    struct mesh_k8s_pod coord; /* relay thread: the coordinator pod, running, as the wait's */
+    bool have_coord;           /* watch last showed it (when the relay is not the coordinator) */
     struct mesh_relay_store *store;
     pthread_t thread;
     bool running;
     atomic_int stop;
-    struct mesh_k8s_client *client;                 /* the relay thread's, for resolving */
-    char selector[MESH_SIDECAR_SELECTOR_MAX + 128]; /* matches only the relay pod */
+    struct mesh_k8s_client *client;                      /* the relay thread's, for resolving */
+    char selector[MESH_SIDECAR_SELECTOR_MAX + 128];      /* matches only the relay pod */
+    char wait_selector[MESH_SIDECAR_SELECTOR_MAX + 160]; /* the relay pod and the coordinator */
     int grpc_port;
     int64_t fallback_ms; /* this sidecar's jittered delay */
     /* main thread */
@@ -162,6 +166,26 @@ static void relay_selector(const struct mesh_sidecar *ctx, long r, char *out, si
     }
 }
 
+/* The selector a waiting subscriber watches: the relay pod's, and when the
+ * relay is not the coordinator also the coordinator's index ("in" sets:
+ * at most the two pods, four for a JobSet's two labels), so that the
+ * coordinator's record is known from the API by the time the relay sends
+ * it, without a GET from every subscriber at the moment the relays start. */
+static void wait_selector(const struct mesh_sidecar *ctx, long r, char *out, size_t cap)
+{
+    if (r == 0) {
+        relay_selector(ctx, r, out, cap);
+    } else if (strcmp(ctx->relay_kind, "sts") == 0) {
+        snprintf(out, cap, "%s,%s in (0,%ld)", ctx->selector, MESH_K8S_KEY_POD_INDEX, r);
+    } else if (strcmp(ctx->relay_kind, "jobset") == 0) {
+        snprintf(out, cap, "%s,%s in (0,%ld),%s in (0,%ld)", ctx->selector,
+                 MESH_K8S_KEY_JOB_GLOBAL_INDEX, r / ctx->relay_per_slice,
+                 MESH_K8S_KEY_COMPLETION_INDEX, r % ctx->relay_per_slice);
+    } else {
+        snprintf(out, cap, "%s,%s in (0,%ld)", ctx->selector, MESH_K8S_KEY_COMPLETION_INDEX, r);
+    }
+}
+
 static void nap(struct mesh_sidecar_relay *r, int64_t ms)
 {
     int64_t until = mesh_sys_now_ms() + ms;
@@ -212,6 +236,20 @@ static void refuse_candidate(struct mesh_sidecar_relay *r, const char *why)
     atomic_fetch_add(&r->candidates_refused, 1);
 }
 
+/* Follow p, a running pod of this job the API just gave (a LIST or the
+ * wait's watch event): its target, and what the API says of it, which
+ * the checks below need not GET again. */
+static void take(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod *p, char *target,
+                 size_t cap)
+{
+    r->relay_pod = *p;
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->pod_name, sizeof(r->pod_name), "%s", p->name);
+    snprintf(r->ip, sizeof(r->ip), "%s", p->ip);
+    pthread_mutex_unlock(&r->mu);
+    snprintf(target, cap, p->ip_v6 ? "[%s]:%d" : "%s:%d", p->ip, r->grpc_port);
+}
+
 /* One LIST of the relay's selector. 0 with the running relay's target, or
  * MESH_E_NOTREADY with *waiting = the name of the job's pod at that index
  * that does not run yet ("" = none), *rv = the LIST's resourceVersion. */
@@ -259,22 +297,50 @@ static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, char 
         mesh_free(pk);
         return rc;
     }
-    pthread_mutex_lock(&r->mu);
-    snprintf(r->pod_name, sizeof(r->pod_name), "%s", run->name);
-    snprintf(r->ip, sizeof(r->ip), "%s", run->ip);
-    pthread_mutex_unlock(&r->mu);
-    snprintf(target, cap, run->ip_v6 ? "[%s]:%d" : "%s:%d", run->ip, r->grpc_port);
+    take(r, run, target, cap);
     mesh_free(pk);
     return 0;
 }
 
 struct waiter {
     struct mesh_sidecar_relay *r;
-    bool changed;
+    const char *name; /* the relay pod waited for, or "" (none yet) */
+    bool running;     /* pod is the event's pod, running with an IP */
+    struct mesh_k8s_pod *pod;
 };
 
-/* A watch event of the relay pod: end the watch (so the caller lists
- * again) when the pod may now run, went away or another one appeared. */
+/* p is at the coordinator's index (rank 0). */
+static bool pod_rank0(const struct mesh_sidecar *ctx, const struct mesh_k8s_pod *p)
+{
+    if (strcmp(ctx->relay_kind, "sts") == 0) {
+        return p->pod_index == 0;
+    }
+    if (strcmp(ctx->relay_kind, "jobset") == 0) {
+        return p->completion_index == 0 && p->job_global_index == 0;
+    }
+    return p->completion_index == 0;
+}
+
+/* p is at the relay's index. */
+static bool pod_is_relay_index(const struct mesh_sidecar_relay *r, const struct mesh_k8s_pod *p)
+{
+    const struct mesh_sidecar *ctx = r->ctx;
+    long want = (ctx->rank - 1) / ctx->opts.relay_fanout;
+    if (strcmp(ctx->relay_kind, "sts") == 0) {
+        return p->pod_index == want;
+    }
+    if (strcmp(ctx->relay_kind, "jobset") == 0) {
+        return p->job_global_index == want / ctx->relay_per_slice &&
+               p->completion_index == want % ctx->relay_per_slice;
+    }
+    return p->completion_index == want;
+}
+
+/* A watch event of the relay pod: end the watch when the pod may now run
+ * (the caller follows it from the event itself: the API just said it, and
+ * a LIST from each of the relay's subscribers at that moment is what a
+ * relay pod that starts late would cost the API), went away or another
+ * one appeared (the caller lists again). */
 static int wait_event(void *vw, const struct mesh_k8s_watch_event *ev, struct mesh_err *err)
 {
     struct waiter *w = vw;
@@ -285,30 +351,48 @@ static int wait_event(void *vw, const struct mesh_k8s_watch_event *ev, struct me
         return mesh_err_set(err, MESH_E_GONE, 0, "the relay pod's watch ended (status %d)",
                             ev->status.code);
     }
-    struct mesh_k8s_pod p;
-    if (ev->type != MESH_K8S_EV_DELETED && mesh_k8s_pod_extract(ev->object, &p, NULL) == 0 &&
-        !is_running(&p)) {
-        return 0; /* still not running: keep waiting, O(1) */
+    struct mesh_sidecar_relay *r = w->r;
+    if (mesh_k8s_pod_extract(ev->object, w->pod, NULL) == 0 && !pod_is_relay_index(r, w->pod)) {
+        /* The coordinator (watched along when it is not the relay): kept
+         * while it runs; checked to be of this job when it is used. */
+        if (pod_rank0(r->ctx, w->pod)) {
+            r->have_coord = ev->type != MESH_K8S_EV_DELETED && is_running(w->pod);
+            if (r->have_coord) {
+                r->coord = *w->pod;
+            }
+        }
+        return 0;
     }
-    w->changed = true;
-    return -MESH_E_INCOMPLETE; /* sentinel: list again */
+    if (w->name[0] != '\0' && strcmp(w->pod->name, w->name) != 0 && ev->type != MESH_K8S_EV_ADDED) {
+        return 0; /* another pod at the relay's index, not new: not the one waited for */
+    }
+    if (ev->type != MESH_K8S_EV_DELETED) {
+        if (!is_running(w->pod)) {
+            return 0; /* still not running: keep waiting, O(1) */
+        }
+        w->running = true;
+    }
+    return -MESH_E_INCOMPLETE; /* sentinel: the wait is over */
 }
 
 /* Wait for the relay pod to run: one watch from the LIST's rv. Returns
- * when an event may have changed the answer, the watch ended, or stop. */
-static void wait_for_pod(struct mesh_sidecar_relay *r, const char *name, const char *rv)
+ * when an event may have changed the answer, the watch ended, or stop;
+ * true with *out = the relay pod when an event showed it running. */
+static bool wait_for_pod(struct mesh_sidecar_relay *r, const char *name, const char *rv,
+                         struct mesh_k8s_pod *out)
 {
     char field[MESH_POD_MAX + 32] = "";
-    if (name[0] != '\0') {
+    bool with_coord = strcmp(r->wait_selector, r->selector) != 0;
+    if (name[0] != '\0' && !with_coord) {
         snprintf(field, sizeof(field), "metadata.name=%s", name);
     }
     struct mesh_k8s_query q = {.ns = r->ctx->ns,
                                .resource = "pods",
-                               .label_selector = r->selector,
+                               .label_selector = r->wait_selector,
                                .field_selector = field[0] ? field : NULL};
     struct mesh_k8s_watch_opts wo = {
         .rv = rv, .timeout_s = 120, .stall_ms = 150000, .bookmarks = true};
-    struct waiter w = {.r = r};
+    struct waiter w = {.r = r, .name = name, .pod = out};
     struct mesh_err err;
     mesh_err_clear(&err);
     r->watches++;
@@ -317,6 +401,25 @@ static void wait_for_pod(struct mesh_sidecar_relay *r, const char *name, const c
         mesh_debug(MOD, "watching the relay pod: %s", err.msg);
         nap(r, 1000); /* an API failure: do not spin on LISTs */
     }
+    return rc == -MESH_E_INCOMPLETE && w.running;
+}
+
+/* The pod a wait's event showed running: followed when it is of this job
+ * (0, *target set); else (a pod that merely carries the labels, refused
+ * and logged, or its job cannot be checked now) the caller lists again. */
+static int take_event_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod *p, char *target,
+                          size_t cap)
+{
+    char why[MESH_ERR_MSG_MAX];
+    int same = mesh_sidecar_job_same(r->ctx, r->client, p, why, sizeof(why));
+    if (same == -MESH_E_INVAL) {
+        refuse_candidate(r, why);
+    }
+    if (same < 0) {
+        return same;
+    }
+    take(r, p, target, cap);
+    return 0;
 }
 
 /* ---- checking what cannot be got wrong ----
@@ -414,37 +517,41 @@ static int compare(const char *name, const struct mesh_k8s_pod_rec *x, const str
     return 0;
 }
 
+static int get_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x, const char *name,
+                   struct mesh_k8s_pod *a, struct mesh_err *err);
+
 static int check_one(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x,
                      struct mesh_err *err)
 {
     struct mesh_sidecar *ctx = r->ctx;
     const char *name = mesh_k8s_pod_rec_name(x);
-    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
-    cJSON *obj = NULL;
-    struct mesh_err e;
-    mesh_err_clear(&e);
-    r->verify.gets++;
-    int rc = mesh_k8s_client_get(r->client, &q, name, &obj, &e);
-    if (rc == -MESH_E_NOTFOUND) {
-        if ((x->flags & (MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED)) != 0) {
-            return 0; /* leaving: the relay lags behind its deletion */
-        }
-        return mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod %s, which the API does not have",
-                            name);
-    }
-    if (rc < 0) {
-        /* The API cannot answer now: not the relay's fault, but nothing
-         * unchecked is applied; the session ends and is tried again. */
-        return mesh_err_set(err, MESH_E_API, 0, "cannot check relay's record of %s: %s", name,
-                            e.msg);
-    }
-    struct mesh_k8s_pod a;
-    rc = mesh_k8s_pod_extract(obj, &a, NULL);
-    cJSON_Delete(obj);
-    if (rc < 0) {
-        return mesh_err_set(err, MESH_E_INVAL, 0, "the API's pod %s is unreadable", name);
+    /* What the API already said needs no GET when the record agrees with
+     * it: this pod (read at start, running: it has its IP), the relay pod
+     * (running, just listed or watched; the coordinator for the
+     * coordinator's own subscribers) and the coordinator as the wait's
+     * watch showed it running. Anything else, and a record that differs
+     * from what was known (a pod replaced under the same name), is a GET. */
+    const struct mesh_k8s_pod *known = NULL;
+    if (strcmp(name, ctx->self.name) == 0) {
+        known = ctx->self.ip[0] != '\0' ? &ctx->self : NULL;
+    } else if (strcmp(name, r->relay_pod.name) == 0) {
+        known = &r->relay_pod;
+    } else if (r->have_coord && strcmp(name, r->coord.name) == 0) {
+        known = &r->coord;
     }
     char why[MESH_ERR_MSG_MAX];
+    if (known != NULL && compare(name, x, known, err) == 0 &&
+        (known == &ctx->self ||
+         mesh_sidecar_job_same(ctx, r->client, known, why, sizeof(why)) == 0)) {
+        remember(&r->verify, x);
+        return 0;
+    }
+    mesh_err_clear(err);
+    struct mesh_k8s_pod a;
+    int rc = get_pod(r, x, name, &a, err);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
     rc = mesh_sidecar_job_same(ctx, r->client, &a, why, sizeof(why));
     if (rc < 0) {
         return mesh_err_set(err, rc == -MESH_E_INVAL ? MESH_E_INVAL : MESH_E_API, 0,
@@ -455,6 +562,39 @@ static int check_one(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec
         remember(&r->verify, x);
     }
     return rc;
+}
+
+/* GET pod name into *a: 0, 1 when the API does not have it and the relay's
+ * record says it is leaving (nothing to check), or an error. */
+static int get_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x, const char *name,
+                   struct mesh_k8s_pod *a, struct mesh_err *err)
+{
+    struct mesh_sidecar *ctx = r->ctx;
+    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
+    cJSON *obj = NULL;
+    struct mesh_err e;
+    mesh_err_clear(&e);
+    r->verify.gets++;
+    int rc = mesh_k8s_client_get(r->client, &q, name, &obj, &e);
+    if (rc == -MESH_E_NOTFOUND) {
+        if ((x->flags & (MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED)) != 0) {
+            return 1; /* leaving: the relay lags behind its deletion */
+        }
+        return mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod %s, which the API does not have",
+                            name);
+    }
+    if (rc < 0) {
+        /* The API cannot answer now: not the relay's fault, but nothing
+         * unchecked is applied; the session ends and is tried again. */
+        return mesh_err_set(err, MESH_E_API, 0, "cannot check relay's record of %s: %s", name,
+                            e.msg);
+    }
+    rc = mesh_k8s_pod_extract(obj, a, NULL);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "the API's pod %s is unreadable", name);
+    }
+    return 0;
 }
 
 /* The store's check (relay_client.h): the records a message upserts, before
@@ -540,6 +680,7 @@ static int session(struct mesh_sidecar_relay *r, const char *target, struct mesh
         .silence_ms = 6000,
         .lag_ms = 2 * ctx->opts.stall_timeout_s * 1000,
         .max_pods = ctx->expected,
+        .wait_ready = st_before_good(r),
         .check = mesh_sidecar_relay_check,
         .check_ctx = r,
         .stop = &r->stop,
@@ -558,6 +699,7 @@ static void *relay_thread(void *arg)
     char target[MESH_IP_MAX + 16] = "";
     int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
     int64_t backoff = 200, resolved_at = 0;
+    struct mesh_k8s_pod *pod = mesh_malloc(sizeof(*pod)); /* a wait's event */
     while (!atomic_load(&r->stop)) {
         struct mesh_err err;
         mesh_err_clear(&err);
@@ -573,8 +715,12 @@ static void *relay_thread(void *arg)
                 atomic_store(&r->pod_state, POD_WAITING);
                 target[0] = '\0';
                 log_once(last_err, sizeof(last_err), rc, err.msg);
-                wait_for_pod(r, waiting, rv);
-                continue;
+                if (!wait_for_pod(r, waiting, rv, pod) ||
+                    take_event_pod(r, pod, target, sizeof(target)) < 0) {
+                    continue; /* list again */
+                }
+                rc = 0;
+                resolved_at = mesh_sys_now_ms();
             }
             if (rc < 0) {
                 target[0] = '\0';
@@ -618,6 +764,7 @@ static void *relay_thread(void *arg)
         int64_t cap = f < 1000 ? f : 1000;
         backoff = backoff * 2 > cap ? cap : backoff * 2;
     }
+    mesh_free(pod);
     return NULL;
 }
 
@@ -632,6 +779,8 @@ int mesh_sidecar_relay_start(struct mesh_sidecar *ctx, int grpc_port, struct mes
     pthread_mutex_init(&r->mu, NULL);
     r->store = mesh_relay_store_new();
     relay_selector(ctx, (ctx->rank - 1) / ctx->opts.relay_fanout, r->selector, sizeof(r->selector));
+    wait_selector(ctx, (ctx->rank - 1) / ctx->opts.relay_fanout, r->wait_selector,
+                  sizeof(r->wait_selector));
     int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
     r->fallback_ms = f / 2 + (int64_t)(random() % (f / 2 + 1));
     r->waiting_since = mesh_sys_now_ms();

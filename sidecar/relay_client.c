@@ -440,6 +440,7 @@ static int stream(struct session *se, struct mesh_err *err)
     grpc_op ops[3];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = o->wait_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = se->req;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -524,7 +525,7 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     struct session se = {.o = o, .s = s};
     grpc_metadata_array_init(&se.md);
     grpc_metadata_array_init(&se.trailing);
-    grpc_arg args[9];
+    grpc_arg args[11];
     int n = 0;
     /* gRPC 1.51 buffers a whole message before its receive limit applies,
      * and opens the stream's flow-control window for whatever length a
@@ -554,6 +555,14 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     /* One connection per session, never shared with another channel. */
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    if (o->wait_ready) {
+        /* A relay that is starting listens within a second or so: its
+         * subscribers (up to 64) reconnect on this one channel, not with a
+         * new channel and call each time (what the start of a relay pod
+         * that gets its IP last cost its machine). */
+        args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+        args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 300);
+    }
     grpc_channel_args cargs = {(size_t)n, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     se.ch = grpc_channel_create(o->target, creds, &cargs);

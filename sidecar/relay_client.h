@@ -91,6 +91,8 @@ struct mesh_relay_client_opts {
     int silence_ms;            /* no message this long ends the session (0 = 6000) */
     int lag_ms;                /* a relay whose source_age_ms exceeds this is lagging (0 = off) */
     int max_pods;              /* the job's expected workers (0 = unknown): bounds messages */
+    bool wait_ready;           /* the relay is starting: a refused connection is retried within
+                                  the session (every 100-300 ms) until silence_ms, not an end */
     mesh_relay_check_fn check; /* optional, see mesh_relay_store_set_limits */
     void *check_ctx;
     atomic_int *stop;          /* non-zero: end the session (checked every 100 ms) */

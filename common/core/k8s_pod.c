@@ -123,26 +123,10 @@ static void read_number(struct mesh_k8s_pod *p, const cJSON *annos, const char *
     *dst = n;
 }
 
-static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
+/* Where the pod stands in its workload: the Indexed Job, StatefulSet and
+ * JobSet indexes and counts, and the names of its Job and JobSet. */
+static void read_workload(struct mesh_k8s_pod *p, const cJSON *labels, const cJSON *annos)
 {
-    const char *ns = mesh_json_str(md, "namespace");
-    if (ns != NULL) {
-        if (mesh_names_is_dns_label(ns, strlen(ns))) {
-            copy_str(p->ns, sizeof(p->ns), ns);
-        } else {
-            set_invalid(p, "metadata.namespace", ns, "is not an RFC 1123 label");
-        }
-    }
-    const char *uid = mesh_json_str(md, "uid");
-    if (uid != NULL && strlen(uid) < sizeof(p->uid)) {
-        copy_str(p->uid, sizeof(p->uid), uid);
-    }
-    const cJSON *del = cJSON_GetObjectItemCaseSensitive(md, "deletionTimestamp");
-    p->terminating = del != NULL && !cJSON_IsNull(del);
-
-    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
-    const cJSON *annos = cJSON_GetObjectItemCaseSensitive(md, "annotations");
-
     /* Indexed Jobs: the annotation always, the label since 1.28.
      * Both present must agree. */
     int from_anno = -1, from_label = -1;
@@ -168,10 +152,14 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
     read_label(p, labels, MESH_K8S_KEY_JOBSET_NAME, p->jobset_name, sizeof(p->jobset_name));
     read_label(p, labels, MESH_K8S_KEY_REPLICATED_JOB, p->replicated_job,
                sizeof(p->replicated_job));
+}
 
-    /* The same rules as tpumesh-init's annotation layer and the injector's
-     * admission (core/annotations.h), so all three refuse the same values
-     * with the same words and init and sidecar publish the same addresses. */
+/* The tpumesh.dev annotations the sidecar reads, through the same rules as
+ * tpumesh-init's annotation layer and the injector's admission
+ * (core/annotations.h), so all three refuse the same values with the same
+ * words and init and sidecar publish the same addresses. */
+static void read_annotations(struct mesh_k8s_pod *p, const cJSON *annos)
+{
     read_number(p, annos, MESH_K8S_KEY_EXPECTED, mesh_annotations_expected_workers,
                 &p->expected_workers);
     read_number(p, annos, MESH_K8S_KEY_PORT, mesh_annotations_port, &p->port);
@@ -187,16 +175,16 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
             p->address_mode = (int)m;
         }
     }
+}
 
-    /* The controlling owner (at most one has controller: true). Only kinds and
-     * names that fit are kept; they serve selector derivation and, with the
-     * uid, the same-job check (a relay, a worker must share the controller). */
-    const cJSON *owners = cJSON_GetObjectItemCaseSensitive(md, "ownerReferences");
-    if (!cJSON_IsArray(owners)) {
-        owners = NULL;
-    }
+/* The controlling owner (at most one has controller: true). Only kinds and
+ * names that fit are kept; they serve selector derivation and, with the
+ * uid, the same-job check (a relay, a worker must share the controller). */
+static void read_controller(struct mesh_k8s_pod *p, const cJSON *owners)
+{
+    const cJSON *list = cJSON_IsArray(owners) ? owners : NULL;
     const cJSON *o = NULL;
-    cJSON_ArrayForEach(o, owners)
+    cJSON_ArrayForEach(o, list)
     {
         if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "controller"))) {
             continue;
@@ -215,6 +203,28 @@ static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
         }
         break;
     }
+}
+
+static void read_metadata(struct mesh_k8s_pod *p, const cJSON *md)
+{
+    const char *ns = mesh_json_str(md, "namespace");
+    if (ns != NULL) {
+        if (mesh_names_is_dns_label(ns, strlen(ns))) {
+            copy_str(p->ns, sizeof(p->ns), ns);
+        } else {
+            set_invalid(p, "metadata.namespace", ns, "is not an RFC 1123 label");
+        }
+    }
+    const char *uid = mesh_json_str(md, "uid");
+    if (uid != NULL && strlen(uid) < sizeof(p->uid)) {
+        copy_str(p->uid, sizeof(p->uid), uid);
+    }
+    const cJSON *del = cJSON_GetObjectItemCaseSensitive(md, "deletionTimestamp");
+    p->terminating = del != NULL && !cJSON_IsNull(del);
+    const cJSON *annos = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+    read_workload(p, cJSON_GetObjectItemCaseSensitive(md, "labels"), annos);
+    read_annotations(p, annos);
+    read_controller(p, cJSON_GetObjectItemCaseSensitive(md, "ownerReferences"));
 }
 
 /* JAX_COORDINATOR_PORT as a literal value in a regular container's env

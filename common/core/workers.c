@@ -269,18 +269,16 @@ static void fill_worker(struct mesh_worker *dst, int index, const struct mesh_k8
     dst->terminating = is_leaving(p);
 }
 
-/* Completeness and the reason line, from the filled slots. */
-static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked,
-                  const char *blocked_why, bool count_known)
+/* Why a slot keeps the worker list from being complete (judge's marks). */
+enum mark { DUP, MISSING, TERM, NOADDR, NOHOST, NOTREADY, NMARK };
+
+/* Counts present, addressed and ready workers into w and marks each slot
+ * that is not a ready worker in m[<mark>][i]. True when every slot holds one
+ * live, addressed worker (readiness does not count against completeness). */
+static bool mark_slots(struct mesh_workers *w, const struct slot *slots, bool *m[NMARK])
 {
-    size_t n = w->nworkers;
-    enum { DUP, MISSING, TERM, NOADDR, NOHOST, NOTREADY, NMARK };
-    bool *m[NMARK];
-    for (int k = 0; k < NMARK; k++) {
-        m[k] = mesh_calloc(n > 0 ? n : 1, sizeof(bool));
-    }
-    bool ok = n > 0 && !blocked && count_known;
-    for (size_t i = 0; i < n; i++) {
+    bool ok = true;
+    for (size_t i = 0; i < w->nworkers; i++) {
         const struct mesh_worker *wk = &w->workers[i];
         if (slots[i].nlive > 1) {
             m[DUP][i] = true;
@@ -313,37 +311,58 @@ static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked
             m[NOTREADY][i] = true;
         }
     }
-    w->complete = ok;
-    if (!ok) {
-        struct mesh_buf b;
-        mesh_buf_init(&b, sizeof(w->reason) - 4);
-        if (!count_known) {
-            /* Never "whatever pods exist" (docs/DESIGN.md §5): without a count a
-             * missing pod could not be told from a smaller job. The same
-             * line however many pods come and go (it is logged once). */
-            (void)mesh_buf_puts(&b, MESH_WORKERS_UNKNOWN_COUNT, NULL);
-        } else {
-            append_list(&b, "missing", m[MISSING], n);
-            append_list(&b, "duplicate index", m[DUP], n);
-            append_list(&b, "terminating", m[TERM], n);
-            append_list(&b, "no address", m[NOADDR], n);
-            size_t before = b.len;
-            append_list(&b, "dns mode: no spec.hostname/spec.subdomain on", m[NOHOST], n);
-            if (b.len > before) {
-                (void)mesh_buf_puts(&b,
-                                    " (they have an IP): use address mode ip "
-                                    "(tpumesh.dev/address-mode: ip) or give the pods a headless "
-                                    "Service (spec.hostname + spec.subdomain)",
-                                    NULL);
-            }
-            if (blocked && blocked_why != NULL) {
-                (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? "; " : "", blocked_why);
-            }
-            append_list(&b, "not ready", m[NOTREADY], n);
+    return ok;
+}
+
+/* w->reason from the marks, the blocking reason and whether the count is known. */
+static void write_reason(struct mesh_workers *w, bool *m[NMARK], bool blocked,
+                         const char *blocked_why, bool count_known)
+{
+    size_t n = w->nworkers;
+    struct mesh_buf b;
+    mesh_buf_init(&b, sizeof(w->reason) - 4);
+    if (!count_known) {
+        /* Never "whatever pods exist" (docs/DESIGN.md §5): without a count a
+         * missing pod could not be told from a smaller job. The same
+         * line however many pods come and go (it is logged once). */
+        (void)mesh_buf_puts(&b, MESH_WORKERS_UNKNOWN_COUNT, NULL);
+    } else {
+        append_list(&b, "missing", m[MISSING], n);
+        append_list(&b, "duplicate index", m[DUP], n);
+        append_list(&b, "terminating", m[TERM], n);
+        append_list(&b, "no address", m[NOADDR], n);
+        size_t before = b.len;
+        append_list(&b, "dns mode: no spec.hostname/spec.subdomain on", m[NOHOST], n);
+        if (b.len > before) {
+            (void)mesh_buf_puts(&b,
+                                " (they have an IP): use address mode ip "
+                                "(tpumesh.dev/address-mode: ip) or give the pods a headless "
+                                "Service (spec.hostname + spec.subdomain)",
+                                NULL);
         }
-        bool cut = b.len + 1 >= b.max;
-        snprintf(w->reason, sizeof(w->reason), "%s%s", mesh_buf_str(&b), cut ? "..." : "");
-        mesh_buf_cleanup(&b);
+        if (blocked && blocked_why != NULL) {
+            (void)mesh_buf_printf(&b, NULL, "%s%s", b.len > 0 ? "; " : "", blocked_why);
+        }
+        append_list(&b, "not ready", m[NOTREADY], n);
+    }
+    bool cut = b.len + 1 >= b.max;
+    snprintf(w->reason, sizeof(w->reason), "%s%s", mesh_buf_str(&b), cut ? "..." : "");
+    mesh_buf_cleanup(&b);
+}
+
+/* Completeness and the reason line, from the filled slots. */
+static void judge(struct mesh_workers *w, const struct slot *slots, bool blocked,
+                  const char *blocked_why, bool count_known)
+{
+    size_t n = w->nworkers;
+    bool *m[NMARK];
+    for (int k = 0; k < NMARK; k++) {
+        m[k] = mesh_calloc(n > 0 ? n : 1, sizeof(bool));
+    }
+    bool ok = mark_slots(w, slots, m);
+    w->complete = ok && n > 0 && !blocked && count_known;
+    if (!w->complete) {
+        write_reason(w, m, blocked, blocked_why, count_known);
     }
     for (int k = 0; k < NMARK; k++) {
         mesh_free(m[k]);

@@ -336,12 +336,6 @@ void mesh_k8s_informer_unlock(struct mesh_k8s_informer *inf)
     pthread_mutex_unlock(&inf->lock);
 }
 
-const void *mesh_k8s_informer_lookup(const struct mesh_k8s_informer *inf, const char *key)
-{
-    const struct entry *e = tbl_get(&inf->store, key, NULL);
-    return e ? e->rec : NULL;
-}
-
 int mesh_k8s_informer_foreach(const struct mesh_k8s_informer *inf,
                               int (*fn)(void *ctx, const char *key, const char *rv,
                                         const void *rec),

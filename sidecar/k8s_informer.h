@@ -40,14 +40,14 @@
  *   - call mesh_k8s_informer_stop() (returns at once; run returns within
  *     ~100 ms),
  *   - read the store between mesh_k8s_informer_lock()/_unlock()
- *     (mesh_k8s_informer_lookup, _foreach, _count),
+ *     (mesh_k8s_informer_foreach, _count),
  *   - poll mesh_k8s_informer_notify_fd(): it becomes readable after every
  *     batch of changes (the events of one block read from the connection:
  *     one write per batch, not per event) and after every sync (read 8
  *     bytes to clear it),
  *     so an event loop (epoll, libwebsockets foreign fd) can react without
  *     callbacks: on readable, lock, walk the store, unlock.
- * Callbacks must not call stop+free or run; they may call lookup/foreach
+ * Callbacks must not call stop+free or run; they may call foreach
  * (the lock is recursive). Keep callbacks short: the watch waits.
  */
 #ifndef MESH_K8S_INFORMER_H
@@ -210,12 +210,10 @@ void mesh_k8s_informer_stop(struct mesh_k8s_informer *inf);
  * informer (do not close). */
 int mesh_k8s_informer_notify_fd(const struct mesh_k8s_informer *inf);
 
-/* Store access from any thread: hold the (recursive) lock around lookup,
- * foreach and count, and use records only while holding it. */
+/* Store access from any thread: hold the (recursive) lock around foreach
+ * and count, and use records only while holding it. */
 void mesh_k8s_informer_lock(struct mesh_k8s_informer *inf);
 void mesh_k8s_informer_unlock(struct mesh_k8s_informer *inf);
-/* Record stored under "namespace/name", borrowed, or NULL. Lock held. */
-const void *mesh_k8s_informer_lookup(const struct mesh_k8s_informer *inf, const char *key);
 /* Call fn for every stored object (unspecified order) with its key, its
  * resourceVersion and its record (all borrowed). A non-zero return stops
  * the walk and is returned. Lock held. */

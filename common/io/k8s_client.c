@@ -656,11 +656,6 @@ void mesh_k8s_client_cancel(struct mesh_k8s_client *c)
     curl_multi_wakeup(c->multi);
 }
 
-bool mesh_k8s_client_is_cancelled(const struct mesh_k8s_client *c)
-{
-    return atomic_load(&c->cancelled);
-}
-
 long mesh_k8s_client_last_status(const struct mesh_k8s_client *c)
 {
     return c->last_status;

@@ -84,8 +84,6 @@ const char *mesh_k8s_client_source(const struct mesh_k8s_client *c);
  * running is not interrupted (it is bounded to 30 s). Thread-safe (may be
  * called from any thread, not from a signal handler). */
 void mesh_k8s_client_cancel(struct mesh_k8s_client *c);
-/* True after mesh_k8s_client_cancel. */
-bool mesh_k8s_client_is_cancelled(const struct mesh_k8s_client *c);
 
 /* HTTP status of the last response (0 = no response: connection failed)
  * and its Retry-After in seconds (0 = none; clamped to 60). */

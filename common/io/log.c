@@ -20,11 +20,6 @@ void mesh_log_setup(enum mesh_log_level level, enum mesh_log_format format)
     log_format = format;
 }
 
-enum mesh_log_format mesh_log_get_format(void)
-{
-    return log_format;
-}
-
 void mesh_log_emit(enum mesh_log_level level, const char *mod, const struct mesh_log_field *fields,
                    size_t nfields, const char *fmt, ...)
 {

@@ -19,7 +19,6 @@ extern enum mesh_log_level mesh_log_threshold;
 
 /* Configure level and format (call once, before threads start). */
 void mesh_log_setup(enum mesh_log_level level, enum mesh_log_format format);
-enum mesh_log_format mesh_log_get_format(void);
 
 /* Emit one line now. Use the macros below instead. */
 void mesh_log_emit(enum mesh_log_level level, const char *mod, const struct mesh_log_field *fields,

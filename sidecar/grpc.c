@@ -22,24 +22,6 @@
 
 #define MOD "grpc"
 
-struct recs {
-    const struct mesh_k8s_pod_rec **v;
-    size_t n, cap;
-};
-
-static int add_rec(void *c, const char *key, const char *rv, const void *rec)
-{
-    struct recs *r = c;
-    (void)key;
-    (void)rv;
-    if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 64;
-        r->v = mesh_reallocarray(r->v, r->cap, sizeof(*r->v));
-    }
-    r->v[r->n++] = rec;
-    return 0;
-}
-
 /* The Topology message is built from the published list (topology.c keeps
  * it) only while someone wants it: a Get or a VIEW_TOPOLOGY watcher after a
  * publish. The server keeps the last one. */
@@ -94,19 +76,19 @@ void mesh_sidecar_grpc_update(struct mesh_sidecar *ctx)
     if (gs.pod_streams == 0 || (ctx->grpc_pods_set && changes == ctx->grpc_pods_changes)) {
         return;
     }
-    struct recs r = {0};
+    struct mesh_sidecar_recs r = {0};
     if (ctx->following) {
         struct mesh_relay_store *st = mesh_sidecar_relay_store(ctx);
         mesh_relay_store_lock(st);
         size_t n = mesh_relay_store_count(st);
         for (size_t i = 0; i < n; i++) {
-            (void)add_rec(&r, NULL, NULL, mesh_relay_store_at(st, i));
+            (void)mesh_sidecar_recs_add(&r, NULL, NULL, mesh_relay_store_at(st, i));
         }
         mesh_grpc_server_set_pods(ctx->grpc, r.v, r.n, rv, synced, rs.depth + 1);
         mesh_relay_store_unlock(st);
     } else if (ctx->inf != NULL) {
         mesh_k8s_informer_lock(ctx->inf);
-        (void)mesh_k8s_informer_foreach(ctx->inf, add_rec, &r);
+        (void)mesh_k8s_informer_foreach(ctx->inf, mesh_sidecar_recs_add, &r);
         mesh_grpc_server_set_pods(ctx->grpc, r.v, r.n, rv, synced, 0);
         mesh_k8s_informer_unlock(ctx->inf);
     } else {

@@ -360,6 +360,15 @@ void mesh_sidecar_on_synced(void *ctx, size_t count);
 /* Free the main-thread topology state. */
 void mesh_sidecar_topology_cleanup(struct mesh_sidecar *ctx);
 
+/* The records of the current source (informer or relay store), borrowed
+ * while its lock is held; v itself is owned (mesh_free). */
+struct mesh_sidecar_recs {
+    const struct mesh_k8s_pod_rec **v;
+    size_t n, cap;
+};
+/* mesh_k8s_informer_foreach callback (c = struct mesh_sidecar_recs): append rec. */
+int mesh_sidecar_recs_add(void *c, const char *key, const char *rv, const void *rec);
+
 /* ---- health.c ---- */
 
 /* The gRPC health service name whose status is readiness. */

@@ -158,14 +158,9 @@ void mesh_sidecar_on_synced(void *vctx, size_t count)
 
 /* ---- helpers ---- */
 
-struct collect {
-    const struct mesh_k8s_pod_rec **v;
-    size_t n, cap;
-};
-
-static int collect_fn(void *c, const char *key, const char *rv, const void *rec)
+int mesh_sidecar_recs_add(void *c, const char *key, const char *rv, const void *rec)
 {
-    struct collect *col = c;
+    struct mesh_sidecar_recs *col = c;
     (void)key;
     (void)rv;
     if (col->n == col->cap) {
@@ -690,7 +685,7 @@ static bool hold_back(struct mesh_sidecar *ctx, bool complete)
 static int build_workers(struct mesh_sidecar *ctx, struct mesh_workers *w, struct mesh_err *err)
 {
     struct mesh_workers_opts o = {ctx->opts.address_mode, ctx->expected, ctx->per_slice};
-    struct collect col = {0};
+    struct mesh_sidecar_recs col = {0};
     int rc;
     atomic_fetch_add(&ctx->w_built, 1);
     if (ctx->following) {
@@ -708,7 +703,7 @@ static int build_workers(struct mesh_sidecar *ctx, struct mesh_workers *w, struc
         mesh_k8s_informer_lock(ctx->inf);
         col.cap = mesh_k8s_informer_count(ctx->inf) + 1;
         col.v = mesh_reallocarray(NULL, col.cap, sizeof(*col.v));
-        (void)mesh_k8s_informer_foreach(ctx->inf, collect_fn, &col);
+        (void)mesh_k8s_informer_foreach(ctx->inf, mesh_sidecar_recs_add, &col);
         rc = mesh_workers_build(col.v, col.n, &o, w, err);
         mesh_k8s_informer_unlock(ctx->inf);
     }

@@ -46,8 +46,8 @@ static bool task_addr_ok(const char *s)
     return true;
 }
 
-int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec, uint8_t **out_buf,
-                                         size_t *out_len, struct mesh_err *err)
+/* The task list a CreateSession may name: 1..MESH_TF_MAX_TASKS host:port. */
+static int check_tasks(const struct mesh_tf_session_spec *spec, struct mesh_err *err)
 {
     if (spec == NULL || spec->ntasks == 0 || spec->tasks == NULL) {
         return mesh_err_set(err, MESH_E_INVAL, 0,
@@ -65,7 +65,16 @@ int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec
                                 spec->tasks[i] != NULL ? spec->tasks[i] : "");
         }
     }
+    return 0;
+}
 
+int mesh_tf_graph_create_session_request(const struct mesh_tf_session_spec *spec, uint8_t **out_buf,
+                                         size_t *out_len, struct mesh_err *err)
+{
+    int rc = check_tasks(spec, err);
+    if (rc < 0) {
+        return rc;
+    }
     /* ClusterDef {job {name: "worker" tasks {key: i value: "host:port"}}}:
      * what TPUClusterResolver.cluster_spec().as_cluster_def() produces. */
     Tensorflow__JobDef__TasksEntry *entries =

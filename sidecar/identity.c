@@ -140,6 +140,29 @@ static int derive_selector(struct mesh_sidecar *ctx, const cJSON *pod, struct me
                         ctx->pod_name, MESH_K8S_KEY_JOBSET_NAME, MESH_K8S_KEY_JOB_NAME);
 }
 
+/* A start-up request that failed with rc (message in e): log each distinct
+ * failure once (last holds the previous one) and put it in the status line,
+ * then wait *delay ms (doubled for the next time, at most 5 s) unless stop is
+ * set. 0 to retry; -MESH_E_IO once stop is set. */
+static int retry_later(struct mesh_sidecar *ctx, const char *what, const char *status, int rc,
+                       const struct mesh_err *e, char *last, int64_t *delay, volatile int *stop,
+                       struct mesh_err *err)
+{
+    if (strcmp(e->msg, last) != 0) {
+        mesh_warn(MOD, "%s failed (%s), retrying: %s", what, mesh_strerror(rc), e->msg);
+        snprintf(last, MESH_ERR_MSG_MAX, "%s", e->msg);
+        mesh_sidecar_status_reason(ctx, "%s failed: %s", status, e->msg);
+    }
+    for (int64_t waited = 0; waited < *delay && !*stop; waited += 50) {
+        mesh_sys_sleep_ms(50);
+    }
+    if (*stop) {
+        return mesh_err_set(err, MESH_E_IO, 0, "stopped while retrying: %s", what);
+    }
+    *delay = *delay * 2 > 5000 ? 5000 : *delay * 2;
+    return 0;
+}
+
 int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
                           volatile int *stop, struct mesh_err *err)
 {
@@ -157,8 +180,10 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
 
     struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
     mesh_autocjson cJSON *pod = NULL;
-    long delay = 500;
+    int64_t delay = 500;
     char last[MESH_ERR_MSG_MAX] = "";
+    char what[MESH_K8S_NS_MAX + MESH_POD_MAX + 16];
+    snprintf(what, sizeof(what), "GET own pod %s/%s", ctx->ns, ctx->pod_name);
     for (;;) {
         struct mesh_err e;
         mesh_err_clear(&e);
@@ -167,20 +192,10 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
             break;
         }
         /* Transient until proven otherwise: the pod may not be visible yet
-         * and the API may be restarting. Log each distinct failure once. */
-        if (strcmp(e.msg, last) != 0) {
-            mesh_warn(MOD, "GET own pod %s/%s failed (%s), retrying: %s", ctx->ns, ctx->pod_name,
-                      mesh_strerror(rc), e.msg);
-            snprintf(last, sizeof(last), "%s", e.msg);
-            mesh_sidecar_status_reason(ctx, "reading this pod failed: %s", e.msg);
+         * and the API may be restarting. */
+        if (retry_later(ctx, what, "reading this pod", rc, &e, last, &delay, stop, err) < 0) {
+            return -MESH_E_IO;
         }
-        for (long waited = 0; waited < delay && !*stop; waited += 50) {
-            mesh_sys_sleep_ms(50);
-        }
-        if (*stop) {
-            return mesh_err_set(err, MESH_E_IO, 0, "stopped while reading own pod");
-        }
-        delay = delay * 2 > 5000 ? 5000 : delay * 2;
     }
     if (mesh_k8s_pod_extract(pod, &ctx->self, err) < 0 || ctx->self.invalid) {
         return mesh_err_set(err, MESH_E_CONFIG, 0, "own pod %s cannot be used: %s", ctx->pod_name,
@@ -251,19 +266,10 @@ int mesh_sidecar_check_selector(struct mesh_sidecar *ctx, struct mesh_k8s_client
                                 "the API rejects the peer selector '%s' (check --selector): %s",
                                 ctx->selector, e.msg);
         }
-        if (strcmp(e.msg, last) != 0) {
-            mesh_warn(MOD, "checking the peer selector failed (%s), retrying: %s",
-                      mesh_strerror(rc), e.msg);
-            snprintf(last, sizeof(last), "%s", e.msg);
-            mesh_sidecar_status_reason(ctx, "listing pods failed: %s", e.msg);
+        if (retry_later(ctx, "checking the peer selector", "listing pods", rc, &e, last, &delay,
+                        stop, err) < 0) {
+            return -MESH_E_IO;
         }
-        for (int64_t waited = 0; waited < delay && !*stop; waited += 50) {
-            mesh_sys_sleep_ms(50);
-        }
-        if (*stop) {
-            return mesh_err_set(err, MESH_E_IO, 0, "stopped while checking the peer selector");
-        }
-        delay = delay * 2 > 5000 ? 5000 : delay * 2;
     }
 }
 

@@ -251,8 +251,14 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
 /* TensorFlow's wrapping of a lookup failure, shortened to fit. */
 #define LOOKUP_FMT "Could not lookup TPU metadata from name '%s'. Please doublecheck the tpu "
 
-int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
-                          struct mesh_tpu_api_node *out_node, int *out_retry, struct mesh_err *err)
+/* One GET of node name (a valid Cloud TPU name; borrowed). Returns 0 with
+ * out_node filled, or: -MESH_E_NOTFOUND (404), -MESH_E_AUTH (401/403), -MESH_E_API
+ * (transport error, other status, malformed JSON, reply above
+ * MESH_TPU_API_MAX_REPLY; *out_retry set true for
+ * transport errors, 429 and 5xx). Messages carry TensorFlow's "Could not
+ * lookup TPU metadata" wrapping. out_retry may be NULL. */
+static int get_node(const struct mesh_tpu_api *api, const char *name,
+                    struct mesh_tpu_api_node *out_node, int *out_retry, struct mesh_err *err)
 {
     int dummy = 0;
     int *retry = out_retry ? out_retry : &dummy;
@@ -376,7 +382,7 @@ int mesh_tpu_api_wait_ready(const struct mesh_tpu_api *api, const char *name,
         long long left = deadline - mesh_sys_now_ms();
         long long per = api->request_timeout_ms > 0 ? api->request_timeout_ms : 10000;
         call.request_timeout_ms = left < 1000 ? 1000 : (left < per ? left : per);
-        int rc = mesh_tpu_api_get_node(&call, name, &node, &retry, &lerr);
+        int rc = get_node(&call, name, &node, &retry, &lerr);
         if (rc < 0 && !retry) {
             if (err != NULL) {
                 *err = lerr;

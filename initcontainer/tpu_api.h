@@ -62,15 +62,6 @@ int mesh_tpu_api_parse_node(const char *buf, size_t len, struct mesh_tpu_api_nod
                             struct mesh_err *err);
 void mesh_tpu_api_node_cleanup(struct mesh_tpu_api_node *node);
 
-/* One GET of node name (a valid Cloud TPU name; borrowed). Returns 0 with
- * out_node filled, or: -MESH_E_NOTFOUND (404), -MESH_E_AUTH (401/403), -MESH_E_API
- * (transport error, other status, malformed JSON, reply above
- * MESH_TPU_API_MAX_REPLY; *out_retry set true for
- * transport errors, 429 and 5xx). Messages carry TensorFlow's "Could not
- * lookup TPU metadata" wrapping. out_retry may be NULL. */
-int mesh_tpu_api_get_node(const struct mesh_tpu_api *api, const char *name,
-                          struct mesh_tpu_api_node *out_node, int *out_retry, struct mesh_err *err);
-
 /* Poll the node until state READY and (when reported) health HEALTHY, with
  * exponential backoff and an info log line per poll showing state and
  * health, until api->deadline_ms (or api->timeout_s from now). Fails at once on 404

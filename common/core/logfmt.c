@@ -43,7 +43,8 @@ int mesh_logfmt_parse_format(const char *s, enum mesh_log_format *out_format)
     return -MESH_E_INVAL;
 }
 
-const char *mesh_logfmt_level_name(enum mesh_log_level level)
+/* Upper-case ("INFO") and lower-case ("info") names of a level. Static. */
+static const char *level_name(enum mesh_log_level level)
 {
     switch (level) {
     case MESH_LOG_DEBUG:
@@ -60,7 +61,7 @@ const char *mesh_logfmt_level_name(enum mesh_log_level level)
     return "?";
 }
 
-const char *mesh_logfmt_level_lname(enum mesh_log_level level)
+static const char *level_lname(enum mesh_log_level level)
 {
     switch (level) {
     case MESH_LOG_DEBUG:
@@ -77,7 +78,8 @@ const char *mesh_logfmt_level_lname(enum mesh_log_level level)
     return "?";
 }
 
-void mesh_logfmt_time(int64_t now_ms, char out[64])
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" for now_ms (ms since the epoch, UTC). */
+static void format_time(int64_t now_ms, char out[64])
 {
     time_t secs = (time_t)(now_ms / 1000);
     int ms = (int)(now_ms % 1000);
@@ -192,7 +194,7 @@ static int line_text(struct mesh_buf *out, const char *ts, enum mesh_log_level l
                      const char *mod, const char *msg, const struct mesh_log_field *fields,
                      size_t nfields)
 {
-    int rc = mesh_buf_printf(out, NULL, "%s %-5s %-4s ", ts, mesh_logfmt_level_name(level), mod);
+    int rc = mesh_buf_printf(out, NULL, "%s %-5s %-4s ", ts, level_name(level), mod);
     if (rc == 0) {
         rc = put_escaped(out, msg, NULL);
     }
@@ -222,7 +224,7 @@ static int line_json(struct mesh_buf *out, const char *ts, enum mesh_log_level l
         return -MESH_E_TOOBIG;
     }
     cJSON_AddStringToObject(o, "time", ts);
-    cJSON_AddStringToObject(o, "level", mesh_logfmt_level_lname(level));
+    cJSON_AddStringToObject(o, "level", level_lname(level));
     cJSON_AddStringToObject(o, "mod", mod);
     cJSON_AddStringToObject(o, "msg", msg);
     for (size_t i = 0; i < nfields; i++) {
@@ -250,7 +252,7 @@ int mesh_logfmt_line(struct mesh_buf *out, enum mesh_log_format format, int64_t 
                      const struct mesh_log_field *fields, size_t nfields)
 {
     char ts[64];
-    mesh_logfmt_time(now_ms, ts);
+    format_time(now_ms, ts);
     if (format == MESH_LOG_JSON) {
         return line_json(out, ts, level, mod, msg, fields, nfields);
     }

@@ -38,14 +38,6 @@ struct mesh_log_field {
 int mesh_logfmt_parse_level(const char *s, enum mesh_log_level *out_level);
 int mesh_logfmt_parse_format(const char *s, enum mesh_log_format *out_format);
 
-/* Upper-case ("INFO") and lower-case ("info") names of a level. Static. */
-const char *mesh_logfmt_level_name(enum mesh_log_level level);
-const char *mesh_logfmt_level_lname(enum mesh_log_level level);
-
-/* Write "YYYY-MM-DDTHH:MM:SS.mmmZ" for now_ms (milliseconds since the
- * epoch, UTC) into out. */
-void mesh_logfmt_time(int64_t now_ms, char out[64]);
-
 /* Append one complete line (with trailing '\n') to out. fields may be NULL
  * when nfields is 0. Returns 0 or -MESH_E_TOOBIG (out's limit). */
 int mesh_logfmt_line(struct mesh_buf *out, enum mesh_log_format format, int64_t now_ms,

@@ -26,7 +26,8 @@ void mesh_cliopts_env_name(const char *flag, char *out, size_t cap)
     out[n < cap ? n : cap - 1] = '\0';
 }
 
-void mesh_cliopts_usage(const struct mesh_cliopt *defs, size_t n)
+/* The option list of --help on stdout, in table order. */
+static void usage(const struct mesh_cliopt *defs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char env[FLAG_MAX + 16];
@@ -241,7 +242,7 @@ int mesh_cliopts_parse_main(const struct mesh_cliopt *defs, size_t n, int argc, 
     int rc = mesh_cliopts_parse(defs, n, argc, argv, base, layer, out_source, err);
     if (rc == MESH_CLIOPT_HELP) {
         fputs(u->head, stdout);
-        mesh_cliopts_usage(defs, n);
+        usage(defs, n);
         if (u->tail != NULL) {
             fputs(u->tail, stdout);
         }

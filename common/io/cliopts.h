@@ -96,19 +96,15 @@ int mesh_cliopts_parse(const struct mesh_cliopt *defs, size_t n, int argc, char 
                        struct mesh_err *err);
 
 /* mesh_cliopts_parse for a program's main, which answers --help and
- * --version itself: --help prints u->head, the option list
- * (mesh_cliopts_usage) and u->tail to stdout, --version calls
- * u->print_version; both return 1 (the program exits 0) with nothing
+ * --version itself: --help prints u->head, the option list (each flag
+ * with its argument, variable, default and help) and u->tail to stdout,
+ * --version calls u->print_version; both return 1 (the program exits 0) with nothing
  * converted. Otherwise the same as mesh_cliopts_parse: 0, or a negative
  * error with the strings released. */
 int mesh_cliopts_parse_main(const struct mesh_cliopt *defs, size_t n, int argc, char **argv,
                             void *base, const struct mesh_cliopt_layer *layer,
                             enum mesh_cliopt_source *out_source, const struct mesh_cliopt_usage *u,
                             struct mesh_err *err);
-
-/* Print the option list of --help to stdout, in table order: each flag with
- * its argument, its variable, its default and its help. */
-void mesh_cliopts_usage(const struct mesh_cliopt *defs, size_t n);
 
 /* The text of flag's last well-formed occurrence in argv, else its
  * non-empty variable, else NULL (the default is not consulted: NULL means

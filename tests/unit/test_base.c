@@ -139,6 +139,46 @@ static void test_json_nul_escape(void **state)
     }
 }
 
+/* Trees parsed into an arena: one spanning many chunks (an array of empty
+ * arrays is ~20x its text), a second one in the same arena beside it, a
+ * failed parse and trailing data (cJSON frees what it built: inside the
+ * arena, nothing), then heap parses again (the hooks are the heap's outside
+ * an arena parse: ASan and valgrind see a mismatch). */
+static void test_json_arena(void **state)
+{
+    (void)state;
+    struct mesh_buf doc;
+    mesh_buf_init(&doc, 1 << 20);
+    mesh_buf_puts(&doc, "[", NULL);
+    for (int i = 0; i < 2000; i++) {
+        mesh_buf_printf(&doc, NULL, "%s[\"w%d\"]", i ? "," : "", i);
+    }
+    mesh_buf_puts(&doc, "]", NULL);
+    struct mesh_json_arena a = {0};
+    struct mesh_err err;
+    cJSON *big = mesh_json_parse_arena(doc.data, doc.len, doc.len, &a, &err);
+    assert_non_null(big);
+    assert_non_null(a.chunks);
+    cJSON *small = mesh_json_parse_arena("{\"k\":\"v\"}", 9, 64, &a, &err);
+    assert_non_null(small);
+    assert_int_equal(cJSON_GetArraySize(big), 2000);
+    assert_string_equal(cJSON_GetArrayItem(cJSON_GetArrayItem(big, 1999), 0)->valuestring, "w1999");
+    assert_string_equal(mesh_json_str(small, "k"), "v");
+    assert_null(mesh_json_parse_arena("[1,2,", 5, 64, &a, &err));
+    assert_null(mesh_json_parse_arena("{\"k\":1} x", 10, 64, &a, &err));
+    assert_int_equal(err.code, MESH_E_PARSE);
+    mesh_json_arena_free(&a);
+    assert_null(a.chunks);
+    mesh_json_arena_free(&a); /* safe on an empty arena */
+    cJSON *heap = mesh_json_parse(doc.data, doc.len, doc.len, &err);
+    assert_non_null(heap);
+    char *printed = cJSON_PrintUnformatted(heap);
+    assert_string_equal(printed, mesh_buf_str(&doc));
+    mesh_free(printed);
+    cJSON_Delete(heap);
+    mesh_buf_cleanup(&doc);
+}
+
 /* Text logs escape C0/C1 controls, bidi controls and bytes that are not UTF-8. */
 static void test_logfmt_escapes(void **state)
 {
@@ -257,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_parse_ll),       cmocka_unit_test(test_json_getters),
         cmocka_unit_test(test_logfmt_lines),   cmocka_unit_test(test_json_nul_escape),
         cmocka_unit_test(test_logfmt_escapes), cmocka_unit_test(test_json_scan),
+        cmocka_unit_test(test_json_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

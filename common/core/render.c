@@ -207,21 +207,6 @@ int mesh_render_shell_quote(struct mesh_buf *out, const char *s, struct mesh_err
 
 /* ---- addresses ---------------------------------------------------------- */
 
-enum mesh_addr_mode mesh_render_effective_mode(enum mesh_addr_mode mode,
-                                               const struct mesh_worker *workers, size_t n)
-{
-    if (mode != MESH_ADDR_AUTO) {
-        return mode;
-    }
-    /* docs/DESIGN.md §5: dns for the whole job only when every worker has one. */
-    for (size_t i = 0; i < n; i++) {
-        if (workers[i].host[0] == '\0') {
-            return MESH_ADDR_IP;
-        }
-    }
-    return n > 0 ? MESH_ADDR_DNS : MESH_ADDR_IP;
-}
-
 /* The bare address (no port) of w in mode, or NULL when it has none. */
 static const char *worker_bare(const struct mesh_worker *w, enum mesh_addr_mode mode)
 {
@@ -469,7 +454,8 @@ static int check_common(const struct mesh_render_input *in, struct prep *p, stru
         ip_bytes += f->ip_len + 2u * f->ip_v6;
         text_bytes += (size_t)f->pod_len + f->host_len + f->ip_len;
     }
-    /* mesh_render_effective_mode, from the facts. */
+    /* The effective address mode (auto -> dns only when every worker has a name), from the facts.
+     */
     p->mode = in->mode;
     if (p->mode == MESH_ADDR_AUTO) {
         p->mode = every_host ? MESH_ADDR_DNS : MESH_ADDR_IP;
@@ -917,48 +903,6 @@ static void jax_prefix(struct wr *w, const struct prep *p)
     env_line_int(w, "JAX_PROCESS_ID", in->self_index);
 }
 
-int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                            struct mesh_err *err)
-{
-    struct prep p;
-    int rc = prepare_complete(in, MESH_FILE_DTENSOR_ENV, &p, err);
-    if (rc == 0) {
-        write_file(MESH_FILE_DTENSOR_ENV, &p, out_data, out_len);
-        prep_cleanup(&p);
-    }
-    return rc;
-}
-
-int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                        struct mesh_err *err)
-{
-    struct prep p;
-    int rc = prepare_complete(in, MESH_FILE_TPU_ENV, &p, err);
-    if (rc == 0 && in->slice != NULL) {
-        rc = check_slice_tokens(in->slice, err);
-        if (rc < 0) {
-            prep_cleanup(&p);
-        }
-    }
-    if (rc == 0) {
-        write_file(MESH_FILE_TPU_ENV, &p, out_data, out_len);
-        prep_cleanup(&p);
-    }
-    return rc;
-}
-
-int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                        struct mesh_err *err)
-{
-    struct prep p;
-    int rc = prepare_complete(in, MESH_FILE_JAX_ENV, &p, err);
-    if (rc == 0) {
-        write_file(MESH_FILE_JAX_ENV, &p, out_data, out_len);
-        prep_cleanup(&p);
-    }
-    return rc;
-}
-
 /* ---- JSON files ------------------------------------------------------------
  *
  * Written directly, byte for byte as cJSON 1.7 prints the same tree
@@ -1092,18 +1036,6 @@ static void tf_suffix(struct wr *w, const struct prep *p)
     WR_LIT(w, "]},\"task\":{\"type\":\"worker\",\"index\":");
     wr_int(w, p->in->self_index);
     WR_LIT(w, "}}\n");
-}
-
-int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                          struct mesh_err *err)
-{
-    struct prep p;
-    int rc = prepare_complete(in, MESH_FILE_TF_CONFIG, &p, err);
-    if (rc == 0) {
-        write_file(MESH_FILE_TF_CONFIG, &p, out_data, out_len);
-        prep_cleanup(&p);
-    }
-    return rc;
 }
 
 /* A string, or null when it is empty (unknown). */
@@ -1358,6 +1290,31 @@ int mesh_render_topology_json(const struct mesh_render_input *in, char **out_dat
         write_file(MESH_FILE_TOPOLOGY_JSON, &p, out_data, out_len);
     }
     prep_cleanup(&p);
+    return rc;
+}
+
+int mesh_render_file(enum mesh_render_file_id id, const struct mesh_render_input *in,
+                     char **out_data, size_t *out_len, struct mesh_err *err)
+{
+    if (id == MESH_FILE_TOPOLOGY_JSON) {
+        return mesh_render_topology_json(in, out_data, out_len, err);
+    }
+    if (id != MESH_FILE_DTENSOR_ENV && id != MESH_FILE_TF_CONFIG && id != MESH_FILE_TPU_ENV &&
+        id != MESH_FILE_JAX_ENV) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "file %d is not rendered alone", (int)id);
+    }
+    struct prep p;
+    int rc = prepare_complete(in, id, &p, err);
+    if (rc == 0 && id == MESH_FILE_TPU_ENV && in->slice != NULL) {
+        rc = check_slice_tokens(in->slice, err);
+        if (rc < 0) {
+            prep_cleanup(&p);
+        }
+    }
+    if (rc == 0) {
+        write_file(id, &p, out_data, out_len);
+        prep_cleanup(&p);
+    }
     return rc;
 }
 

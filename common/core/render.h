@@ -152,11 +152,6 @@ int mesh_render_check_worker(const struct mesh_worker *w, struct mesh_err *err);
 /* Append s single-quoted for sh ('it'\''s'). Returns 0 or -MESH_E_TOOBIG. */
 int mesh_render_shell_quote(struct mesh_buf *out, const char *s, struct mesh_err *err);
 
-/* The address mode actually used for a worker list: dns or ip (never
- * auto). */
-enum mesh_addr_mode mesh_render_effective_mode(enum mesh_addr_mode mode,
-                                               const struct mesh_worker *workers, size_t n);
-
 /* Write "<addr>:<port>" for worker w in mode (dns or ip) into out
  * (IPv6 as "[addr]:port"). -MESH_E_INCOMPLETE when w lacks the address
  * that mode needs, -MESH_E_TOOBIG when out is too small. */
@@ -173,14 +168,11 @@ int mesh_render_worker_address(const struct mesh_worker *w, enum mesh_addr_mode 
 
 int mesh_render_topology_json(const struct mesh_render_input *in, char **out_data, size_t *out_len,
                               struct mesh_err *err);
-int mesh_render_dtensor_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                            struct mesh_err *err);
-int mesh_render_tf_config(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                          struct mesh_err *err);
-int mesh_render_tpu_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                        struct mesh_err *err);
-int mesh_render_jax_env(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                        struct mesh_err *err);
+/* One of dtensor.env, tf_config.json, tpu.env, jax.env (the env files
+ * and tf_config.json only for a complete job) or topology.json, by id;
+ * -MESH_E_INVAL for topology.pb (mesh_render_all writes it). */
+int mesh_render_file(enum mesh_render_file_id id, const struct mesh_render_input *in,
+                     char **out_data, size_t *out_len, struct mesh_err *err);
 
 /* Linux's limit for one environment string, "KEY=value" plus its NUL
  * (MAX_ARG_STRLEN, 32 pages): a trainer that exports a longer one cannot

@@ -104,15 +104,35 @@ static int render_all(const struct mesh_render_input *in, char **out_data, size_
     return rc;
 }
 
+static int dtensor_env(const struct mesh_render_input *in, char **d, size_t *l, struct mesh_err *e)
+{
+    return mesh_render_file(MESH_FILE_DTENSOR_ENV, in, d, l, e);
+}
+
+static int tf_config(const struct mesh_render_input *in, char **d, size_t *l, struct mesh_err *e)
+{
+    return mesh_render_file(MESH_FILE_TF_CONFIG, in, d, l, e);
+}
+
+static int tpu_env(const struct mesh_render_input *in, char **d, size_t *l, struct mesh_err *e)
+{
+    return mesh_render_file(MESH_FILE_TPU_ENV, in, d, l, e);
+}
+
+static int jax_env(const struct mesh_render_input *in, char **d, size_t *l, struct mesh_err *e)
+{
+    return mesh_render_file(MESH_FILE_JAX_ENV, in, d, l, e);
+}
+
 static const struct {
     const char *name;
     render_fn fn;
 } renderers[] = {
     {"topology_json", mesh_render_topology_json},
-    {"dtensor_env", mesh_render_dtensor_env},
-    {"tf_config", mesh_render_tf_config},
-    {"tpu_env", mesh_render_tpu_env},
-    {"jax_env", mesh_render_jax_env},
+    {"dtensor_env", dtensor_env},
+    {"tf_config", tf_config},
+    {"tpu_env", tpu_env},
+    {"jax_env", jax_env},
     {"render_all", render_all},
 };
 

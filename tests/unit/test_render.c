@@ -74,15 +74,14 @@ static struct mesh_render_input input_of(const struct mesh_worker *w, size_t n, 
     return in;
 }
 
-typedef int (*render_fn)(const struct mesh_render_input *, char **, size_t *, struct mesh_err *);
-
-static void expect_render(render_fn fn, const struct mesh_render_input *in, const char *want)
+static void expect_render(enum mesh_render_file_id id, const struct mesh_render_input *in,
+                          const char *want)
 {
     char *out = NULL;
     size_t len = 0;
     struct mesh_err err;
     mesh_err_clear(&err);
-    int rc = fn(in, &out, &len, &err);
+    int rc = mesh_render_file(id, in, &out, &len, &err);
     if (rc != 0) {
         fail_msg("render failed: %s", err.msg);
     }
@@ -91,14 +90,14 @@ static void expect_render(render_fn fn, const struct mesh_render_input *in, cons
     mesh_free(out);
 }
 
-static void expect_fail(render_fn fn, const struct mesh_render_input *in, int code,
+static void expect_fail(enum mesh_render_file_id id, const struct mesh_render_input *in, int code,
                         const char *needle)
 {
     char *out = NULL;
     size_t len = 0;
     struct mesh_err err;
     mesh_err_clear(&err);
-    int rc = fn(in, &out, &len, &err);
+    int rc = mesh_render_file(id, in, &out, &len, &err);
     if (rc == 0) {
         mesh_free(out);
         fail_msg("render of a bad input succeeded (wanted \"%s\")", needle);
@@ -118,17 +117,17 @@ static void test_golden_v4_32_dns(void **state)
     struct mesh_slice s = slice_v4_32();
     struct mesh_worker *w = workers_of(hosts4, ips4, pods4, 4);
     struct mesh_render_input in = input_of(w, 4, 1, &s);
-    expect_render(mesh_render_dtensor_env, &in,
+    expect_render(MESH_FILE_DTENSOR_ENV, &in,
                   "DTENSOR_JOBS='w-0.job.ns.svc:10000,w-1.job.ns.svc:10000,w-2.job.ns.svc:10000,"
                   "w-3.job.ns.svc:10000'\n"
                   "DTENSOR_CLIENT_ID='1'\n"
                   "DTENSOR_JOB_NAME='worker'\n"
                   "DTENSOR_NUM_CLIENTS='4'\n");
-    expect_render(mesh_render_tf_config, &in,
+    expect_render(MESH_FILE_TF_CONFIG, &in,
                   "{\"cluster\":{\"worker\":[\"w-0.job.ns.svc:10000\",\"w-1.job.ns.svc:10000\","
                   "\"w-2.job.ns.svc:10000\",\"w-3.job.ns.svc:10000\"]},"
                   "\"task\":{\"type\":\"worker\",\"index\":1}}\n");
-    expect_render(mesh_render_tpu_env, &in,
+    expect_render(MESH_FILE_TPU_ENV, &in,
                   "TPU_WORKER_ID='1'\n"
                   "TPU_WORKER_HOSTNAMES='w-0.job.ns.svc,w-1.job.ns.svc,w-2.job.ns.svc,"
                   "w-3.job.ns.svc'\n"
@@ -136,14 +135,14 @@ static void test_golden_v4_32_dns(void **state)
                   "TPU_TOPOLOGY='2x2x4'\n"
                   "TPU_HOST_BOUNDS='1,1,4'\n"
                   "TPU_CHIPS_PER_HOST_BOUNDS='2,2,1'\n");
-    expect_render(mesh_render_jax_env, &in,
+    expect_render(MESH_FILE_JAX_ENV, &in,
                   "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='1'\n");
     /* The pod's JAX_COORDINATOR_PORT replaces 8482, as in JAX's detection;
      * out of range is refused. */
     in.jax_port = 9123;
-    expect_render(mesh_render_jax_env, &in,
+    expect_render(MESH_FILE_JAX_ENV, &in,
                   "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:9123'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='1'\n");
@@ -151,7 +150,7 @@ static void test_golden_v4_32_dns(void **state)
     size_t bad_len = 0;
     struct mesh_err e = {0};
     in.jax_port = 65536;
-    assert_int_equal(mesh_render_jax_env(&in, &bad, &bad_len, &e), -MESH_E_RANGE);
+    assert_int_equal(mesh_render_file(MESH_FILE_JAX_ENV, &in, &bad, &bad_len, &e), -MESH_E_RANGE);
     assert_null(bad);
     mesh_free(w);
 }
@@ -165,7 +164,7 @@ static void test_golden_topology_json(void **state)
     in.expected = 2;
     in.expected_source = "jobset";
     in.present = 2;
-    expect_render(mesh_render_topology_json, &in,
+    expect_render(MESH_FILE_TOPOLOGY_JSON, &in,
                   "{\n"
                   "\t\"generation\":\t7,\n"
                   "\t\"complete\":\ttrue,\n"
@@ -223,7 +222,7 @@ static void test_topology_json_incomplete(void **state)
     in.expected = 2;
     in.generation = 1;
     in.present = 1;
-    expect_render(mesh_render_topology_json, &in,
+    expect_render(MESH_FILE_TOPOLOGY_JSON, &in,
                   "{\n"
                   "\t\"generation\":\t1,\n"
                   "\t\"complete\":\tfalse,\n"
@@ -252,8 +251,8 @@ static void test_topology_json_incomplete(void **state)
                   "\t\t}]\n"
                   "}\n");
     /* The env files are never rendered for an incomplete job. */
-    expect_fail(mesh_render_dtensor_env, &in, MESH_E_INCOMPLETE, "incomplete");
-    expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "incomplete");
+    expect_fail(MESH_FILE_DTENSOR_ENV, &in, MESH_E_INCOMPLETE, "incomplete");
+    expect_fail(MESH_FILE_TF_CONFIG, &in, MESH_E_INCOMPLETE, "incomplete");
     struct mesh_render_out out;
     mesh_render_out_init(&out);
     assert_int_equal(mesh_render_all(&in, &out, NULL), 0);
@@ -312,7 +311,7 @@ static void test_dtensor_table(void **state)
         in.mode = rows[r].mode;
         in.job_name = rows[r].job;
         in.port = rows[r].port;
-        expect_render(mesh_render_dtensor_env, &in, rows[r].want);
+        expect_render(MESH_FILE_DTENSOR_ENV, &in, rows[r].want);
         mesh_free(w);
     }
 }
@@ -348,23 +347,23 @@ static void test_bad_inputs_table(void **state)
         in.expected = rows[r].expected;
         in.job_name = rows[r].job;
         in.mode = rows[r].mode;
-        expect_fail(mesh_render_dtensor_env, &in, rows[r].code, rows[r].needle);
+        expect_fail(MESH_FILE_DTENSOR_ENV, &in, rows[r].code, rows[r].needle);
     }
     /* Never an empty DTENSOR_JOBS ("" would mean one client with
      * an empty address in some DTensor versions). */
     struct mesh_render_input empty = input_of(NULL, 0, 0, NULL);
-    expect_fail(mesh_render_dtensor_env, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
-    expect_fail(mesh_render_tf_config, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
+    expect_fail(MESH_FILE_DTENSOR_ENV, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
+    expect_fail(MESH_FILE_TF_CONFIG, &empty, MESH_E_INCOMPLETE, "0 of 0 workers");
     /* A dns-mode job whose worker lost its host name is incomplete. */
     w[2].host = "";
     struct mesh_render_input in = input_of(w, 4, 0, NULL);
     in.mode = MESH_ADDR_DNS;
-    expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "worker 2 has no host name");
+    expect_fail(MESH_FILE_TF_CONFIG, &in, MESH_E_INCOMPLETE, "worker 2 has no host name");
     /* Dense indices in order. */
     w[2].host = "x";
     w[3].index = 7;
     in.mode = MESH_ADDR_AUTO;
-    expect_fail(mesh_render_jax_env, &in, MESH_E_INVAL, "position 3 has index 7");
+    expect_fail(MESH_FILE_JAX_ENV, &in, MESH_E_INVAL, "position 3 has index 7");
     mesh_free(w);
 }
 
@@ -414,8 +413,8 @@ static void test_hostile_table(void **state)
         *dst = rows[r].value;
         struct mesh_render_input in = input_of(w, 4, 0, NULL);
         in.mode = MESH_ADDR_IP; /* even a field the mode does not use is checked */
-        expect_fail(mesh_render_dtensor_env, &in, MESH_E_INVAL, rows[r].needle);
-        expect_fail(mesh_render_topology_json, &in, MESH_E_INVAL, rows[r].needle);
+        expect_fail(MESH_FILE_DTENSOR_ENV, &in, MESH_E_INVAL, rows[r].needle);
+        expect_fail(MESH_FILE_TOPOLOGY_JSON, &in, MESH_E_INVAL, rows[r].needle);
         struct mesh_render_out out;
         mesh_render_out_init(&out);
         assert_int_equal(mesh_render_all(&in, &out, NULL), -MESH_E_INVAL);
@@ -550,17 +549,17 @@ static void check_multislice_pod(int slices, int hps, int self, int mport)
                           "MEGASCALE_NUM_SLICES='%d'\nMEGASCALE_SLICE_ID='%d'\n"
                           "MEGASCALE_PORT='%d'\n",
                           slices, sid, mport > 0 ? mport : 8080);
-    expect_render(mesh_render_tpu_env, &in, mesh_buf_str(&want));
+    expect_render(MESH_FILE_TPU_ENV, &in, mesh_buf_str(&want));
     mesh_buf_reset(&want);
     (void)mesh_buf_printf(&want, NULL,
                           "JAX_COORDINATOR_ADDRESS='js-slice-0-0.js:8482'\n"
                           "JAX_NUM_PROCESSES='%d'\nJAX_PROCESS_ID='%d'\n",
                           n, sid * hps + wid);
-    expect_render(mesh_render_jax_env, &in, mesh_buf_str(&want));
+    expect_render(MESH_FILE_JAX_ENV, &in, mesh_buf_str(&want));
     /* DTENSOR_JOBS stays global and slice-major; the client id is global. */
     char *out = NULL;
     size_t len = 0;
-    assert_int_equal(mesh_render_dtensor_env(&in, &out, &len, NULL), 0);
+    assert_int_equal(mesh_render_file(MESH_FILE_DTENSOR_ENV, &in, &out, &len, NULL), 0);
     char needle[64];
     snprintf(needle, sizeof(needle), "DTENSOR_CLIENT_ID='%d'", self);
     assert_non_null(strstr(out, needle));
@@ -602,7 +601,7 @@ static void test_multislice_golden(void **state)
     struct mesh_render_input in = input_of(w, 4, 3, &s);
     in.slices = 2;
     in.megascale_port = 9090;
-    expect_render(mesh_render_tpu_env, &in,
+    expect_render(MESH_FILE_TPU_ENV, &in,
                   "TPU_WORKER_ID='1'\n"
                   "TPU_WORKER_HOSTNAMES='w-2.job.ns.svc,w-3.job.ns.svc'\n"
                   "TPU_ACCELERATOR_TYPE='v4-32'\n"
@@ -615,16 +614,16 @@ static void test_multislice_golden(void **state)
                   "MEGASCALE_PORT='9090'\n");
     /* JAX's coordinator is process 0 (slice 0 worker 0), where JAX starts
      * its coordination service. */
-    expect_render(mesh_render_jax_env, &in,
+    expect_render(MESH_FILE_JAX_ENV, &in,
                   "JAX_COORDINATOR_ADDRESS='w-0.job.ns.svc:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='3'\n");
     /* Refusals name the problem. */
     in.slices = 3;
-    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "do not split into 3 equal slices");
+    expect_fail(MESH_FILE_TPU_ENV, &in, MESH_E_INVAL, "do not split into 3 equal slices");
     in.slices = 2;
     in.megascale_port = 70000;
-    expect_fail(mesh_render_tpu_env, &in, MESH_E_RANGE, "MEGASCALE_PORT 70000");
+    expect_fail(MESH_FILE_TPU_ENV, &in, MESH_E_RANGE, "MEGASCALE_PORT 70000");
     mesh_free(w);
 }
 
@@ -642,20 +641,20 @@ static void test_slice_only(void **state)
     in.slices = 2;
     in.slice_id = 1;
     in.megascale_coordinator = "s0-0.js";
-    expect_render(mesh_render_tpu_env, &in,
+    expect_render(MESH_FILE_TPU_ENV, &in,
                   "TPU_WORKER_ID='1'\n"
                   "TPU_WORKER_HOSTNAMES='s1-0.js,s1-1.js'\n"
                   "MEGASCALE_COORDINATOR_ADDRESS='s0-0.js'\n"
                   "MEGASCALE_NUM_SLICES='2'\n"
                   "MEGASCALE_SLICE_ID='1'\n"
                   "MEGASCALE_PORT='8080'\n");
-    expect_render(mesh_render_jax_env, &in,
+    expect_render(MESH_FILE_JAX_ENV, &in,
                   "JAX_COORDINATOR_ADDRESS='s0-0.js:8482'\n"
                   "JAX_NUM_PROCESSES='4'\n"
                   "JAX_PROCESS_ID='3'\n");
     /* The job's global lists are not known from one slice. */
-    expect_fail(mesh_render_dtensor_env, &in, MESH_E_INCOMPLETE, "only slice 1 is listed");
-    expect_fail(mesh_render_tf_config, &in, MESH_E_INCOMPLETE, "only slice 1 is listed");
+    expect_fail(MESH_FILE_DTENSOR_ENV, &in, MESH_E_INCOMPLETE, "only slice 1 is listed");
+    expect_fail(MESH_FILE_TF_CONFIG, &in, MESH_E_INCOMPLETE, "only slice 1 is listed");
     struct mesh_render_out out;
     mesh_render_out_init(&out);
     assert_int_equal(mesh_render_all(&in, &out, NULL), 0);
@@ -670,7 +669,7 @@ static void test_slice_only(void **state)
     /* Without MEGASCALE_COORDINATOR_ADDRESS slice 1 cannot name slice 0's
      * worker 0: nothing but topology.json. */
     in.megascale_coordinator = NULL;
-    expect_fail(mesh_render_tpu_env, &in, MESH_E_INCOMPLETE, "MEGASCALE_COORDINATOR_ADDRESS");
+    expect_fail(MESH_FILE_TPU_ENV, &in, MESH_E_INCOMPLETE, "MEGASCALE_COORDINATOR_ADDRESS");
     assert_int_equal(mesh_render_all(&in, &out, NULL), -MESH_E_INCOMPLETE);
     /* Slice 0 names its own first worker. */
     w[0].index = 0;
@@ -679,20 +678,20 @@ static void test_slice_only(void **state)
     in.self_index = 0;
     char *t = NULL;
     size_t len = 0;
-    assert_int_equal(mesh_render_tpu_env(&in, &t, &len, NULL), 0);
+    assert_int_equal(mesh_render_file(MESH_FILE_TPU_ENV, &in, &t, &len, NULL), 0);
     assert_non_null(strstr(t, "MEGASCALE_COORDINATOR_ADDRESS='s1-0.js'\n"));
     mesh_free(t);
     /* Indices must be the slice's global ones, our own among them. */
     in.slice_id = 1;
     in.megascale_coordinator = "s0-0.js";
     in.self_index = 3;
-    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "has index 0, not 2");
+    expect_fail(MESH_FILE_TPU_ENV, &in, MESH_E_INVAL, "has index 0, not 2");
     w[0].index = 2;
     w[1].index = 3;
     in.self_index = 1;
-    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "outside slice 1's 2..3");
+    expect_fail(MESH_FILE_TPU_ENV, &in, MESH_E_INVAL, "outside slice 1's 2..3");
     in.slice_id = 2;
-    expect_fail(mesh_render_tpu_env, &in, MESH_E_INVAL, "slice id 2 is outside 0..1");
+    expect_fail(MESH_FILE_TPU_ENV, &in, MESH_E_INVAL, "slice id 2 is outside 0..1");
     mesh_free(w);
 }
 

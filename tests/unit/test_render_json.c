@@ -33,18 +33,15 @@
 
 /* ==== cases out, reference run ============================================= */
 
-typedef int (*render_fn)(const struct mesh_render_input *in, char **out_data, size_t *out_len,
-                         struct mesh_err *err);
-
 static const struct {
     const char *name;
-    render_fn fn;
+    enum mesh_render_file_id id;
 } renderers[] = {
-    {"topology.json", mesh_render_topology_json},
-    {"dtensor.env", mesh_render_dtensor_env},
-    {"tf_config.json", mesh_render_tf_config},
-    {"tpu.env", mesh_render_tpu_env},
-    {"jax.env", mesh_render_jax_env},
+    {"topology.json", MESH_FILE_TOPOLOGY_JSON},
+    {"dtensor.env", MESH_FILE_DTENSOR_ENV},
+    {"tf_config.json", MESH_FILE_TF_CONFIG},
+    {"tpu.env", MESH_FILE_TPU_ENV},
+    {"jax.env", MESH_FILE_JAX_ENV},
 };
 
 /* What the cases exercised, so a table can assert it reached what it claims
@@ -215,7 +212,7 @@ static void compare(const struct mesh_render_input *in, const char *label, struc
     for (size_t p = 0; p < sizeof(renderers) / sizeof(renderers[0]); p++) {
         char *d = NULL;
         size_t l = 0;
-        rc = renderers[p].fn(in, &d, &l, &e);
+        rc = mesh_render_file(renderers[p].id, in, &d, &l, &e);
         if (rc == 0) {
             assert_int_equal(d[l], '\0');
         }

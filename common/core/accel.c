@@ -284,12 +284,6 @@ const char *mesh_accel_gen_gke_label(enum mesh_tpu_gen g)
     return gi != NULL ? gi->label : NULL;
 }
 
-int mesh_accel_gen_cores_per_chip(enum mesh_tpu_gen g)
-{
-    const struct gen_info *gi = gen_find(g);
-    return gi != NULL ? gi->cores_per_chip : 0;
-}
-
 char *mesh_accel_format_bounds(const int bounds[3], char *out, size_t out_len)
 {
     if (out_len > 0) {

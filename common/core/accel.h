@@ -109,9 +109,6 @@ const char *mesh_accel_gen_name(enum mesh_tpu_gen g);
  * "tpu-v3-slice" for v3), or NULL when it has none (v2, unknown). Static. */
 const char *mesh_accel_gen_gke_label(enum mesh_tpu_gen g);
 
-/* TensorCores per chip of a generation (2 or 1), 0 when unknown. */
-int mesh_accel_gen_cores_per_chip(enum mesh_tpu_gen g);
-
 /* Format three bounds as "x,y,z" (TPU_HOST_BOUNDS, TPU_CHIPS_PER_HOST_BOUNDS)
  * into out (caller-owned, out_len bytes; MESH_ACCEL_BOUNDS_MAX always
  * suffices). Always NUL-terminates when out_len > 0. Returns out. */

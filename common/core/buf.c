@@ -93,17 +93,6 @@ int mesh_buf_printf(struct mesh_buf *b, struct mesh_err *err, const char *fmt, .
     return 0;
 }
 
-void mesh_buf_consume(struct mesh_buf *b, size_t n)
-{
-    if (n >= b->len) {
-        mesh_buf_reset(b);
-        return;
-    }
-    memmove(b->data, b->data + n, b->len - n);
-    b->len -= n;
-    b->data[b->len] = '\0';
-}
-
 const char *mesh_buf_str(const struct mesh_buf *b)
 {
     return b->data != NULL ? b->data : "";

@@ -36,8 +36,6 @@ int mesh_buf_puts(struct mesh_buf *b, const char *s, struct mesh_err *err);
 /* Append formatted text. */
 int mesh_buf_printf(struct mesh_buf *b, struct mesh_err *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Remove the first n bytes (n <= len), moving the rest to the front. */
-void mesh_buf_consume(struct mesh_buf *b, size_t n);
 /* Content as a C string; "" for an empty buffer. Borrowed. */
 const char *mesh_buf_str(const struct mesh_buf *b);
 /* Hand the content to the caller (owned; mesh_free) and empty the buffer.

@@ -691,19 +691,3 @@ int mesh_workers_index_of(const struct mesh_workers *w, const char *name)
     }
     return -1;
 }
-
-bool mesh_workers_same(const struct mesh_workers *a, const struct mesh_workers *b)
-{
-    if (a->nworkers != b->nworkers || a->mode != b->mode || a->complete != b->complete) {
-        return false;
-    }
-    for (size_t i = 0; i < a->nworkers; i++) {
-        const struct mesh_worker *x = &a->workers[i], *y = &b->workers[i];
-        if (x->index != y->index || x->ready != y->ready || x->terminating != y->terminating ||
-            strcmp(x->pod, y->pod) != 0 || strcmp(x->host, y->host) != 0 ||
-            strcmp(x->ip, y->ip) != 0) {
-            return false;
-        }
-    }
-    return true;
-}

@@ -89,10 +89,6 @@ void mesh_workers_cleanup(struct mesh_workers *w);
 /* Index of the slot holding pod `name` (borrowed), or -1. */
 int mesh_workers_index_of(const struct mesh_workers *w, const char *name);
 
-/* True when a and b would publish the same worker list (same mode, count,
- * completeness, and per slot the same pod, host, ip, ready, terminating). */
-bool mesh_workers_same(const struct mesh_workers *a, const struct mesh_workers *b);
-
 /* ---- one-block worker arrays (model.h: struct mesh_worker) ---- */
 
 /* Cursor over the string area of a block being filled. */

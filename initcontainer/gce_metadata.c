@@ -205,22 +205,6 @@ int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out_value,
     return 0;
 }
 
-int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out_value, struct mesh_err *err)
-{
-    char *v = NULL;
-    int rc = mesh_gce_metadata_get(md, "instance/network-interfaces/0/ip", &v, err);
-    if (rc < 0) {
-        return rc;
-    }
-    if (!mesh_names_is_ip(v, strlen(v), NULL)) {
-        mesh_free(v);
-        return mesh_err_set(err, MESH_E_API, 0,
-                            "metadata instance/network-interfaces/0/ip is not an IP address");
-    }
-    *out_value = v;
-    return 0;
-}
-
 int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value,
                             struct mesh_err *err)
 {

@@ -52,9 +52,6 @@ int mesh_gce_metadata_project(const struct mesh_gce_metadata *md, char **out_val
  * -> "us-central2-b"). *out_value owned by caller. */
 int mesh_gce_metadata_zone(const struct mesh_gce_metadata *md, char **out_value,
                            struct mesh_err *err);
-/* instance/network-interfaces/0/ip, validated as an IP. *out_value owned by caller. */
-int mesh_gce_metadata_ip(const struct mesh_gce_metadata *md, char **out_value,
-                         struct mesh_err *err);
 /* The access_token of instance/service-accounts/default/token (JSON). *out_value
  * owned by caller; never log it. -MESH_E_AUTH when the reply has no token. */
 int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value,

@@ -3,7 +3,7 @@
  * value with initcontainer/gce_metadata.c and prints it, so integration tests can
  * check every accessor against tests/sim/gce-metadata.
  *
- *   gce_metadata_get HOST[:PORT] project|zone|ip|token-len|tpu-vm|raw PATH
+ *   gce_metadata_get HOST[:PORT] project|zone|token-len|tpu-vm|raw PATH
  *
  * project, zone, ip: the value. token-len: the token's length (never the
  * token). tpu-vm: "type=<t> workers=<n> number=<k> first=<ip> HOST_BOUNDS=<v>".
@@ -25,8 +25,6 @@ static int get_value(const struct mesh_gce_metadata *md, const char *what, const
         rc = mesh_gce_metadata_project(md, &v, err);
     } else if (strcmp(what, "zone") == 0) {
         rc = mesh_gce_metadata_zone(md, &v, err);
-    } else if (strcmp(what, "ip") == 0) {
-        rc = mesh_gce_metadata_ip(md, &v, err);
     } else if (strcmp(what, "token-len") == 0) {
         rc = mesh_gce_metadata_token(md, &v, err);
         if (rc == 0) {
@@ -63,7 +61,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3 || (strcmp(argv[2], "raw") == 0 && argc < 4)) {
         fprintf(stderr, "usage: gce_metadata_get HOST[:PORT] "
-                        "project|zone|ip|token-len|tpu-vm|raw PATH\n");
+                        "project|zone|token-len|tpu-vm|raw PATH\n");
         return 2;
     }
     struct mesh_gce_metadata md;

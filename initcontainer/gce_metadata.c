@@ -89,6 +89,20 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
+CURLcode mesh_gce_metadata_http_get(CURL *c, const char *url, struct curl_slist *hdrs,
+                                    long timeout_ms, const char *protocols, struct mesh_buf *body)
+{
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, protocols);
+    return curl_easy_perform(c);
+}
+
 /* One GET. Returns 0 with *out_status set, or -MESH_E_API (transport) /
  * -MESH_E_TOOBIG. */
 static int get_once(const struct mesh_gce_metadata *md, const char *url, struct mesh_buf *body,
@@ -100,17 +114,9 @@ static int get_once(const struct mesh_gce_metadata *md, const char *url, struct 
         return mesh_err_set(err, MESH_E_API, 0, "curl_easy_init failed");
     }
     hdrs = curl_slist_append(hdrs, "Metadata-Flavor: Google");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, md->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, md->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     /* The metadata server is link-local: never go through a proxy. */
     curl_easy_setopt(c, CURLOPT_PROXY, "");
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
-    CURLcode rc = curl_easy_perform(c);
+    CURLcode rc = mesh_gce_metadata_http_get(c, url, hdrs, md->timeout_ms, "http", body);
     if (rc == CURLE_WRITE_ERROR) {
         return mesh_err_set(err, MESH_E_TOOBIG, 0, "metadata %s: reply larger than %d bytes", url,
                             MESH_GCE_METADATA_MAX);

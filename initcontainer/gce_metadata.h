@@ -13,8 +13,10 @@
 #ifndef MESH_GCE_METADATA_H
 #define MESH_GCE_METADATA_H
 
+#include <curl/curl.h>
 #include <stddef.h>
 
+#include "core/buf.h"
 #include "core/err.h"
 #include "core/model.h"
 #include "core/tpuenv.h"
@@ -28,6 +30,14 @@ struct mesh_gce_metadata {
     int attempts;        /* tries per value on connection errors and 5xx, default 3 */
     long retry_delay_ms; /* pause between tries, default 300 */
 };
+
+/* One GET on c for tpumesh-init's Google clients (this module and the Cloud
+ * TPU API, tpu_api.c): headers hdrs (borrowed), the reply into body (whose
+ * limit aborts the transfer: CURLE_WRITE_ERROR), timeout_ms to connect and to
+ * finish, only the protocols in protocols ("http", "http,https"). Options
+ * set on c before the call stay. Returns curl's result. */
+CURLcode mesh_gce_metadata_http_get(CURL *c, const char *url, struct curl_slist *hdrs,
+                                    long timeout_ms, const char *protocols, struct mesh_buf *body);
 
 /* Initialise md for host (borrowed; NULL = the environment / default, see
  * above). host is "name", "ip" or "name:port". Returns 0 or -MESH_E_CONFIG

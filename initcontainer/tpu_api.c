@@ -17,21 +17,13 @@
 #include "core/json.h"
 #include "core/names.h"
 #include "core/mem.h"
+#include "gce_metadata.h"
 #include "io/log.h"
 #include "io/secret.h"
 #include "io/sys.h"
 
 #define MOD "tpu-api"
 #define URL_MAX 2048
-
-static size_t on_body(char *p, size_t size, size_t n, void *ud)
-{
-    struct mesh_buf *b = ud;
-    if (mesh_buf_append(b, p, size * n, NULL) < 0) {
-        return 0;
-    }
-    return size * n;
-}
 
 /* GET url into body. 0 with *out_status, or -MESH_E_API / -MESH_E_TOOBIG. */
 static int http_get(const char *url, const char *token, long timeout_ms, struct mesh_buf *body,
@@ -49,15 +41,7 @@ static int http_get(const char *url, const char *token, long timeout_ms, struct 
         mesh_secret_free(auth);
     }
     hdrs = curl_slist_append(hdrs, "Accept: application/json");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    CURLcode rc = curl_easy_perform(c);
+    CURLcode rc = mesh_gce_metadata_http_get(c, url, hdrs, timeout_ms, "http,https", body);
     if (rc == CURLE_WRITE_ERROR) {
         return mesh_err_set(err, MESH_E_TOOBIG, 0, "reply larger than %d bytes",
                             MESH_TPU_API_MAX_REPLY);

@@ -1,6 +1,6 @@
 /*
  * main.c - tpumesh-injector: flags, the injected containers' config, the
- * service-account check, the servers, and a wait for SIGTERM/SIGINT
+ * servers, and a wait for SIGTERM/SIGINT
  * (blocked in every thread before any is created, read from a signalfd).
  * Exit codes: 0 after a signal, 2 on a configuration error (the last log
  * line says which), 1 when the servers cannot start.
@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -82,6 +83,9 @@ static int wait_for_signal(int sfd)
 
 int main(int argc, char **argv)
 {
+    /* Not dumpable, as the other two programs: no core file or ptrace
+     * attach by a same-UID process can read the serving key from memory. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     struct mesh_injector_opts o;
     struct mesh_err err = {0};
     mesh_injector_log_setup(argc, argv);
@@ -116,10 +120,9 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
-    struct mesh_injector_access *access = mesh_injector_access_new(&o);
     int https_port = 0, http_port = 0;
     struct mesh_injector_server *srv =
-        mesh_injector_server_start(&o, &cfg, access, &https_port, &http_port, &err);
+        mesh_injector_server_start(&o, &cfg, &https_port, &http_port, &err);
     int exit_code = 0;
     if (srv == NULL) {
         mesh_error(MOD, "%s", err.msg);
@@ -134,7 +137,6 @@ int main(int argc, char **argv)
         exit_code = wait_for_signal(sfd);
         mesh_injector_server_stop(srv);
     }
-    mesh_injector_access_free(access);
     mesh_inject_config_cleanup(&cfg);
     mesh_injector_opts_cleanup(&o);
     if (sfd >= 0) {

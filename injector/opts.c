@@ -35,16 +35,10 @@ static const struct mesh_cliopt defs[] = {
     {"http-addr", MESH_CLIOPT_STR, OFF(http_addr), 0, 0, ":9431", "[HOST]:PORT",
      "plain HTTP: /healthz /readyz /metrics"},
     {"apiserver", MESH_CLIOPT_STR, OFF(apiserver), 0, 0, NULL, "URL",
-     "API server for the service-account check (else in-cluster; without either it is "
-     "skipped)"},
+     "API server for --check-namespace (else in-cluster)"},
     {"token-file", MESH_CLIOPT_STR, OFF(token_file), 0, 0, NULL, "FILE",
      "bearer token for --apiserver"},
     {"ca-file", MESH_CLIOPT_STR, OFF(ca_file), 0, 0, NULL, "FILE", "CA bundle for --apiserver"},
-    {"access-check-timeout", MESH_CLIOPT_INT, OFF(access_timeout_ms), 0, 4000, "250", "MS",
-     "most a review waits for the service-account check (SubjectAccessReviews on a\n"
-     "      thread of their own, cached a minute per account; only an account's first pod\n"
-     "      waits); then the pod is admitted with a warning that the permission could not\n"
-     "      be verified. 0: never wait. Keep it well below the webhook's timeoutSeconds"},
     {"check-namespace", MESH_CLIOPT_STR, OFF(check_ns), 0, 0, NULL, "NS",
      "do not serve: create a labelled pod in NS as a dry run through the API server and\n"
      "      check that it was injected (exit 0 yes, 1 no); the chart's helm test runs this"},

@@ -9,6 +9,7 @@ import copy
 import http.client
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -19,7 +20,7 @@ import time
 import jsonpatch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import check, done, fail, ok  # noqa: E402
+from tap import check, done, fail, ok, skip  # noqa: E402
 
 ROOT = os.environ.get("ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
 BUILD = os.environ.get("BUILD", "build")
@@ -48,7 +49,7 @@ def review(pod, op="CREATE", uid="11111111-2222-3333-4444-555555555555"):
 class Injector:
     count = 0
 
-    def __init__(self, *args, env=None):
+    def __init__(self, *args, env=None, wrap=()):
         Injector.count += 1
         self.log = open(os.path.join(TMP, f"injector-{Injector.count}.log"), "w+")
         e = dict(os.environ)
@@ -56,7 +57,7 @@ class Injector:
             if k.startswith("TPUMESH_"):
                 del e[k]
         e.update(env or {})
-        self.p = subprocess.Popen([BIN, "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+        self.p = subprocess.Popen([*wrap, BIN, "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
                                    *args], stdout=self.log, stderr=subprocess.STDOUT, env=e)
         self.https = self.http = None
         deadline = time.time() + 10
@@ -119,9 +120,28 @@ crt, key = make_cert("a", "tpumesh-injector")
 inj = Injector("--tls-cert-file", crt, "--tls-key-file", key, "--cert-check-interval", "1")
 if not check("starts and logs its ports", inj.https is not None, inj.logtext()):
     done()
-check("says once that the service-account check is skipped outside a cluster",
-      inj.logtext().count("service-account check (get/list/watch pods) is skipped") == 1,
-      inj.logtext())
+# PR_SET_DUMPABLE 0: the kernel makes a non-dumpable process's /proc files root's, so a
+# same-UID process can neither ptrace it nor read its memory (the serving key).
+# Run as root, the test starts a second injector as user 65534 (setpriv) to tell.
+def proc_owner(pid):
+    return os.stat(f"/proc/{pid}/environ").st_uid
+
+
+if os.getuid() != 0:
+    check("not dumpable: its /proc/PID/environ belongs to root, not to the injector's user",
+          proc_owner(inj.p.pid) == 0, proc_owner(inj.p.pid))
+elif shutil.which("setpriv"):
+    for path in (crt, key):
+        os.chmod(path, 0o644)
+    os.chmod(TMP, 0o755)
+    nobody = Injector("--tls-cert-file", crt, "--tls-key-file", key,
+                      wrap=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    owner = proc_owner(nobody.p.pid) if nobody.https is not None else None
+    check("not dumpable: an injector running as 65534 has /proc/PID owned by root (PR_SET_DUMPABLE "
+          "0; a dumpable one's would be 65534's)", owner == 0, (owner, nobody.logtext()[-300:]))
+    nobody.stop()
+else:
+    skip("not dumpable", "runs as root without setpriv, and root owns /proc/PID either way")
 
 # --- the patch, applied by a real RFC 6902 implementation ---
 st, body = post(inj.https, crt, review(POD))
@@ -372,171 +392,4 @@ if check("starts from TPUMESH_ variables with --config", inj.https is not None, 
           any(x.get("msg", "").startswith("injected pod ml/") for x in lines), lines[-3:])
     inj.stop()
 
-# The service-account check never holds a review longer than --access-check-timeout, and never
-# holds the others: a SubjectAccessReview endpoint that answers only when the test lets it.
-class SarServer:
-    """POST /apis/authorization.k8s.io/v1/subjectaccessreviews on 127.0.0.1: each request waits
-    for `gate`, then answers from `deny` (verbs not allowed) or with `status` when not 201."""
-
-    def __init__(self):
-        import http.server
-        import threading
-        self.gate = threading.Event()
-        self.lock = threading.Lock()
-        self.started = self.answered = 0
-        self.seen = threading.Condition(self.lock)
-        self.deny, self.status = set(), 201
-        outer = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                with outer.seen:
-                    outer.started += 1
-                    outer.seen.notify_all()
-                outer.gate.wait(30)
-                verb = body["spec"]["resourceAttributes"]["verb"]
-                body["status"] = {"allowed": verb not in outer.deny}
-                data = json.dumps(body).encode()
-                if outer.status != 201:
-                    data = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                       "reason": "Forbidden", "code": outer.status,
-                                       "message": "subjectaccessreviews is forbidden"}).encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                with outer.seen:
-                    outer.answered += 1
-                    outer.seen.notify_all()
-
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.srv.daemon_threads = True
-        self.port = self.srv.server_address[1]
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def wait_started(self, n, secs=20):
-        with self.seen:
-            return self.seen.wait_for(lambda: self.started >= n, secs)
-
-    def wait_answered(self, n, secs=20):
-        with self.seen:
-            return self.seen.wait_for(lambda: self.answered >= n, secs)
-
-
-def sa_pod(sa, tpu=True):
-    p = copy.deepcopy(POD)
-    p["spec"]["serviceAccountName"] = sa
-    return p
-
-
-def warnings_of(body):
-    return json.loads(body)["response"].get("warnings") or []
-
-
-sar = SarServer()
-token = os.path.join(TMP, "token")
-with open(token, "w") as f:
-    f.write("t\n")
-inj = Injector("--apiserver", f"http://127.0.0.1:{sar.port}", "--token-file", token,
-               "--tls-cert-file", crt2, "--tls-key-file", key2)
-if check("starts with a SubjectAccessReview endpoint (default --access-check-timeout 250)",
-         inj.https is not None, inj.logtext()):
-    # The endpoint holds every review: the pod is admitted (patched) with a warning that says
-    # the permission could not be verified and how to check it, while the review is still held.
-    st, body = post(inj.https, crt2, review(sa_pod("held"), uid="held-1"))
-    with sar.lock:
-        held_then = (sar.started, sar.answered)
-    w = warnings_of(body) if st == 200 else []
-    check("a SubjectAccessReview that does not answer: the pod is admitted, patched, before it "
-          "answers, with a warning saying the permission could not be verified and how to check",
-          st == 200 and "patch" in json.loads(body)["response"] and held_then == (1, 0)
-          and len(w) == 1 and w[0].startswith("tpumesh: could not verify that service account "
-                                              "ml/held may get, list and watch pods")
-          and "within 250 ms" in w[0]
-          and "kubectl auth can-i watch pods -n ml --as=system:serviceaccount:ml:held" in w[0],
-          (st, body[:400], held_then))
-    # 20 reviews of another new account at once: one check for all of them, every one answered.
-    with concurrent.futures.ThreadPoolExecutor(20) as ex:
-        answers = list(ex.map(lambda i: post(inj.https, crt2, review(sa_pod("burst"), uid=f"b-{i}")),
-                              range(20)))
-    with sar.lock:
-        held_then = (sar.started, sar.answered)
-    check("20 concurrent reviews of a new account while the API is silent: all admitted with the "
-          "warning, and the account is asked about once (not 20 times)",
-          all(s == 200 and any("could not verify" in x for x in warnings_of(b)) for s, b in answers)
-          and held_then[1] == 0 and held_then[0] <= 2,
-          (held_then, answers[0][1][:300]))
-    sar.gate.set()
-    sar.wait_answered(2)
-    _, m = get(inj.http, "/metrics")
-    check("/metrics counts the reviews that waited and those answered unverified",
-          "tpumesh_injector_access_waits_total 21" in m
-          and "tpumesh_injector_access_unverified_total 21" in m, m[-900:])
-    inj.stop()
-
-sar.gate.clear()
-inj = Injector("--apiserver", f"http://127.0.0.1:{sar.port}", "--token-file", token,
-               "--tls-cert-file", crt2, "--tls-key-file", key2, "--access-check-timeout", "4000")
-if check("starts with --access-check-timeout 4000", inj.https is not None, inj.logtext()):
-    base = sar.started
-    # A review of a new account waits for its check, on its own: a review that needs no check
-    # (a legacy TPU Node pod gets no sidecar) is answered while the first one is still held.
-    with concurrent.futures.ThreadPoolExecutor(1) as ex:
-        first = ex.submit(post, inj.https, crt2, review(sa_pod("waits"), uid="w-1"))
-        sar.wait_started(base + 1)
-        legacy = copy.deepcopy(POD)
-        legacy["metadata"]["annotations"]["tf-version.cloud-tpus.google.com"] = "2.12.0"
-        legacy["spec"]["containers"][0]["resources"] = {"limits": {"cloud-tpus.google.com/v3": "8"}}
-        st2, b2 = post(inj.https, crt2, review(legacy, uid="legacy-1"))
-        first_done_then = first.done()
-        sar.deny = {"watch"}
-        sar.gate.set()
-        st1, b1 = first.result(30)
-    w1 = warnings_of(b1)
-    check("while one review waits for its account's check, another is answered at once",
-          st2 == 200 and not first_done_then and "patch" in json.loads(b2)["response"],
-          (st2, b2[:300], first_done_then))
-    check("... and the waiting one gets the check's answer: what to grant, not \"could not verify\"",
-          st1 == 200 and len(w1) == 1
-          and w1[0].startswith("tpumesh: service account ml/waits cannot watch pods"), (st1, b1[:400]))
-    sar.wait_answered(base + 3)
-    before = sar.started
-    for i in range(10):
-        post(inj.https, crt2, review(sa_pod("waits"), uid=f"w-again-{i}"))
-    check("the answer is cached: 10 more pods of the account cost no SubjectAccessReview",
-          sar.started == before, (before, sar.started))
-    sar.status = 403
-    st, b = post(inj.https, crt2, review(sa_pod("refused"), uid="r-1"))
-    w = warnings_of(b)
-    check("a SubjectAccessReview the API refuses: admitted with \"could not verify\" and the reason",
-          st == 200 and len(w) == 1 and "could not verify" in w[0] and "the check failed" in w[0]
-          and "403" in w[0], (st, b[:400]))
-    check("the failed check is logged once, naming the missing permission",
-          inj.logtext().count("grant the injector create on subjectaccessreviews") == 1, inj.logtext()[-800:])
-    inj.stop()
-sar.srv.shutdown()
-
-# An API server that cannot be reached: reviews are still answered (with their patch), the
-# failure is logged once, and the account's failed check is remembered (not retried per review).
-dead = socket.socket()
-dead.bind(("127.0.0.1", 0))
-dead_port = dead.getsockname()[1]  # bound, never listening: connections are refused
-inj = Injector("--apiserver", f"https://127.0.0.1:{dead_port}", "--tls-cert-file", crt2,
-               "--tls-key-file", key2)
-if check("starts with an unreachable --apiserver", inj.https is not None, inj.logtext()):
-    answers = [post(inj.https, crt2, review(POD, uid=f"dead-{i}")) for i in range(3)]
-    check("reviews are answered with their patch while the access check fails",
-          all(st == 200 and "patch" in json.loads(b)["response"] for st, b in answers),
-          answers[0][1][:300])
-    check("the failed access check is logged once",
-          inj.logtext().count("cannot check ml/tpumesh's access to pods") == 1, inj.logtext())
-    inj.stop()
-dead.close()
 done()

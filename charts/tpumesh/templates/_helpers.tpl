@@ -96,7 +96,11 @@ would hand the pod-reading Role to every pod that runs without a ServiceAccount.
 {{- $v := .Values -}}
 {{- if and (ne .Chart.Name "tpumesh") (hasKey .Values "tpumesh") -}}{{- $v = .Values.tpumesh -}}{{- end -}}
 {{- include "tpumesh.requireValues" $v -}}
+{{- if $v.image.digest -}}
+{{- printf "%s@%s" $v.image.repository $v.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $v.image.repository $v.image.tag -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Container securityContext that passes the restricted Pod Security profile: non-root,

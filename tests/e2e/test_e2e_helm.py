@@ -4,7 +4,7 @@ generated certificate) with Helm 3 and with Helm 4 (the binaries `make deps` unp
 build/helm, scripts/helm.sh), each waiting for the injector's Deployment, then a second install
 for the same namespace (refused by name), then `helm test`: the chart's test pods run on the e2e node (tpumesh-injector --check-namespace creates a labelled
 pod as a dry run through the real API server and its webhook; the topology pod runs
-tpumesh-init and the sidecar), then `helm uninstall`."""
+tpumesh-init and the sidecar) and leaves nothing behind (hook-succeeded), then `helm uninstall`."""
 import os
 import subprocess
 import time
@@ -54,8 +54,20 @@ def main():
               "exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-1500:]))
         t1 = time.monotonic()
         r = helm(cp, binary, "test", "tpumesh", "--namespace", ns, "--timeout", "%ds" % scaled(120))
-        check("Helm %s: helm test passes (%s)" % (ver, elapsed(t1)), r.returncode == 0,
-              r.stdout[-2000:] + r.stderr[-1500:] + "\n" + "\n".join(node.notes[-5:]))
+        if check("Helm %s: helm test passes (%s)" % (ver, elapsed(t1)), r.returncode == 0,
+                 r.stdout[-2000:] + r.stderr[-1500:] + "\n" + "\n".join(node.notes[-5:])):
+            # hook-succeeded: the test pods and the injection test's ServiceAccount, Role (it may
+            # create pods) and RoleBinding are deleted once the test passed.
+            left = []
+            deadline = time.monotonic() + scaled(60)
+            while time.monotonic() < deadline:
+                q = cp.kubectl("get", "pods,serviceaccounts,roles,rolebindings", "-n", ns, "-o", "name")
+                left = [n for n in q.stdout.split() if n.rsplit("/", 1)[-1] in ("tpumesh-test", "tpumesh-injection-test")]
+                if q.returncode == 0 and not left:
+                    break
+                time.sleep(0.5)
+            check("Helm %s: helm test left nothing behind (test pods, ServiceAccount, Role, RoleBinding)" % ver,
+                  q.returncode == 0 and not left, "%s %s" % (left, q.stderr[-500:]))
         r = helm(cp, binary, "uninstall", "tpumesh", "--namespace", ns, "--wait", "--timeout", "%ds" % scaled(120))
         check("Helm %s: helm uninstall" % ver, r.returncode == 0, r.stdout[-800:] + r.stderr[-800:])
     return done()

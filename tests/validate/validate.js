@@ -646,6 +646,11 @@ for (const h of HELMS) {
         check(`${tag} [defaults]: the test Pods (topology, injection) are helm test hooks`,
             testPods.length === 2 && testPods.every((p) => (p.metadata.annotations || {})['helm.sh/hook'] === 'test')
                 ? [] : ['missing helm.sh/hook: test']);
+        /* Nothing of helm test outlives a passing test: no Role that may create pods stays. */
+        const hooks = d.chart.filter((o) => ((o.metadata || {}).annotations || {})['helm.sh/hook'] === 'test');
+        check(`${tag} [defaults]: every helm test object (${hooks.length}) is deleted when the test succeeds (hook-succeeded)`,
+            hooks.length === 5 ? hooks.filter((o) => !/(^|,)hook-succeeded(,|$)/.test(o.metadata.annotations['helm.sh/hook-delete-policy'] || ''))
+                .map((o) => `${o.kind} ${o.metadata.name}: no hook-succeeded`) : [`${hooks.length} helm test objects, want 5`]);
     }
     /* The test chart with tpumesh as a dependency: lint, render, validate; with the release
      * named "tpumesh" and default values its Pods must be what k8s/ has (section 3). */
@@ -751,6 +756,21 @@ for (const h of HELMS) {
             return ['rendered without an error'];
         })());
     }
+    check(`${tag}: image.digest: every tpumesh container, the injector's and the ones it injects (its ConfigMap), is pulled as repository@sha256:<64 hex>, no tag`, guard(() => {
+        const want = `us-docker.pkg.dev/p/tpumesh/tpumesh@sha256:${'ab'.repeat(32)}`;
+        const objs = parseYamlText(helmlib.template(h.bin, CHART, { sets: ['image.repository=us-docker.pkg.dev/p/tpumesh/tpumesh',
+            `image.digest=sha256:${'ab'.repeat(32)}`] }), 'helm template');
+        const e = [];
+        const specs = objs.flatMap((o) => (o.kind === 'Pod' ? [o.spec] : o.kind === 'Deployment' ? [o.spec.template.spec] : []));
+        const images = specs.flatMap((sp) => [...(sp.initContainers || []), ...sp.containers].map((c) => c.image))
+            .filter((i) => /tpumesh/.test(i));
+        if (images.length < 4) e.push(`only ${images.length} tpumesh containers rendered`);
+        for (const i of images) if (i !== want) e.push(`container image ${i}`);
+        const cm = objs.find((o) => o.kind === 'ConfigMap' && /-injector$/.test(o.metadata.name));
+        const injected = cm ? [...cm.data['config.yaml'].matchAll(/image: "?([^"\s]+)"?/g)].map((m) => m[1]) : [];
+        if (injected.length !== 2 || injected.some((i) => i !== want)) e.push(`injected images ${JSON.stringify(injected)}`);
+        return e;
+    }));
     check(`${tag}: serviceAccount.create=false without a name binds <release>-tpumesh (values.yaml), not "default"`, guard(() => {
         const objs = parseYamlText(helmlib.template(h.bin, CHART, { release: 'train', sets: ['serviceAccount.create=false'] }), 'helm template');
         const e = [];

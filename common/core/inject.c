@@ -568,33 +568,6 @@ int mesh_inject_config_set_image(struct mesh_inject_config *c, const char *image
 
 /* ---- AdmissionReview ------------------------------------------------------------ */
 
-/* Deepest nesting of arrays/objects in JSON text, counted outside strings,
- * so a hostile body is refused before cJSON recurses into it. */
-static bool depth_ok(const char *buf, size_t len, int max)
-{
-    int depth = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < len; i++) {
-        char ch = buf[i];
-        if (in_str) {
-            if (ch == '\\') {
-                i++;
-            } else if (ch == '"') {
-                in_str = false;
-            }
-        } else if (ch == '"') {
-            in_str = true;
-        } else if (ch == '{' || ch == '[') {
-            if (++depth > max) {
-                return false;
-            }
-        } else if (ch == '}' || ch == ']') {
-            depth--;
-        }
-    }
-    return true;
-}
-
 void mesh_inject_review_cleanup(struct mesh_inject_review *r)
 {
     if (r == NULL) {
@@ -624,9 +597,12 @@ int mesh_inject_review_parse(const char *buf, size_t len, struct mesh_inject_rev
                             "AdmissionReview of %zu bytes exceeds the limit of %u", len,
                             MESH_INJECT_REVIEW_MAX);
     }
-    if (!depth_ok(buf, len, MESH_INJECT_DEPTH_MAX)) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0, "JSON nested deeper than %d levels",
-                            MESH_INJECT_DEPTH_MAX);
+    /* Bounded before cJSON recurses into it (the server pre-scans with
+     * tighter caps as the body arrives; this holds for any caller). */
+    struct mesh_json_scan scan;
+    mesh_json_scan_init(&scan, MESH_INJECT_DEPTH_MAX, 0, 0);
+    if (mesh_json_scan_feed(&scan, buf, len, err) < 0) {
+        return -err->code;
     }
     cJSON *root = mesh_json_parse(buf, len, MESH_INJECT_REVIEW_MAX, err);
     if (root == NULL) {

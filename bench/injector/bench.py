@@ -117,6 +117,9 @@ def main():
         webhooks.append(("python peer", peer_port))
         load = os.path.join(build, "tests/tools/webhook_load")
         cpu_split(load, https_port, crt, body, inj.pid, a.conns)
+        if a.before:
+            print("(before) ", end="")
+            cpu_split(load, old_port, crt, body, old.pid, a.conns)
         rows = []
         runs_by_rate = {}
         for rate in [int(x) for x in a.rates.split(",")]:

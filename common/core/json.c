@@ -346,6 +346,22 @@ int mesh_json_scan_feed(struct mesh_json_scan *s, const char *buf, size_t len, s
         return scan_fail(s, err);
     }
     for (size_t i = 0; i < len; i++) {
+        if (s->state == SC_STRING) {
+            /* Most of a review's bytes are inside strings: skip to the next
+             * quote or backslash at once. */
+            size_t j = i;
+            while (j < len && buf[j] != '"' && buf[j] != '\\') {
+                j++;
+            }
+            s->str_len += j - i;
+            if (s->max_string > 0 && s->str_len > s->max_string) {
+                return scan_fail(s, err);
+            }
+            if (j == len) {
+                break;
+            }
+            i = j;
+        }
         unsigned char c = (unsigned char)buf[i];
         if (s->state == SC_STRING || s->state == SC_ESCAPE) {
             if (!scan_string(s, c)) {

@@ -16,7 +16,7 @@ import re
 import time
 import urllib.request
 
-from e2e import apply_all, check, done, out_dir, setup, wait, wait_pods_ready
+from e2e import apply_and_wait_ready, check, done, out_dir, setup, wait, wait_pods_ready
 from test_e2e_statefulset import manifests, NS, SEL
 
 NAME = "faults of the real API server (restart, compaction, bookmarks)"
@@ -61,9 +61,8 @@ def main():
         return done()
     cp, node = env
     cp.namespace(NS, enforce="restricted")
-    apply_all(cp, manifests())
-    ps = wait_pods_ready(cp, NS, SEL, 3, timeout=120)
-    if not check("the StatefulSet's 3 pods are Ready", ps, "\n".join(node.notes[-5:])):
+    ps = apply_and_wait_ready(cp, node, manifests(), NS, SEL, 3, "the StatefulSet's 3 pods are Ready")
+    if not ps:
         return done()
 
     # Bookmarks from the real watch cache.

@@ -344,51 +344,11 @@ def fit_exponent(xs, ys):
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="16,32,64,128,256")
-    ap.add_argument("--modes", default="direct,relay")
-    ap.add_argument("--fanout", type=int, default=64)
-    ap.add_argument("--kill", type=int, default=0, help="also run the relay-death scenarios at this N")
-    ap.add_argument("--kill-fanout", type=int, default=8)
-    ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--late", type=int, default=0,
-                    help="print the logs of the N latest sidecars (and in relay mode the relays')")
-    ap.add_argument("--order", default="sequential", choices=("sequential", "random", "relays-last"),
-                    help="the order pods get their IPs (and their sidecars start)")
-    ap.add_argument("--window", type=float, default=30.0,
-                    help="random, relays-last: seconds over which the pods get their IPs")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--last-ready-slack", type=float, default=1.0,
-                    help="goal: relay last ready <= direct + this many seconds")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    sizes = [int(x) for x in args.sizes.split(",")]
-    tmp = tempfile.mkdtemp(prefix="relay-bench-tok.")
-    res = []
-    hdr = ("mode", "n", "api_bytes", "events", "requests", "peak_watches", "sidecar_bytes",
-           "last_ip_to_last_ready_s", "cpu_s", "publishes_mean", "publishes_max", "files_correct",
-           "ip_phase_s", "publishes_incomplete_max", "publishes_complete_max", "readiness_coalesced_mean",
-           "lists", "fallbacks", "load1")
-    print("# order %s, window %.0f s, seed %d; load average at start %s" % (
-        args.order, args.window, args.seed, " ".join("%.2f" % x for x in os.getloadavg())), flush=True)
-    print(" ".join("%14s" % h[:14] for h in hdr), flush=True)
-    for n in sizes:
-        for mode in args.modes.split(","):
-            r = run_one(args, mode, n, tmp)
-            r["order"] = args.order
-            r["load1"] = round(os.getloadavg()[0], 2)
-            res.append(r)
-            print(" ".join("%14s" % r[h] for h in hdr), flush=True)
-    kills = []
-    if args.kill:
-        fo = args.fanout
-        args.fanout = args.kill_fanout
-        for k in ("mid", "after"):
-            r = run_one(args, "relay", args.kill, tmp, kill=k)
-            kills.append(r)
-            print("kill %s (n=%d, fanout %d): %s" % (k, args.kill, args.fanout, json.dumps(r)), flush=True)
-        args.fanout = fo
+ORDERS = ("sequential", "random", "relays-last")
+
+
+def order_goals(args, res, sizes):
+    """The goals of one start order's runs: (name, met, value) each."""
     goals = []
     by = {(r["mode"], r["n"]): r for r in res}
     big = max(sizes)
@@ -407,11 +367,76 @@ def main():
     if len(dr) >= 2:
         goals.append(("(direct API bytes fitted exponent, for reference)", True,
                       "%.2f" % fit_exponent([r["n"] for r in dr], [r["api_bytes"] for r in dr])))
-    goals.append(("every sidecar's files correct", all(r["files_correct"] == r["alive"] for r in res + kills),
-                  ";".join("%s/%d:%d/%d" % (r["mode"], r["n"], r["files_correct"], r["alive"]) for r in res + kills)))
+    goals.append(("every sidecar's files correct", all(r["files_correct"] == r["alive"] for r in res),
+                  ";".join("%s/%d:%d/%d" % (r["mode"], r["n"], r["files_correct"], r["alive"]) for r in res)))
     goals.append(("publishes per sidecar <= 10 at N=%d (both modes)" % big,
                   all(r["publishes_max"] <= 10 for r in res if r["n"] == big),
                   ",".join("%s:%d" % (r["mode"], r["publishes_max"]) for r in res if r["n"] == big)))
+    return goals
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="16,32,64,128,256")
+    ap.add_argument("--modes", default="direct,relay")
+    ap.add_argument("--fanout", type=int, default=64)
+    ap.add_argument("--kill", type=int, default=0, help="also run the relay-death scenarios at this N")
+    ap.add_argument("--kill-fanout", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--late", type=int, default=0,
+                    help="print the logs of the N latest sidecars (and in relay mode the relays')")
+    ap.add_argument("--order", default="sequential",
+                    help="the order pods get their IPs (and their sidecars start): %s, or several "
+                         "separated by commas (each runs every size and mode; goals per order)"
+                         % ", ".join(ORDERS))
+    ap.add_argument("--window", type=float, default=30.0,
+                    help="random, relays-last: seconds over which the pods get their IPs")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--last-ready-slack", type=float, default=1.0,
+                    help="goal: relay last ready <= direct + this many seconds")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    orders = args.order.split(",")
+    for o in orders:
+        if o not in ORDERS:
+            ap.error("--order: '%s' is not one of %s" % (o, ", ".join(ORDERS)))
+    sizes = [int(x) for x in args.sizes.split(",")]
+    tmp = tempfile.mkdtemp(prefix="relay-bench-tok.")
+    res = []
+    hdr = ("order", "mode", "n", "api_bytes", "events", "requests", "peak_watches", "sidecar_bytes",
+           "last_ip_to_last_ready_s", "cpu_s", "publishes_mean", "publishes_max", "files_correct",
+           "ip_phase_s", "publishes_incomplete_max", "publishes_complete_max", "readiness_coalesced_mean",
+           "lists", "fallbacks", "load1")
+    print("# orders %s, window %.0f s, seed %d; load average at start %s" % (
+        ",".join(orders), args.window, args.seed, " ".join("%.2f" % x for x in os.getloadavg())), flush=True)
+    print(" ".join("%14s" % h[:14] for h in hdr), flush=True)
+    for order in orders:
+        args.order = order
+        for n in sizes:
+            for mode in args.modes.split(","):
+                r = run_one(args, mode, n, tmp)
+                r["order"] = order
+                r["load1"] = round(os.getloadavg()[0], 2)
+                res.append(r)
+                print(" ".join("%14s" % r[h] for h in hdr), flush=True)
+    kills = []
+    if args.kill:
+        fo = args.fanout
+        args.fanout = args.kill_fanout
+        for k in ("mid", "after"):
+            r = run_one(args, "relay", args.kill, tmp, kill=k)
+            kills.append(r)
+            print("kill %s (n=%d, fanout %d): %s" % (k, args.kill, args.fanout, json.dumps(r)), flush=True)
+        args.fanout = fo
+    goals = []
+    for order in orders:
+        prefix = "%s: " % order if len(orders) > 1 else ""
+        goals += [(prefix + g, ok, v) for g, ok, v in order_goals(args, [r for r in res if r["order"] == order],
+                                                                   sizes)]
+    if kills:
+        goals.append(("every sidecar's files correct (relay death runs)",
+                      all(r["files_correct"] == r["alive"] for r in kills),
+                      ";".join("%s:%d/%d" % (r["kill"], r["files_correct"], r["alive"]) for r in kills)))
     for k in kills:
         if k["kill"] == "after":
             goals.append(("relay killed after start: no stale complete, converged",
@@ -419,7 +444,7 @@ def main():
                           "stale=%s converge %.2f s" % (k["stale"], k["after_kill_converge_s"])))
     print()
     for name, ok, val in goals:
-        print("%-4s %-55s %s" % ("ok" if ok else "MISS", name, val))
+        print("%-4s %-67s %s" % ("ok" if ok else "MISS", name, val))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": res, "kills": kills, "goals": goals}, f, indent=1)

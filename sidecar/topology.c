@@ -68,12 +68,15 @@ void *mesh_sidecar_extract(void *vctx, const cJSON *obj)
         return NULL;
     }
     /* A pod that carries the job's labels but another controller (or none)
-     * is not a worker (jobid.c). Another slice's Job is checked to be the
-     * same JobSet's with one GET per Job (remembered either way). An API
-     * failure keeps the pod: the API cannot tell now, and a peer's pod
-     * must not vanish from the job for it. */
+     * is not a worker (jobid.c), whether the selector was derived or given
+     * (the manifests give the derived one: a pod with the job's name label
+     * and no owner is what anyone who may create pods can make). Another
+     * slice's Job is checked to be the same JobSet's with one GET per Job
+     * (remembered either way). An API failure keeps the pod: the API
+     * cannot tell now, and a peer's pod must not vanish from the job for
+     * it. */
     char why[256];
-    if (ctx->opts.selector == NULL && ctx->job.known &&
+    if (ctx->job.known &&
         mesh_sidecar_job_same_direct(ctx, &p, why, sizeof(why)) == -MESH_E_INVAL) {
         mesh_debug(MOD, "not a worker: %s", why);
         return NULL;

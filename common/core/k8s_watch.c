@@ -6,6 +6,7 @@
  */
 #include "k8s_watch.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -292,106 +293,67 @@ void mesh_k8s_watch_event_cleanup(struct mesh_k8s_watch_event *ev)
     ev->object = NULL;
 }
 
-/* ---- streaming list scanner ---------------------------------------------- */
+/* ---- list splitter --------------------------------------------------------- */
 
-/* What the next byte may be. */
+/* What the next byte is. */
 enum {
-    LS_TOP,       /* before the document: '{' */
-    LS_VALUE,     /* a value (after ':' or after ',' in an array) */
-    LS_ARR_FIRST, /* after '[': a value or ']' */
-    LS_OBJ_FIRST, /* after '{': a member name or '}' */
-    LS_OBJ_KEY,   /* after ',' in an object: a member name */
-    LS_COLON,     /* after a member name: ':' */
-    LS_AFTER,     /* after a value: ',' or the closing bracket */
-    LS_STR,       /* inside a string */
-    LS_STR_ESC,   /* after a backslash */
-    LS_STR_HEX,   /* inside \uXXXX */
-    LS_STR_LOW1,  /* after a high surrogate escape: '\\' of its low half */
-    LS_STR_LOW2,  /* then 'u' */
-    LS_NUM_MINUS, /* after '-': a digit */
-    LS_NUM_ZERO,  /* after a leading 0: '.', 'e' or the end of the number */
-    LS_NUM_INT,   /* integer digits */
-    LS_NUM_DOT,   /* after '.': a digit */
-    LS_NUM_FRAC,  /* fraction digits */
-    LS_NUM_E,     /* after 'e': a sign or a digit */
-    LS_NUM_ESIGN, /* after the exponent's sign: a digit */
-    LS_NUM_EXP,   /* exponent digits */
-    LS_LIT,       /* inside true / false / null */
-    LS_DONE,      /* after the list object: whitespace only */
+    LS_TOP,         /* before the document: '{' */
+    LS_OUT,         /* in the list object outside "items": copied to s->outside */
+    LS_ITEMS_COLON, /* after the member name "items": ':' */
+    LS_ITEMS_OPEN,  /* after "items": '[' */
+    LS_ITEMS_FIRST, /* after items' '[': an item or ']' */
+    LS_ITEMS_NEXT,  /* after an item: ',' or ']' */
+    LS_ITEMS_VALUE, /* after ',' in items: an item */
+    LS_ITEM,        /* inside an item */
+    LS_DONE,        /* after the list object: whitespace only */
     LS_FAILED,
-};
-
-/* Members we look at: top-level kind / metadata / items, and
- * metadata.resourceVersion / continue / remainingItemCount. member holds
- * the top-level one in its low byte and the metadata one in the next. */
-enum { M_NONE, M_KIND, M_METADATA, M_ITEMS, M_RV, M_CONT, M_REMAINING };
-
-static const char *const member_names[] = {
-    "", "kind", "metadata", "items", "resourceVersion", "continue", "remainingItemCount",
 };
 
 static const char *ls_expected(const struct mesh_k8s_list_scanner *s)
 {
-    bool arr = s->depth > 0 && (s->stack[(s->depth - 1) / 8] >> ((s->depth - 1) % 8)) & 1;
+    if (s->in_str) {
+        return "the rest of a string and its closing '\"'";
+    }
     switch (s->state) {
+    case LS_OUT:
+        return "the rest of the list object";
+    case LS_ITEM:
+        return "the rest of an element of items";
+    case LS_ITEMS_OPEN:
+        return "'[' (items is an array)";
     case LS_TOP:
         return "'{' (a list response is a JSON object)";
-    case LS_VALUE:
-        return "a JSON value";
-    case LS_ARR_FIRST:
-        return "a JSON value or ']'";
-    case LS_OBJ_FIRST:
-        return "'\"' (a member name) or '}'";
-    case LS_OBJ_KEY:
-        return "'\"' (a member name)";
-    case LS_COLON:
+    case LS_ITEMS_COLON:
         return "':' after a member name";
-    case LS_AFTER:
-        return arr ? "',' or ']' after an array element" : "',' or '}' after an object member";
-    case LS_STR:
-        return "the rest of a string and its closing '\"'";
-    case LS_STR_ESC:
-        return "an escape character (\" \\ / b f n r t u)";
-    case LS_STR_HEX:
-        return "a hex digit of a \\u escape";
-    case LS_STR_LOW1:
-    case LS_STR_LOW2:
-        return "\\u and the low half of a UTF-16 surrogate pair";
-    case LS_NUM_MINUS:
-    case LS_NUM_DOT:
-    case LS_NUM_ESIGN:
-        return "a digit";
-    case LS_NUM_E:
-        return "a digit or a sign in an exponent";
-    case LS_LIT:
-        return "the rest of true / false / null";
-    case LS_DONE:
+    case LS_ITEMS_FIRST:
+        return "a JSON value or ']'";
+    case LS_ITEMS_NEXT:
+        return "',' or ']' after an array element";
+    case LS_ITEMS_VALUE:
+        return "a JSON value";
+    default: /* LS_DONE */
         return "nothing after the list object";
-    default:
-        return "nothing (the scanner failed before)";
     }
 }
 
-static int ls_fail(struct mesh_k8s_list_scanner *s, size_t abs_off, unsigned char c,
-                   struct mesh_err *err)
-{
-    char found[24];
-    if (c >= 0x20 && c < 0x7f) {
-        snprintf(found, sizeof(found), "'%c'", c);
-    } else {
-        snprintf(found, sizeof(found), "byte 0x%02x", c);
-    }
-    int rc = mesh_err_set(err, MESH_E_PARSE, 0, "list response: byte %zu: expected %s, found %s",
-                          abs_off, ls_expected(s), found);
-    s->state = LS_FAILED;
-    return rc;
-}
-
-static int ls_fail_msg(struct mesh_k8s_list_scanner *s, int code, size_t abs_off, const char *what,
+static int ls_fail_msg(struct mesh_k8s_list_scanner *s, int code, size_t at, const char *what,
                        struct mesh_err *err)
 {
     s->state = LS_FAILED;
-    return mesh_err_set(err, code, 0, "list response: byte %zu: %s", abs_off, what);
+    return mesh_err_set(err, code, 0, "list response: byte %zu: %s", at, what);
+}
+
+/* An unexpected byte c at absolute offset at. */
+static int ls_fail(struct mesh_k8s_list_scanner *s, size_t at, unsigned char c,
+                   struct mesh_err *err)
+{
+    char msg[96];
+    if (c >= 0x20 && c < 0x7f) {
+        snprintf(msg, sizeof(msg), "expected %s, found '%c'", ls_expected(s), c);
+    } else {
+        snprintf(msg, sizeof(msg), "expected %s, found byte 0x%02x", ls_expected(s), c);
+    }
+    return ls_fail_msg(s, MESH_E_PARSE, at, msg, err);
 }
 
 void mesh_k8s_list_scanner_init(struct mesh_k8s_list_scanner *s, size_t max_item, size_t max_total,
@@ -402,14 +364,16 @@ void mesh_k8s_list_scanner_init(struct mesh_k8s_list_scanner *s, size_t max_item
     s->ctx = ctx;
     s->max_item = max_item ? max_item : MESH_K8S_EVENT_MAX_DEFAULT;
     s->max_total = max_total ? max_total : MESH_K8S_LIST_MAX_DEFAULT;
-    s->state = LS_TOP;
     s->meta.remaining = -1;
     mesh_buf_init(&s->item, s->max_item);
+    mesh_buf_init(&s->outside, MESH_K8S_LIST_OUTSIDE_MAX);
 }
 
 void mesh_k8s_list_scanner_cleanup(struct mesh_k8s_list_scanner *s)
 {
     mesh_buf_cleanup(&s->item);
+    mesh_buf_cleanup(&s->outside);
+    mesh_json_arena_free(&s->arena);
     mesh_k8s_list_meta_cleanup(&s->meta);
 }
 
@@ -419,136 +383,66 @@ void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m)
     m->cont = NULL;
 }
 
-static void ls_capture(struct mesh_k8s_list_scanner *s, const char *p, size_t n)
+static bool is_ws(unsigned char c)
 {
-    if (s->cap_key) {
-        if (n > sizeof(s->key) - s->key_len) {
-            s->key_long = true;
-        } else {
-            memcpy(s->key + s->key_len, p, n);
-            s->key_len += n;
-        }
-    }
-    if (s->cap_val) {
-        if (n > sizeof(s->val) - s->val_len) {
-            s->val_long = true;
-        } else {
-            memcpy(s->val + s->val_len, p, n);
-            s->val_len += n;
-        }
-    }
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-/* Decode a captured JSON string token (quotes included) into out (cap
- * bytes with the NUL). Returns the length, or -1 when it does not fit or
- * is not a string. Escapes are rare (Go writes none in these fields), so
- * only then is cJSON asked to decode. */
-static long ls_decode_str(const char *raw, size_t n, char *out, size_t cap)
+/* Copy n bytes to the text outside items, within the bound of one item. */
+static int ls_out(struct mesh_k8s_list_scanner *s, const char *p, size_t n, struct mesh_err *err)
 {
-    if (n < 2 || raw[0] != '"') {
-        return -1;
-    }
-    if (memchr(raw, '\\', n) == NULL) {
-        if (n - 2 >= cap) {
-            return -1;
-        }
-        memcpy(out, raw + 1, n - 2);
-        out[n - 2] = '\0';
-        return (long)(n - 2);
-    }
-    if (memmem(raw, n, "\\u0000", 6) != NULL) {
-        return -1; /* a NUL would end the string early: refuse the value */
-    }
-    cJSON *j = cJSON_ParseWithLength(raw, n);
-    long rc = -1;
-    if (cJSON_IsString(j)) {
-        size_t k = strlen(j->valuestring);
-        if (k < cap) {
-            memcpy(out, j->valuestring, k + 1);
-            rc = (long)k;
-        }
-    }
-    cJSON_Delete(j);
-    return rc;
-}
-
-/* A member name ended (closing quote at absolute offset at). */
-static int ls_key_done(struct mesh_k8s_list_scanner *s, size_t at, struct mesh_err *err)
-{
-    s->state = LS_COLON;
-    if (!s->cap_key) {
+    if (mesh_buf_append(&s->outside, p, n, NULL) == 0) {
         return 0;
     }
-    s->cap_key = false;
-    char name[MESH_K8S_LIST_KEY_CAPTURE];
-    int m = M_NONE;
-    if (!s->key_long && ls_decode_str(s->key, s->key_len, name, sizeof(name)) >= 0) {
-        int first = s->depth == 1 ? M_KIND : M_RV, last = s->depth == 1 ? M_ITEMS : M_REMAINING;
-        for (int k = first; k <= last; k++) {
-            if (strcmp(name, member_names[k]) == 0) {
-                m = k;
+    s->state = LS_FAILED;
+    return mesh_err_set(err, MESH_E_TOOBIG, 0,
+                        "list response: the members outside \"items\" are larger than the limit "
+                        "of %zu bytes",
+                        (size_t)MESH_K8S_LIST_OUTSIDE_MAX);
+}
+
+/* From data[*pi] inside a string: to its closing quote (consumed, in_str
+ * cleared) or the end of the block. */
+static int ls_string(struct mesh_k8s_list_scanner *s, const char *data, size_t len, size_t *pi,
+                     struct mesh_err *err)
+{
+    size_t i = *pi;
+    while (i < len && s->in_str) {
+        unsigned char c = (unsigned char)data[i++];
+        if (s->esc == 1) {
+            s->esc = c == 'u' ? 5 : 0;
+        } else if (s->esc > 1) {
+            /* cJSON reads a bad \u escape as U+0000, which ends its string early */
+            if (!isxdigit(c)) {
+                return ls_fail_msg(s, MESH_E_PARSE, s->off + i - 1,
+                                   "expected a hex digit of a \\u escape", err);
             }
+            s->esc = s->esc == 2 ? 0 : s->esc - 1;
+        } else if (c == '\\') {
+            s->esc = 1;
+        } else if (c == '"') {
+            s->in_str = false;
+        } else if (c < 0x20) {
+            return ls_fail_msg(s, MESH_E_PARSE, s->off + i - 1,
+                               "raw control character in a string (JSON requires an escape)", err);
         }
     }
-    if (m != M_NONE && (s->seen & (1u << m))) {
-        char msg[96];
-        snprintf(msg, sizeof(msg), "duplicate \"%s%s\" member", s->depth == 1 ? "" : "metadata.",
-                 member_names[m]);
-        return ls_fail_msg(s, MESH_E_PARSE, at, msg, err);
-    }
-    s->seen |= 1u << m;
-    if (s->depth == 1) {
-        s->member = m;
-    } else {
-        s->member = (s->member & 0xff) | (m << 8);
-    }
+    *pi = i;
     return 0;
 }
 
-/* A captured member value ended: store it in meta. */
-static int ls_store(struct mesh_k8s_list_scanner *s, int m, size_t at, struct mesh_err *err)
+/* Is the member name key (n bytes, quotes included) "items", escaped or not? */
+static bool ls_key_is_items(const char *key, size_t n)
 {
-    char msg[128];
-    s->cap_val = false;
-    if (s->val_long) {
-        snprintf(msg, sizeof(msg), "\"%s\" is longer than %zu bytes", member_names[m],
-                 sizeof(s->val) - 2);
-        return ls_fail_msg(s, MESH_E_TOOBIG, at, msg, err);
+    if (memchr(key, '\\', n) == NULL || n > 64) {
+        return n == 7 && memcmp(key, "\"items\"", 7) == 0;
     }
-    const char *raw = s->val;
-    size_t n = s->val_len;
-    if (m == M_REMAINING) {
-        long long v;
-        if (mesh_parse_ll(raw, n, 0, INT64_MAX, &v, NULL) == 0) {
-            s->meta.remaining = v;
-        }
-        return 0;
-    }
-    if (m == M_CONT && n == 4 && memcmp(raw, "null", 4) == 0) {
-        return 0;
-    }
-    long k;
-    if (m == M_KIND) {
-        k = ls_decode_str(raw, n, s->meta.kind, sizeof(s->meta.kind));
-    } else if (m == M_RV) {
-        k = ls_decode_str(raw, n, s->meta.rv, sizeof(s->meta.rv));
-    } else {
-        char tok[MESH_K8S_LIST_CONT_MAX + 1];
-        k = ls_decode_str(raw, n, tok, sizeof(tok));
-        if (k > 0) {
-            s->meta.cont = mesh_strdup(tok);
-        }
-    }
-    if (k < 0) {
-        snprintf(msg, sizeof(msg), "%s\"%s\" is %s", m == M_KIND ? "" : "metadata.",
-                 member_names[m], raw[0] == '"' ? "too long" : "not a string");
-        return ls_fail_msg(s, MESH_E_PARSE, at, msg, err);
-    }
-    return 0;
+    cJSON *j = cJSON_ParseWithLength(key, n);
+    bool items = cJSON_IsString(j) && strcmp(j->valuestring, "items") == 0;
+    cJSON_Delete(j);
+    return items;
 }
 
-/* The item being collected grew past max_item (the same message whatever
- * the chunking). */
 static int ls_item_too_big(struct mesh_k8s_list_scanner *s, struct mesh_err *err)
 {
     s->state = LS_FAILED;
@@ -558,30 +452,17 @@ static int ls_item_too_big(struct mesh_k8s_list_scanner *s, struct mesh_err *err
                         s->meta.items + 1, s->item_start_abs, s->max_item);
 }
 
-/* A value ended; e = its end (exclusive) as an index into data, which may
- * be 0 when it ended with the previous block (a number). */
-static int ls_value_done(struct mesh_k8s_list_scanner *s, const char *data, size_t e,
-                         struct mesh_err *err)
+/* The item ended before data[e] (e may be 0: it ended with the previous
+ * block). cJSON checks it, then it goes to the caller. */
+static int ls_item_done(struct mesh_k8s_list_scanner *s, const char *data, size_t e,
+                        struct mesh_err *err)
 {
-    size_t at = s->off + e;
-    s->state = s->depth == 0 ? LS_DONE : LS_AFTER;
-    if (s->cap_val) {
-        int m = s->depth == 1 ? (s->member & 0xff) : (s->member >> 8);
-        int rc = ls_store(s, m, at, err);
-        if (rc < 0) {
-            return rc;
-        }
-    }
-    if (!s->item_on || s->depth != 2 || !s->in_items) {
-        return 0;
-    }
-    s->item_on = false;
     const char *p;
     size_t n;
     if (s->item_start_abs >= s->off) {
         /* The whole item is inside this block: no copy. */
         p = data + (s->item_start_abs - s->off);
-        n = at - s->item_start_abs;
+        n = s->off + e - s->item_start_abs;
     } else {
         if (mesh_buf_append(&s->item, data, e, NULL) < 0) {
             return ls_item_too_big(s, err);
@@ -592,303 +473,169 @@ static int ls_value_done(struct mesh_k8s_list_scanner *s, const char *data, size
     if (n > s->max_item) {
         return ls_item_too_big(s, err);
     }
-    s->meta.items++;
-    int rc = s->fn(s->ctx, p, n, err);
-    mesh_buf_reset(&s->item);
-    if (rc < 0) {
-        s->state = LS_FAILED;
+    cJSON *j = mesh_json_parse_arena(p, n, n, &s->arena, NULL);
+    mesh_json_arena_free(&s->arena);
+    int rc;
+    if (j == NULL) {
+        /* Where cJSON stops, in the page (a second parse, on this path only). */
+        const char *end = NULL;
+        cJSON_Delete(cJSON_ParseWithLengthOpts(p, n, &end, false));
+        size_t at = s->item_start_abs + (end != NULL && end >= p ? (size_t)(end - p) : 0);
+        rc = mesh_err_set(err, MESH_E_PARSE, 0,
+                          "list response: byte %zu: item %zu (from byte %zu) is not valid JSON", at,
+                          s->meta.items + 1, s->item_start_abs);
+    } else {
+        s->meta.items++;
+        rc = s->fn(s->ctx, p, n, err);
     }
+    mesh_buf_reset(&s->item);
+    s->state = rc < 0 ? LS_FAILED : LS_ITEMS_NEXT;
     return rc;
 }
 
-static int ls_push(struct mesh_k8s_list_scanner *s, bool array, size_t at, struct mesh_err *err)
+static int ls_open(struct mesh_k8s_list_scanner *s, size_t at, struct mesh_err *err)
 {
     if (s->depth >= MESH_K8S_LIST_DEPTH_MAX) {
         char msg[64];
         snprintf(msg, sizeof(msg), "JSON nested deeper than %d levels", MESH_K8S_LIST_DEPTH_MAX);
         return ls_fail_msg(s, MESH_E_PARSE, at, msg, err);
     }
-    unsigned char bit = (unsigned char)(1u << (s->depth % 8));
-    if (array) {
-        s->stack[s->depth / 8] |= bit;
-    } else {
-        s->stack[s->depth / 8] &= (unsigned char)~bit;
-    }
     s->depth++;
-    s->state = array ? LS_ARR_FIRST : LS_OBJ_FIRST;
     return 0;
 }
 
-static bool ls_top_is_array(const struct mesh_k8s_list_scanner *s)
-{
-    return (s->stack[(s->depth - 1) / 8] >> ((s->depth - 1) % 8)) & 1;
-}
-
-/* Close the innermost container with the byte at index i. */
-static int ls_close(struct mesh_k8s_list_scanner *s, const char *data, size_t i,
-                    struct mesh_err *err)
-{
-    s->depth--;
-    if (s->depth == 1) {
-        s->in_meta = false;
-        s->in_items = false;
-    }
-    return ls_value_done(s, data, i + 1, err);
-}
-
-/* First byte c (index i) of a value. */
-static int ls_value_start(struct mesh_k8s_list_scanner *s, size_t i, unsigned char c,
-                          struct mesh_err *err)
+/* One byte c = data[i] outside strings and items: copied out, nesting
+ * and the list object's member names followed. */
+static int ls_outside(struct mesh_k8s_list_scanner *s, const char *data, size_t i, unsigned char c,
+                      struct mesh_err *err)
 {
     size_t at = s->off + i;
-    int m = M_NONE;
-    if (s->depth == 1) {
-        m = s->member & 0xff;
-    } else if (s->depth == 2 && s->in_meta) {
-        m = s->member >> 8;
-    } else if (s->depth == 2 && s->in_items) {
-        s->item_on = true;
-        s->item_start_abs = at;
-    }
-    if ((m == M_ITEMS && c != '[') || (m == M_METADATA && c != '{')) {
-        return ls_fail_msg(
-            s, MESH_E_PARSE, at,
-            m == M_ITEMS ? "\"items\" is not an array" : "\"metadata\" is not an object", err);
-    }
-    if (m == M_KIND || m == M_RV || m == M_CONT || (m == M_REMAINING && c != '{' && c != '[')) {
-        s->cap_val = true;
-        s->val_len = 0;
-        s->val_long = false;
-        ls_capture(s, (const char *)&c, 1);
-    }
-    switch (c) {
-    case '{':
-    case '[': {
-        if (s->cap_val) {
-            return ls_fail_msg(s, MESH_E_PARSE, at, "kind / metadata field is not a string", err);
-        }
-        int rc = ls_push(s, c == '[', at, err);
-        if (rc == 0 && s->depth == 2) {
-            s->in_items = m == M_ITEMS;
-            s->in_meta = m == M_METADATA;
-        }
+    int rc = ls_out(s, data + i, 1, err);
+    if (rc < 0 || is_ws(c)) {
         return rc;
     }
+    switch (c) {
     case '"':
-        s->str_is_key = false;
-        s->state = LS_STR;
+        s->in_str = true;
+        s->key_at = s->depth == 1 && s->key_next ? s->outside.len : 0;
+        s->key_next = false;
         return 0;
-    case '-':
-        s->state = LS_NUM_MINUS;
+    case '{':
+    case '[':
+        return ls_open(s, at, err);
+    case '}':
+    case ']':
+        if (--s->depth == 0) {
+            s->state = LS_DONE;
+        }
         return 0;
-    case '0':
-        s->state = LS_NUM_ZERO;
-        return 0;
-    case 't':
-    case 'f':
-    case 'n':
-        s->lit = c == 't' ? "true" : (c == 'f' ? "false" : "null");
-        s->lit_pos = 1;
-        s->state = LS_LIT;
+    case ',':
+        s->key_next = s->depth == 1;
         return 0;
     default:
-        if (c >= '1' && c <= '9') {
-            s->state = LS_NUM_INT;
-            return 0;
-        }
-        return ls_fail(s, at, c, err);
+        return 0;
     }
 }
 
-static bool is_ws(unsigned char c)
+/* A string of the list object (data[from..i)) went by; a member name
+ * "items" starts the split. */
+static int ls_outside_string(struct mesh_k8s_list_scanner *s, const char *data, size_t from,
+                             size_t i, struct mesh_err *err)
 {
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+    int rc = ls_out(s, data + from, i - from, err);
+    if (rc < 0 || s->in_str || s->key_at == 0 ||
+        !ls_key_is_items(s->outside.data + s->key_at - 1, s->outside.len - s->key_at + 1)) {
+        return rc;
+    }
+    if (s->items_seen) {
+        return ls_fail_msg(s, MESH_E_PARSE, s->off + i - 1, "duplicate \"items\" member", err);
+    }
+    s->state = LS_ITEMS_COLON;
+    return 0;
 }
 
-/* One structural byte (not inside a string, number or literal). */
-static int ls_structural(struct mesh_k8s_list_scanner *s, const char *data, size_t i,
-                         unsigned char c, struct mesh_err *err)
+/* One byte c = data[i] around the elements of items. */
+static int ls_around_items(struct mesh_k8s_list_scanner *s, const char *data, size_t i,
+                           unsigned char c, struct mesh_err *err)
 {
     size_t at = s->off + i;
+    if (is_ws(c)) {
+        return s->state <= LS_ITEMS_OPEN ? ls_out(s, data + i, 1, err) : 0;
+    }
     switch (s->state) {
-    case LS_TOP:
-        if (c != '{') {
-            return ls_fail(s, at, c, err);
-        }
-        return ls_value_start(s, i, c, err);
-    case LS_VALUE:
-        return ls_value_start(s, i, c, err);
-    case LS_ARR_FIRST:
-        return c == ']' ? ls_close(s, data, i, err) : ls_value_start(s, i, c, err);
-    case LS_OBJ_FIRST:
-    case LS_OBJ_KEY:
-        if (c == '}' && s->state == LS_OBJ_FIRST) {
-            return ls_close(s, data, i, err);
-        }
-        if (c != '"') {
-            return ls_fail(s, at, c, err);
-        }
-        s->str_is_key = true;
-        s->cap_key = s->depth == 1 || (s->depth == 2 && s->in_meta);
-        s->key_len = 0;
-        s->key_long = false;
-        ls_capture(s, "\"", 1);
-        s->state = LS_STR;
-        return 0;
-    case LS_COLON:
+    case LS_ITEMS_COLON:
         if (c != ':') {
             return ls_fail(s, at, c, err);
         }
-        s->state = LS_VALUE;
-        return 0;
-    case LS_AFTER:
+        s->state = LS_ITEMS_OPEN;
+        return ls_out(s, data + i, 1, err);
+    case LS_ITEMS_OPEN: {
+        if (c != '[') {
+            return ls_fail_msg(s, MESH_E_PARSE, at, "\"items\" is not an array", err);
+        }
+        s->items_seen = true;
+        s->state = LS_ITEMS_FIRST;
+        int rc = ls_open(s, at, err);
+        if (rc == 0) {
+            rc = ls_out(s, "[", 1, err);
+        }
+        s->items_at = s->outside.len;
+        return rc;
+    }
+    case LS_ITEMS_NEXT:
         if (c == ',') {
-            s->state = ls_top_is_array(s) ? LS_VALUE : LS_OBJ_KEY;
-            return 0;
-        }
-        if (c == (ls_top_is_array(s) ? ']' : '}')) {
-            return ls_close(s, data, i, err);
-        }
-        return ls_fail(s, at, c, err);
-    default: /* LS_DONE */
-        return ls_fail(s, at, c, err);
-    }
-}
-
-/* Inside a number: returns 1 when c ends it (c not consumed), 0 when
- * consumed, or an error. */
-static int ls_number(struct mesh_k8s_list_scanner *s, unsigned char c, size_t at,
-                     struct mesh_err *err)
-{
-    bool digit = c >= '0' && c <= '9';
-    switch (s->state) {
-    case LS_NUM_MINUS:
-        if (!digit) {
-            return ls_fail(s, at, c, err);
-        }
-        s->state = c == '0' ? LS_NUM_ZERO : LS_NUM_INT;
-        return 0;
-    case LS_NUM_ZERO:
-    case LS_NUM_INT:
-        if (digit && s->state == LS_NUM_INT) {
-            return 0;
-        }
-        if (c == '.') {
-            s->state = LS_NUM_DOT;
+            s->state = LS_ITEMS_VALUE;
             return 0;
         }
         break;
-    case LS_NUM_DOT:
-        if (!digit) {
+    default: /* LS_ITEMS_FIRST, LS_ITEMS_VALUE: an item starts */
+        if (c == ',' || c == ':' || c == '}' || (c == ']' && s->state == LS_ITEMS_VALUE)) {
             return ls_fail(s, at, c, err);
         }
-        s->state = LS_NUM_FRAC;
-        return 0;
-    case LS_NUM_FRAC:
-        if (digit) {
-            return 0;
-        }
-        break;
-    case LS_NUM_E:
-        if (c == '+' || c == '-' || digit) {
-            s->state = digit ? LS_NUM_EXP : LS_NUM_ESIGN;
-            return 0;
-        }
-        return ls_fail(s, at, c, err);
-    case LS_NUM_ESIGN:
-        if (!digit) {
-            return ls_fail(s, at, c, err);
-        }
-        s->state = LS_NUM_EXP;
-        return 0;
-    default: /* LS_NUM_EXP */
-        return digit ? 0 : 1;
-    }
-    if ((c == 'e' || c == 'E') && s->state != LS_NUM_EXP) {
-        s->state = LS_NUM_E;
-        return 0;
-    }
-    return 1;
-}
-
-/* A \uXXXX escape ended (its last digit at abs_off). UTF-16 surrogates must
- * pair up, a high one (D800-DBFF) followed by a low one (DC00-DFFF), as
- * cJSON requires when it decodes the item. */
-static int ls_escape_done(struct mesh_k8s_list_scanner *s, size_t abs_off, struct mesh_err *err)
-{
-    bool low = s->hex_val >= 0xdc00 && s->hex_val <= 0xdfff;
-    bool high = s->hex_val >= 0xd800 && s->hex_val <= 0xdbff;
-    if (s->low_pending != low) {
-        return ls_fail_msg(s, MESH_E_PARSE, abs_off,
-                           low ? "a lone low surrogate \\u escape (DC00-DFFF)"
-                               : "a high surrogate \\u escape not followed by a low one",
-                           err);
-    }
-    s->low_pending = high;
-    s->state = high ? LS_STR_LOW1 : LS_STR;
-    return 0;
-}
-
-static int ls_in_string(struct mesh_k8s_list_scanner *s, const char *data, size_t len, size_t *pi,
-                        struct mesh_err *err)
-{
-    size_t i = *pi, j = i;
-    /* Fast path: the bytes that need no decision. */
-    while (j < len) {
-        unsigned char d = (unsigned char)data[j];
-        if (d == '"' || d == '\\' || d < 0x20) {
+        if (c == ']') {
             break;
         }
-        j++;
+        s->state = LS_ITEM;
+        s->item_start_abs = at;
+        s->scalar = c != '{' && c != '[' && c != '"';
+        s->in_str = c == '"';
+        return s->scalar || s->in_str ? 0 : ls_open(s, at, err);
     }
-    if (s->cap_key || s->cap_val) {
-        ls_capture(s, data + i, j - i + (j < len ? 1 : 0));
+    if (c != ']') {
+        return ls_fail(s, at, c, err);
     }
-    *pi = j + 1;
-    if (j == len) {
-        *pi = len;
-        return 0;
-    }
-    unsigned char d = (unsigned char)data[j];
-    if (d < 0x20) {
-        s->state = LS_STR;
-        return ls_fail_msg(s, MESH_E_PARSE, s->off + j,
-                           "raw control character in a string (JSON requires an escape)", err);
-    }
-    if (d == '\\') {
-        s->state = LS_STR_ESC;
-        return 0;
-    }
-    return s->str_is_key ? ls_key_done(s, s->off + j, err) : ls_value_done(s, data, j + 1, err);
+    s->depth--;
+    s->items_end_abs = at;
+    s->state = LS_OUT;
+    return ls_out(s, "]", 1, err);
 }
 
-/* One byte of an escape sequence (after the backslash). */
-static int ls_escape(struct mesh_k8s_list_scanner *s, unsigned char c, size_t at,
-                     struct mesh_err *err)
+/* One byte c = data[i] of an item, outside its strings. */
+static int ls_in_item(struct mesh_k8s_list_scanner *s, const char *data, size_t i, unsigned char c,
+                      struct mesh_err *err)
 {
-    switch (s->state) {
-    case LS_STR_ESC:
-        if (c == '\0' || strchr("\"\\/bfnrtu", c) == NULL) {
-            return ls_fail(s, at, c, err);
+    if (s->scalar) {
+        /* A number or literal ends before a delimiter, read again after it. */
+        return is_ws(c) || strchr(",]}[{\":", c) != NULL ? ls_item_done(s, data, i, err) : 1;
+    }
+    switch (c) {
+    case '"':
+        s->in_str = true;
+        return 1;
+    case '{':
+    case '[': {
+        int rc = ls_open(s, s->off + i, err);
+        return rc < 0 ? rc : 1;
+    }
+    case '}':
+    case ']':
+        if (--s->depth == 2) {
+            int rc = ls_item_done(s, data, i + 1, err);
+            return rc < 0 ? rc : 1;
         }
-        s->state = c == 'u' ? LS_STR_HEX : LS_STR;
-        s->hex_left = 4;
-        s->hex_val = 0;
-        return 0;
-    case LS_STR_HEX:
-        if (!((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'))) {
-            return ls_fail(s, at, c, err);
-        }
-        s->hex_val = s->hex_val * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-        return --s->hex_left == 0 ? ls_escape_done(s, at, err) : 0;
-    default: /* LS_STR_LOW1, LS_STR_LOW2: "\\u" of a surrogate's low half */
-        if (c != (s->state == LS_STR_LOW1 ? '\\' : 'u')) {
-            return ls_fail(s, at, c, err);
-        }
-        s->state = s->state == LS_STR_LOW1 ? LS_STR_LOW2 : LS_STR_HEX;
-        s->hex_left = 4;
-        s->hex_val = 0;
-        return 0;
+        return 1;
+    default:
+        return 1;
     }
 }
 
@@ -907,66 +654,50 @@ int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data
     }
     size_t i = 0;
     int rc = 0;
-    while (i < len && rc == 0) {
+    while (i < len && rc >= 0) {
         unsigned char c = (unsigned char)data[i];
+        size_t from = i;
         switch (s->state) {
-        case LS_STR:
-            rc = ls_in_string(s, data, len, &i, err);
-            continue;
-        case LS_STR_ESC:
-        case LS_STR_HEX:
-        case LS_STR_LOW1:
-        case LS_STR_LOW2:
-            rc = ls_escape(s, c, s->off + i, err);
-            if (rc < 0) {
-                continue;
-            }
-            break;
-        case LS_NUM_MINUS:
-        case LS_NUM_ZERO:
-        case LS_NUM_INT:
-        case LS_NUM_DOT:
-        case LS_NUM_FRAC:
-        case LS_NUM_E:
-        case LS_NUM_ESIGN:
-        case LS_NUM_EXP:
-            rc = ls_number(s, c, s->off + i, err);
-            if (rc == 1) {
-                /* c ends the number and is read again as structure. */
-                rc = ls_value_done(s, data, i, err);
-                continue;
-            }
-            break;
-        case LS_LIT:
-            if (c != (unsigned char)s->lit[s->lit_pos]) {
+        case LS_TOP:
+        case LS_DONE:
+            if (!is_ws(c) && (s->state == LS_DONE || c != '{')) {
                 rc = ls_fail(s, s->off + i, c, err);
-                continue;
+            } else if (!is_ws(c)) {
+                s->state = LS_OUT;
+                s->doc_start_abs = s->off + i;
+                s->key_next = true;
+                rc = ls_outside(s, data, i, c, err);
             }
-            if (s->lit[++s->lit_pos] == '\0') {
-                if (s->cap_val) {
-                    ls_capture(s, data + i, 1);
+            i++;
+            break;
+        case LS_OUT:
+            if (s->in_str) {
+                rc = ls_string(s, data, len, &i, err);
+                rc = rc < 0 ? rc : ls_outside_string(s, data, from, i, err);
+            } else {
+                rc = ls_outside(s, data, i++, c, err);
+            }
+            break;
+        case LS_ITEM:
+            if (s->in_str) {
+                rc = ls_string(s, data, len, &i, err);
+                if (rc == 0 && !s->in_str && s->depth == 2) {
+                    rc = ls_item_done(s, data, i, err);
                 }
-                rc = ls_value_done(s, data, i + 1, err);
-                i++;
-                continue;
+            } else {
+                rc = ls_in_item(s, data, i, c, err);
+                i += rc == 1; /* 0: the byte ended a number and is read again */
             }
             break;
         default:
-            if (!is_ws(c)) {
-                rc = ls_structural(s, data, i, c, err);
-            }
-            i++;
-            continue;
+            rc = ls_around_items(s, data, i++, c, err);
+            break;
         }
-        if (s->cap_key || s->cap_val) {
-            ls_capture(s, data + i, 1);
-        }
-        i++;
     }
     if (rc < 0) {
         return rc;
     }
-    if (s->item_on) {
+    if (s->state == LS_ITEM) {
         /* Keep the started item's bytes of this block, within the bound. */
         size_t from = s->item_start_abs >= s->off ? s->item_start_abs - s->off : 0;
         if (mesh_buf_append(&s->item, data + from, len - from, NULL) < 0) {
@@ -977,35 +708,122 @@ int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data
     return 0;
 }
 
+/* Members named key in o, counted (cJSON keeps duplicates). */
+static int ls_count(const cJSON *o, const char *key)
+{
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, o)
+    {
+        n += c->string != NULL && strcmp(c->string, key) == 0;
+    }
+    return n;
+}
+
+/* A string member of o into out (cap bytes with the NUL): 0 absent, 1
+ * stored, -1 wrong type or too long. */
+static int ls_str(const cJSON *o, const char *key, char *out, size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (v == NULL || (cJSON_IsNull(v) && strcmp(key, "continue") == 0)) {
+        return 0;
+    }
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= cap) {
+        return -1;
+    }
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return 1;
+}
+
+/* What the list object outside items says (doc, parsed by cJSON). */
+static int ls_meta(struct mesh_k8s_list_scanner *s, const cJSON *doc, struct mesh_err *err)
+{
+    static const char *const names[] = {"kind", "metadata", "resourceVersion", "continue",
+                                        "remainingItemCount"};
+    struct mesh_k8s_list_meta *m = &s->meta;
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        if (ls_count(k < 2 ? doc : md, names[k]) > 1) {
+            return mesh_err_set(err, MESH_E_PARSE, 0, "list response: duplicate \"%s%s\" member",
+                                k < 2 ? "" : "metadata.", names[k]);
+        }
+    }
+    char cont[MESH_K8S_LIST_CONT_MAX + 1] = "";
+    const char *bad = NULL;
+    if (ls_str(doc, "kind", m->kind, sizeof(m->kind)) < 0) {
+        bad = "\"kind\" is not a string of at most 63 bytes";
+    } else if (md != NULL && !cJSON_IsObject(md)) {
+        bad = "\"metadata\" is not an object";
+    } else if (ls_str(md, "resourceVersion", m->rv, sizeof(m->rv)) < 0) {
+        bad = "metadata.\"resourceVersion\" is not a string of at most 63 bytes";
+    } else if (ls_str(md, "continue", cont, sizeof(cont)) < 0) {
+        bad = "metadata.\"continue\" is not a string of at most 4096 bytes";
+    }
+    if (bad != NULL) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "list response: %s", bad);
+    }
+    const char *missing = !s->items_seen ? "no \"items\" array"
+                          : md == NULL   ? "no \"metadata\" object"
+                          : !m->rv[0]    ? "no metadata.resourceVersion"
+                                         : NULL;
+    if (missing != NULL) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "list response is not a list (%s; kind \"%s\")",
+                            missing, m->kind);
+    }
+    size_t kl = strlen(m->kind);
+    if (kl > 0 && (kl < 4 || strcmp(m->kind + kl - 4, "List") != 0)) {
+        return mesh_err_set(err, MESH_E_PARSE, 0, "list response has kind \"%s\", not a *List",
+                            m->kind);
+    }
+    const cJSON *rem = cJSON_GetObjectItemCaseSensitive(md, "remainingItemCount");
+    if (cJSON_IsNumber(rem) && rem->valuedouble >= 0 && rem->valuedouble < 9e15 &&
+        rem->valuedouble == (double)(long long)rem->valuedouble) {
+        m->remaining = (long long)rem->valuedouble;
+    }
+    m->cont = cont[0] != '\0' && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(md, "continue"))
+                  ? mesh_strdup(cont)
+                  : NULL;
+    return 0;
+}
+
 int mesh_k8s_list_scanner_finish(struct mesh_k8s_list_scanner *s,
                                  struct mesh_k8s_list_meta *out_meta, struct mesh_err *err)
 {
+    if (s->state == LS_FAILED) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "list scanner finished after an error");
+    }
     if (s->state != LS_DONE) {
-        if (s->state == LS_FAILED) {
-            return mesh_err_set(err, MESH_E_INVAL, 0, "list scanner finished after an error");
-        }
         int rc =
             mesh_err_set(err, MESH_E_PARSE, 0, "list response truncated at byte %zu: expected %s",
                          s->off, ls_expected(s));
         s->state = LS_FAILED;
         return rc;
     }
-    const char *missing = !(s->seen & (1u << M_ITEMS))      ? "no \"items\" array"
-                          : !(s->seen & (1u << M_METADATA)) ? "no \"metadata\" object"
-                          : s->meta.rv[0] == '\0'           ? "no metadata.resourceVersion"
-                                                            : NULL;
-    if (missing != NULL) {
-        return mesh_err_set(err, MESH_E_PARSE, 0, "list response is not a list (%s; kind \"%s\")",
-                            missing, s->meta.kind);
+    s->state = LS_FAILED;
+    /* kind and metadata hold no NUL: cJSON would end them early. */
+    if (mesh_json_mask_nul_escapes(s->outside.data, s->outside.len) > 0) {
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "list response: a \\u0000 escape outside \"items\"");
     }
-    size_t kl = strlen(s->meta.kind);
-    if (kl > 0 && (kl < 4 || strcmp(s->meta.kind + kl - 4, "List") != 0)) {
-        return mesh_err_set(err, MESH_E_PARSE, 0, "list response has kind \"%s\", not a *List",
-                            s->meta.kind);
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(s->outside.data, s->outside.len, &end, false);
+    if (doc == NULL || end != s->outside.data + s->outside.len) {
+        /* The offset in the page: the outside text skips the items. */
+        size_t at = end != NULL ? (size_t)(end - s->outside.data) : 0;
+        at = s->items_seen && at >= s->items_at ? s->items_end_abs + (at - s->items_at)
+                                                : s->doc_start_abs + at;
+        cJSON_Delete(doc);
+        return mesh_err_set(err, MESH_E_PARSE, 0,
+                            "list response: byte %zu: not valid JSON (outside \"items\")", at);
     }
-    *out_meta = s->meta;
-    s->meta.cont = NULL;
-    return 0;
+    int rc = ls_meta(s, doc, err);
+    cJSON_Delete(doc);
+    if (rc == 0) {
+        *out_meta = s->meta;
+        s->meta.cont = NULL;
+        s->state = LS_DONE;
+    }
+    return rc;
 }
 
 /* ---- metadata.managedFields ------------------------------------------------ */

@@ -1,7 +1,7 @@
 /*
  * k8s_watch.h - pure pieces of the Kubernetes list/watch protocol: the
  * newline framer of a watch stream, the watch-event / Status decoders, the
- * streaming scanner of list pages, resourceVersion comparison and the reflector's backoff
+ * splitter of list pages, resourceVersion comparison and the reflector's backoff
  * arithmetic. No I/O, no clock, no randomness: callers pass `now_ms` and a
  * random number in.
  *
@@ -136,18 +136,22 @@ int mesh_k8s_watch_status_from_json(const cJSON *obj, struct mesh_k8s_watch_stat
  * Expired/Gone (client-go isExpiredError). */
 bool mesh_k8s_watch_status_is_expired(const struct mesh_k8s_watch_status *st);
 
-/* ---- streaming list scanner ---------------------------------------------- */
+/* ---- list splitter ---------------------------------------------------------- */
 
-/* A LIST page is one JSON object whose "items" array may be
- * megabytes long. The scanner validates the document as it arrives, in
- * chunks split anywhere, and hands out each element of the top-level
- * "items" array as its exact bytes, so the caller can parse and drop one
- * object at a time: memory is bounded by one item, never the page. It
- * captures kind, metadata.resourceVersion, metadata.continue and
- * metadata.remainingItemCount wherever they appear (before or after
- * items). Strict JSON (RFC 8259) throughout: strings may hold any escaped
- * character but no raw control character, and UTF-16 surrogate escapes
- * must pair up (as cJSON, which parses the items, requires); UTF-8 is not
+/* A LIST page is one JSON object whose "items" array may be megabytes long.
+ * The splitter reads it as it arrives, in chunks split anywhere, following
+ * only strings, escapes and nesting, and hands out each element of the
+ * top-level "items" array as its exact bytes the moment its last byte
+ * arrives, once cJSON has parsed it (into an arena, dropped at once), so
+ * the caller parses and drops one object at a time: memory is bounded by
+ * one item (and the text outside items, up to MESH_K8S_LIST_OUTSIDE_MAX), never
+ * the page. At the end cJSON parses the text outside items (the page with
+ * `"items":[]`) for kind, metadata.resourceVersion, metadata.continue and
+ * metadata.remainingItemCount, wherever they appear (before or after
+ * items). JSON is cJSON's grammar (which also takes leading zeros and a
+ * bare trailing '.' in numbers, as on the watch path), except that a raw
+ * control character in a string and a \u escape without four hex digits
+ * are refused (RFC 8259; cJSON reads the latter as U+0000); UTF-8 is not
  * checked.
  *
  * Why not cJSON on the whole page (measured 2026-11-28, cJSON 1.7.15, glibc malloc): its tree
@@ -157,13 +161,13 @@ bool mesh_k8s_watch_status_is_expired(const struct mesh_k8s_watch_status *st);
  * memory in all at 4,096 pods (~4 MiB used without the page). Pages small enough to fit (~50
  * real Pods) would be 82 LISTs per sidecar at 4,096 pods instead of 9, from every pod of the
  * job, and the unpaginated LIST after expired continue tokens (client-go's FullListIfExpired)
- * would be one tree of the whole list (~165 MB at 4,096 real Pods). Here one item is in
- * memory at a time. */
+ * would be one tree of the whole list (~165 MB at 4,096 real Pods). Here one item's tree
+ * exists at a time. */
 
-#define MESH_K8S_LIST_DEPTH_MAX 512   /* containers open at once, whole document */
-#define MESH_K8S_LIST_KIND_MAX 64     /* "PodList" */
-#define MESH_K8S_LIST_CONT_MAX 4096   /* bytes of metadata.continue as sent */
-#define MESH_K8S_LIST_KEY_CAPTURE 128 /* member names compared (longer ones are not ours) */
+#define MESH_K8S_LIST_DEPTH_MAX 512                  /* containers open at once, whole document */
+#define MESH_K8S_LIST_KIND_MAX 64                    /* "PodList" */
+#define MESH_K8S_LIST_CONT_MAX 4096                  /* bytes of metadata.continue */
+#define MESH_K8S_LIST_OUTSIDE_MAX ((size_t)64 << 10) /* the page without its items */
 
 /* What a list page says about itself. */
 struct mesh_k8s_list_meta {
@@ -183,35 +187,27 @@ struct mesh_k8s_list_meta {
  * -MESH_E_* to stop (that code is returned by feed). */
 typedef int (*mesh_k8s_list_item_fn)(void *ctx, const char *item, size_t len, struct mesh_err *err);
 
-/* Scanner state; the fields are private to k8s_watch.c. */
+/* Splitter state; the fields are private to k8s_watch.c. */
 struct mesh_k8s_list_scanner {
     mesh_k8s_list_item_fn fn;
     void *ctx;
     size_t max_item, max_total;
-    size_t off; /* bytes fed so far (absolute offset of the next chunk) */
-    int state;  /* what the next byte may be */
-    int depth;  /* containers open */
-    unsigned char stack[MESH_K8S_LIST_DEPTH_MAX / 8]; /* bit set = array */
-    const char *lit;                                  /* literal being matched ("true"...) */
-    int lit_pos, hex_left;
-    unsigned hex_val; /* value of the \u escape being read */
-    bool low_pending; /* a high surrogate was read: its low half must follow */
-    bool str_is_key;
-    int member; /* member of the value being read: top-level in the low byte,
-                   metadata.* in the next */
-    bool in_meta, in_items;
-    unsigned seen; /* members already seen (duplicates are errors) */
-    /* item being collected */
-    bool item_on;
-    size_t item_start_abs; /* absolute offset of its first byte */
-    struct mesh_buf item;  /* owned: bytes of an item spanning chunks */
-    /* member name / value capture */
-    bool cap_key, cap_val;
-    size_t key_len, val_len;
-    bool key_long, val_long;
-    char key[MESH_K8S_LIST_KEY_CAPTURE];
-    char val[MESH_K8S_LIST_CONT_MAX + 2];
-    struct mesh_k8s_list_meta meta; /* filled as found; moved out by finish */
+    size_t off;        /* bytes fed so far (absolute offset of the next chunk) */
+    int state;         /* what the next byte is */
+    int depth;         /* containers open */
+    bool in_str;       /* inside a string */
+    unsigned char esc; /* 1 after a backslash, 2-5 in the hex digits of \u */
+    bool key_next;     /* the next string of the list object is a member name */
+    bool scalar;       /* the item is a number or a literal */
+    bool items_seen;
+    size_t doc_start_abs, item_start_abs; /* absolute offsets of the '{' and the item */
+    size_t items_at;                      /* outside.len just after items' '[' */
+    size_t items_end_abs;                 /* absolute offset of items' ']' */
+    size_t key_at;                  /* outside.len just after the quote of a member name, or 0 */
+    struct mesh_buf item;           /* owned: bytes of an item spanning chunks */
+    struct mesh_buf outside;        /* owned: the page without the elements of items */
+    struct mesh_json_arena arena;   /* owned: the tree of the item being checked */
+    struct mesh_k8s_list_meta meta; /* filled by finish; moved out on success */
 };
 
 /* Start scanning a new document. max_item bounds one element of items (0 =
@@ -225,20 +221,22 @@ void mesh_k8s_list_scanner_cleanup(struct mesh_k8s_list_scanner *s);
 
 /* Feed the next len bytes (any split: 1 byte, many items, half an item).
  * Calls fn for every item completed by this block. Returns 0; fn's code;
- * -MESH_E_TOOBIG when an item exceeds max_item or the page max_total;
- * -MESH_E_PARSE for input that is not a list object, naming the byte
- * offset, what was expected and what came (e.g. "list response: byte
- * 1234: expected ',' or '}' after an object member, found 'x'"), also for
- * items / metadata of the wrong type, a duplicate kind / metadata / items /
- * metadata.* member, nesting deeper than MESH_K8S_LIST_DEPTH_MAX, or a
- * resourceVersion / kind / continue too long. After an error the
- * scanner only accepts cleanup. data borrowed. */
+ * -MESH_E_TOOBIG when an item exceeds max_item, the text outside items
+ * MESH_K8S_LIST_OUTSIDE_MAX or the page max_total; -MESH_E_PARSE naming the byte offset for an item
+ * cJSON refuses ("list response: byte 1290: item 3 (from byte 1234) is not
+ * valid JSON"), bytes that cannot be split ("list response: byte 1234:
+ * expected ',' or ']' after an array element, found 'x'"), an "items" that
+ * is not an array or comes twice, a raw control character in a string, or
+ * nesting deeper than MESH_K8S_LIST_DEPTH_MAX. After an error the scanner
+ * only accepts cleanup. data borrowed. */
 int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data, size_t len,
                                struct mesh_err *err);
 /* End of the body: checks the document is complete (else -MESH_E_PARSE
- * "truncated at byte N: expected ..."), has an "items" array, a
- * "metadata" object with a non-empty resourceVersion, and that kind, when
- * present, ends in "List" (a Status is not a list). On success *out_meta
+ * "truncated at byte N (...)"), that cJSON parses the text outside items
+ * (else the byte offset where it stops), an "items" array, a "metadata"
+ * object with a non-empty resourceVersion, no duplicate kind / metadata /
+ * metadata.* member, kind / resourceVersion / continue strings that fit,
+ * and that kind, when present, ends in "List" (a Status is not a list). On success *out_meta
  * is filled and owns the continue token (mesh_k8s_list_meta_cleanup). */
 int mesh_k8s_list_scanner_finish(struct mesh_k8s_list_scanner *s,
                                  struct mesh_k8s_list_meta *out_meta, struct mesh_err *err);

@@ -676,7 +676,7 @@ static void set_last_error(struct mesh_k8s_client *c, const char *label)
     snprintf(c->last_error, sizeof(c->last_error), "%s", label);
 }
 
-/* The class of a parse-level failure code (scanner, framer, decoders). */
+/* The class of a parse-level failure code (list splitter, framer, decoders). */
 static const char *parse_class(int rc)
 {
     return rc == -MESH_E_TOOBIG ? "oversized" : (rc == -MESH_E_PARSE ? "malformed" : "");
@@ -692,7 +692,7 @@ struct xfer {
     int64_t last_byte_ms;
     int64_t now_us; /* CLOCK_MONOTONIC us of the latest block of body bytes */
     long retry_after;
-    /* list only: a 2xx body goes through the scanner, item by item */
+    /* list only: a 2xx body goes through the splitter, item by item */
     struct mesh_k8s_list_scanner *scanner;
     /* watch only */
     bool watch;
@@ -1226,7 +1226,7 @@ int mesh_k8s_client_list(struct mesh_k8s_client *c, const struct mesh_k8s_query 
     }
     mesh_autofree char *url = make_url(c, q, NULL, mesh_buf_str(&p));
     mesh_buf_cleanup(&p);
-    /* The page streams through the scanner (curl has already undone any
+    /* The page streams through the splitter (curl has already undone any
      * gzip): one item is in memory at a time, never the page. */
     struct mesh_k8s_list_scanner sc;
     mesh_k8s_list_scanner_init(&sc, max_item_bytes, max_bytes, fn, ctx);

@@ -1,13 +1,13 @@
 /*
- * fuzz_k8s_list.c - the streaming list scanner never crashes, never holds
+ * fuzz_k8s_list.c - the list splitter never crashes, never holds
  * more than one item, gives the same result for every chunking of the same
  * bytes, and agrees with cJSON:
- *   - when the scanner accepts a page, cJSON parses the same bytes, and its
+ *   - when the splitter accepts a page, cJSON parses the same bytes, and its
  *     "items" elements, metadata.resourceVersion / continue and kind are
- *     exactly what the scanner handed out;
+ *     exactly what the splitter handed out;
  *   - when cJSON parses the bytes as an object, its compact re-print (valid
- *     JSON by construction) is accepted by the scanner, unless it lacks what
- *     a list needs or has a duplicate member the scanner rejects on purpose;
+ *     JSON by construction) is accepted by the splitter, unless it lacks what
+ *     a list needs or has a duplicate member the splitter rejects on purpose;
  *   - cutting metadata.managedFields out of an item's text gives the tree
  *     cJSON gives once that member is deleted from the parsed item.
  * Any disagreement aborts.
@@ -94,7 +94,7 @@ static int on_item(void *ctx, const char *item, size_t len, struct mesh_err *err
     }
     cJSON *j = cJSON_ParseWithLength(item, len);
     if (j == NULL) {
-        abort(); /* the scanner handed out bytes that are not one JSON value */
+        abort(); /* the splitter handed out bytes that are not one JSON value */
     }
     check_strip(item, len, j);
     cJSON_AddItemToArray(r->items, j);

@@ -193,8 +193,8 @@ def t_malformed(name):
     Case.malformed_lists = 1
     d = driver()
     good = d.wait_synced()
-    check(name + ": a malformed page names the byte and what was expected, then the retry syncs",
-          good and d.wait_log("expected ',' or '}' after an object member, found '\"'") and
+    check(name + ": a malformed page names the byte and the item, then the retry syncs",
+          good and d.wait_log("is not valid JSON") and
           d.wait_log("list response: byte "), d.stderr_tail())
     d.stop()
     check(name + ": counted as API error 'malformed'",

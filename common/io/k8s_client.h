@@ -137,7 +137,7 @@ int mesh_k8s_client_get(struct mesh_k8s_client *c, const struct mesh_k8s_query *
                         cJSON **out_obj, struct mesh_err *err);
 
 /* POST body (a JSON object, borrowed) to path under the server's base URL
- * ("/apis/authorization.k8s.io/v1/subjectaccessreviews") to create an
+ * ("/api/v1/namespaces/NS/pods?dryRun=All", tpumesh-injector --check-namespace) to create an
  * object. *out_obj = the owned reply (cJSON_Delete) on 200/201. Errors as
  * above (403 says what was refused). */
 int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const char *body,

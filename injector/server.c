@@ -23,14 +23,15 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/buf.h"
 #include "core/json.h"
 #include "core/mem.h"
+#include "core/prom.h"
 #include "injector.h"
 #include "io/httpd.h"
 #include "io/log.h"
+#include "io/sys.h"
 
 #define MOD "server"
 /* Request body bytes reserved over all admission connections, and the share
@@ -63,19 +64,12 @@ struct mesh_injector_server {
     atomic_uint_fast64_t lat_count, lat_bucket[NBUCKETS], lat_sum_us;
 };
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* ---- POST /mutate ------------------------------------------------------------- */
 
 static void observe(struct mesh_injector_server *srv, enum outcome o, int64_t start_us)
 {
     atomic_fetch_add(&srv->reviews[o], 1);
-    int64_t us = mono_us() - start_us;
+    int64_t us = mesh_sys_now_us() - start_us;
     double secs = (double)us / 1e6;
     atomic_fetch_add(&srv->lat_count, 1);
     atomic_fetch_add(&srv->lat_sum_us, (uint_fast64_t)(us > 0 ? us : 0));
@@ -149,7 +143,7 @@ static void mutate(void *arg, const char *path, const char *body, size_t len,
 {
     (void)path;
     struct mesh_injector_server *srv = arg;
-    int64_t start = mono_us();
+    int64_t start = mesh_sys_now_us();
     observe(srv, review(srv, body, len, r), start);
 }
 
@@ -180,54 +174,38 @@ static char *metrics_text(struct mesh_injector_server *srv)
     mesh_httpd_get_stats(srv->probes, &hs);
     struct mesh_buf b;
     mesh_buf_init(&b, 1 << 20);
-    mesh_buf_puts(&b,
-                  "# HELP tpumesh_injector_reviews_total AdmissionReviews answered, by outcome.\n"
-                  "# TYPE tpumesh_injector_reviews_total counter\n",
-                  NULL);
+    mesh_prom_family(&b, "tpumesh_injector_reviews_total", "counter",
+                     "AdmissionReviews answered, by outcome.");
     for (int i = 0; i < OUT__N; i++) {
-        mesh_buf_printf(&b, NULL, "tpumesh_injector_reviews_total{outcome=\"%s\"} %llu\n",
-                        outcome_names[i], ld(&srv->reviews[i]));
+        mesh_prom_u64(&b, "tpumesh_injector_reviews_total", "outcome", outcome_names[i],
+                      ld(&srv->reviews[i]));
     }
-    mesh_buf_printf(
-        &b, NULL,
-        "# HELP tpumesh_injector_request_too_large_total Requests refused with 413 before "
-        "their body was read.\n"
-        "# TYPE tpumesh_injector_request_too_large_total counter\n"
-        "tpumesh_injector_request_too_large_total %llu\n"
-        "# HELP tpumesh_injector_requests_refused_total Requests refused before a review was "
-        "parsed, by reason: no Content-Length or a pre-scan cap passed (400/411), request "
-        "bodies at their memory limit (503).\n"
-        "# TYPE tpumesh_injector_requests_refused_total counter\n"
-        "tpumesh_injector_requests_refused_total{reason=\"limits\"} %llu\n"
-        "tpumesh_injector_requests_refused_total{reason=\"busy\"} %llu\n"
-        "# HELP tpumesh_injector_cert_reloads_total Serving certificate reloads.\n"
-        "# TYPE tpumesh_injector_cert_reloads_total counter\n"
-        "tpumesh_injector_cert_reloads_total %llu\n"
-        "# HELP tpumesh_injector_cert_reload_failures_total Changed certificate "
-        "files that were not a valid pair (the previous pair stays).\n"
-        "# TYPE tpumesh_injector_cert_reload_failures_total counter\n"
-        "tpumesh_injector_cert_reload_failures_total %llu\n"
-        "# HELP tpumesh_injector_review_seconds Time from request body to answer.\n"
-        "# TYPE tpumesh_injector_review_seconds histogram\n",
-        (unsigned long long)as.post_too_large, (unsigned long long)as.post_refused,
-        (unsigned long long)as.post_busy, (unsigned long long)as.tls_reloads,
-        (unsigned long long)as.tls_reload_failures);
+    mesh_prom_counter(&b, "tpumesh_injector_request_too_large_total",
+                      "Requests refused with 413 before their body was read.", as.post_too_large);
+    mesh_prom_family(&b, "tpumesh_injector_requests_refused_total", "counter",
+                     "Requests refused before a review was parsed, by reason: no Content-Length "
+                     "or a pre-scan cap passed (400/411), request bodies at their memory limit "
+                     "(503).");
+    mesh_prom_u64(&b, "tpumesh_injector_requests_refused_total", "reason", "limits",
+                  as.post_refused);
+    mesh_prom_u64(&b, "tpumesh_injector_requests_refused_total", "reason", "busy", as.post_busy);
+    mesh_prom_counter(&b, "tpumesh_injector_cert_reloads_total", "Serving certificate reloads.",
+                      as.tls_reloads);
+    mesh_prom_counter(&b, "tpumesh_injector_cert_reload_failures_total",
+                      "Changed certificate files that were not a valid pair (the previous pair "
+                      "stays).",
+                      as.tls_reload_failures);
+    uint64_t cum[NBUCKETS];
     for (size_t i = 0; i < NBUCKETS; i++) {
-        mesh_buf_printf(&b, NULL, "tpumesh_injector_review_seconds_bucket{le=\"%g\"} %llu\n",
-                        buckets[i], ld(&srv->lat_bucket[i]));
+        cum[i] = ld(&srv->lat_bucket[i]);
     }
-    mesh_buf_printf(&b, NULL,
-                    "tpumesh_injector_review_seconds_bucket{le=\"+Inf\"} %llu\n"
-                    "tpumesh_injector_review_seconds_sum %.6f\n"
-                    "tpumesh_injector_review_seconds_count %llu\n",
-                    ld(&srv->lat_count), (double)ld(&srv->lat_sum_us) / 1e6, ld(&srv->lat_count));
+    mesh_prom_histogram(&b, "tpumesh_injector_review_seconds", "Time from request body to answer.",
+                        buckets, cum, NBUCKETS, (double)ld(&srv->lat_sum_us) / 1e6,
+                        ld(&srv->lat_count));
     static const char *const servers[] = {"admission", "probe"};
     const struct mesh_httpd_stats *st[] = {&as, &hs};
-    mesh_buf_puts(&b,
-                  "# HELP tpumesh_injector_connections_total Connections to the admission and "
-                  "probe servers, by what became of them.\n"
-                  "# TYPE tpumesh_injector_connections_total counter\n",
-                  NULL);
+    mesh_prom_family(&b, "tpumesh_injector_connections_total", "counter",
+                     "Connections to the admission and probe servers, by what became of them.");
     for (int i = 0; i < 2; i++) {
         mesh_buf_printf(
             &b, NULL,
@@ -256,7 +234,7 @@ static void probe(void *arg, const char *path, struct mesh_httpd_resp *r)
         strcmp(path, "/readyz") == 0) {
         struct mesh_httpd_stats as;
         mesh_httpd_get_stats(srv->admission, &as);
-        int64_t idle = mono_us() / 1000 - as.tick_ms;
+        int64_t idle = mesh_sys_now_us() / 1000 - as.tick_ms;
         if (idle > 30000) {
             r->status = 503;
             r->text = mesh_asprintf("stuck: the admission thread has not run for %llds\n",

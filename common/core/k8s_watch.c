@@ -299,8 +299,7 @@ void mesh_k8s_watch_event_cleanup(struct mesh_k8s_watch_event *ev)
 enum {
     LS_TOP,         /* before the document: '{' */
     LS_OUT,         /* in the list object outside "items": copied to s->outside */
-    LS_ITEMS_COLON, /* after the member name "items": ':' */
-    LS_ITEMS_OPEN,  /* after "items": '[' */
+    LS_ITEMS_OPEN,  /* after the member name "items": ':' and '[' */
     LS_ITEMS_FIRST, /* after items' '[': an item or ']' */
     LS_ITEMS_NEXT,  /* after an item: ',' or ']' */
     LS_ITEMS_VALUE, /* after ',' in items: an item */
@@ -311,29 +310,17 @@ enum {
 
 static const char *ls_expected(const struct mesh_k8s_list_scanner *s)
 {
-    if (s->in_str) {
-        return "the rest of a string and its closing '\"'";
-    }
-    switch (s->state) {
-    case LS_OUT:
-        return "the rest of the list object";
-    case LS_ITEM:
-        return "the rest of an element of items";
-    case LS_ITEMS_OPEN:
-        return "'[' (items is an array)";
-    case LS_TOP:
-        return "'{' (a list response is a JSON object)";
-    case LS_ITEMS_COLON:
-        return "':' after a member name";
-    case LS_ITEMS_FIRST:
-        return "a JSON value or ']'";
-    case LS_ITEMS_NEXT:
-        return "',' or ']' after an array element";
-    case LS_ITEMS_VALUE:
-        return "a JSON value";
-    default: /* LS_DONE */
-        return "nothing after the list object";
-    }
+    static const char *const what[] = {
+        [LS_TOP] = "'{' (a list response is a JSON object)",
+        [LS_OUT] = "the rest of the list object",
+        [LS_ITEMS_OPEN] = "':' and '[' (items is an array)",
+        [LS_ITEMS_FIRST] = "a JSON value or ']'",
+        [LS_ITEMS_NEXT] = "',' or ']' after an array element",
+        [LS_ITEMS_VALUE] = "a JSON value",
+        [LS_ITEM] = "the rest of an element of items",
+        [LS_DONE] = "nothing after the list object",
+    };
+    return s->in_str ? "the rest of a string and its closing '\"'" : what[s->state];
 }
 
 static int ls_fail_msg(struct mesh_k8s_list_scanner *s, int code, size_t at, const char *what,
@@ -347,12 +334,10 @@ static int ls_fail_msg(struct mesh_k8s_list_scanner *s, int code, size_t at, con
 static int ls_fail(struct mesh_k8s_list_scanner *s, size_t at, unsigned char c,
                    struct mesh_err *err)
 {
-    char msg[96];
-    if (c >= 0x20 && c < 0x7f) {
-        snprintf(msg, sizeof(msg), "expected %s, found '%c'", ls_expected(s), c);
-    } else {
-        snprintf(msg, sizeof(msg), "expected %s, found byte 0x%02x", ls_expected(s), c);
-    }
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             c >= 0x20 && c < 0x7f ? "expected %s, found '%c'" : "expected %s, found byte 0x%02x",
+             ls_expected(s), c);
     return ls_fail_msg(s, MESH_E_PARSE, at, msg, err);
 }
 
@@ -388,7 +373,7 @@ static bool is_ws(unsigned char c)
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-/* Copy n bytes to the text outside items, within the bound of one item. */
+/* Copy n bytes to the text outside items, within its bound. */
 static int ls_out(struct mesh_k8s_list_scanner *s, const char *p, size_t n, struct mesh_err *err)
 {
     if (mesh_buf_append(&s->outside, p, n, NULL) == 0) {
@@ -550,7 +535,7 @@ static int ls_outside_string(struct mesh_k8s_list_scanner *s, const char *data, 
     if (s->items_seen) {
         return ls_fail_msg(s, MESH_E_PARSE, s->off + i - 1, "duplicate \"items\" member", err);
     }
-    s->state = LS_ITEMS_COLON;
+    s->state = LS_ITEMS_OPEN;
     return 0;
 }
 
@@ -560,16 +545,13 @@ static int ls_around_items(struct mesh_k8s_list_scanner *s, const char *data, si
 {
     size_t at = s->off + i;
     if (is_ws(c)) {
-        return s->state <= LS_ITEMS_OPEN ? ls_out(s, data + i, 1, err) : 0;
+        return s->state == LS_ITEMS_OPEN ? ls_out(s, data + i, 1, err) : 0;
     }
     switch (s->state) {
-    case LS_ITEMS_COLON:
-        if (c != ':') {
-            return ls_fail(s, at, c, err);
-        }
-        s->state = LS_ITEMS_OPEN;
-        return ls_out(s, data + i, 1, err);
     case LS_ITEMS_OPEN: {
+        if (c == ':') { /* cJSON checks there is one, at the end */
+            return ls_out(s, data + i, 1, err);
+        }
         if (c != '[') {
             return ls_fail_msg(s, MESH_E_PARSE, at, "\"items\" is not an array", err);
         }
@@ -618,25 +600,15 @@ static int ls_in_item(struct mesh_k8s_list_scanner *s, const char *data, size_t 
         /* A number or literal ends before a delimiter, read again after it. */
         return is_ws(c) || strchr(",]}[{\":", c) != NULL ? ls_item_done(s, data, i, err) : 1;
     }
-    switch (c) {
-    case '"':
+    int rc = 0;
+    if (c == '"') {
         s->in_str = true;
-        return 1;
-    case '{':
-    case '[': {
-        int rc = ls_open(s, s->off + i, err);
-        return rc < 0 ? rc : 1;
+    } else if (c == '{' || c == '[') {
+        rc = ls_open(s, s->off + i, err);
+    } else if ((c == '}' || c == ']') && --s->depth == 2) {
+        rc = ls_item_done(s, data, i + 1, err);
     }
-    case '}':
-    case ']':
-        if (--s->depth == 2) {
-            int rc = ls_item_done(s, data, i + 1, err);
-            return rc < 0 ? rc : 1;
-        }
-        return 1;
-    default:
-        return 1;
-    }
+    return rc < 0 ? rc : 1;
 }
 
 int mesh_k8s_list_scanner_feed(struct mesh_k8s_list_scanner *s, const char *data, size_t len,

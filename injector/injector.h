@@ -38,11 +38,6 @@ void mesh_injector_opts_cleanup(struct mesh_injector_opts *o);
 /* Before the parse: the log format and level asked for (mesh_cliopts_log_setup). */
 void mesh_injector_log_setup(int argc, char **argv);
 
-/* Split "[HOST]:PORT" (":9443", "127.0.0.1:9443", "[::1]:9443") into iface
- * ("" = every interface) and port. -MESH_E_CONFIG naming flag. */
-int mesh_injector_parse_addr(const char *flag, const char *addr, char *iface, size_t cap,
-                             int *out_port, struct mesh_err *err);
-
 /* --check-namespace: create a labelled pod in o->check_ns as a dry run and
  * check that it comes back injected with cfg's containers and mounts.
  * Returns the exit code: 0 injected, 1 not (logged with what to check),

@@ -15,7 +15,6 @@
 #include "core/mem.h"
 #include "core/names.h"
 #include "io/cliopts.h"
-#include "io/httpd.h"
 #include "injector.h"
 
 #define OFF(f) offsetof(struct mesh_injector_opts, f)
@@ -108,10 +107,4 @@ void mesh_injector_opts_cleanup(struct mesh_injector_opts *o)
 void mesh_injector_log_setup(int argc, char **argv)
 {
     mesh_cliopts_log_setup(defs, NDEFS, argc, argv);
-}
-
-int mesh_injector_parse_addr(const char *flag, const char *addr, char *iface, size_t cap,
-                             int *out_port, struct mesh_err *err)
-{
-    return mesh_httpd_parse_addr(addr, flag, 9443, iface, cap, out_port, err);
 }

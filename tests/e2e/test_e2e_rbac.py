@@ -120,7 +120,7 @@ def main():
     if check("c: without list on pods /readyz names the verb and the resource", st,
              "\n".join(node.notes[-5:])):
         p, body, log = st
-        lines = [x for x in log.splitlines() if "list" in x and "pods" in x and ("403" in x or "orbid" in x or "not allowed" in x or "authoriz" in x)]
+        lines = [x for x in log.splitlines() if "list" in x and "pods" in x and ("403 Forbidden" in x or "orbid" in x or "not allowed" in x or "authoriz" in x)]
         check("c: ... and so does the sidecar's log", lines, log[-1500:])
         check("c: ... and the pod is not Ready", not any(c["type"] == "Ready" and c["status"] == "True"
                                                          for c in cp.admin.get("pods", p["metadata"]["name"], "rbac-c")

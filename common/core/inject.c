@@ -560,6 +560,16 @@ int mesh_inject_config_set_image(struct mesh_inject_config *c, const char *image
                             "--image must be an image reference (registry/repository:tag or "
                             "@sha256:...) without spaces");
     }
+    /* A digest the kubelet cannot resolve would fail every injected pod's
+     * pull (InvalidImageName): refuse it here, by name. */
+    const char *at = strchr(image, '@');
+    if (at != NULL && (strncmp(at + 1, "sha256:", 7) != 0 || strlen(at + 8) != 64 ||
+                       strspn(at + 8, "0123456789abcdef") != 64 || at == image)) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "--image '%.200s': a digest must be REPOSITORY@sha256: followed by 64 "
+                            "lowercase hex digits (as `crane digest` or the registry prints it)",
+                            image);
+    }
     set_string(c->init, "image", image);
     set_string(c->sidecar, "image", image);
     render_texts(c);

@@ -321,6 +321,25 @@ static void test_patch_shape(void **state)
     mesh_inject_review_cleanup(&rv);
     assert_int_equal(mesh_inject_config_set_image(&cfg, "bad image", NULL), -MESH_E_CONFIG);
     assert_int_equal(mesh_inject_config_set_image(&cfg, "", NULL), -MESH_E_CONFIG);
+    /* Digests: sha256 and 64 lowercase hex digits, else refused by name. */
+    struct mesh_err e = {0};
+    assert_int_equal(mesh_inject_config_set_image(&cfg, "reg/x@sha256:abc", &e), -MESH_E_CONFIG);
+    assert_non_null(strstr(e.msg, "64 lowercase hex digits"));
+    assert_int_equal(mesh_inject_config_set_image(&cfg, "reg/x@md5:0123", NULL), -MESH_E_CONFIG);
+    assert_int_equal(
+        mesh_inject_config_set_image(
+            &cfg, "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", NULL),
+        -MESH_E_CONFIG);
+    assert_int_equal(
+        mesh_inject_config_set_image(
+            &cfg, "reg/x@sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
+            NULL),
+        -MESH_E_CONFIG);
+    assert_int_equal(
+        mesh_inject_config_set_image(
+            &cfg, "reg/x@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            NULL),
+        0);
     mesh_inject_config_cleanup(&cfg);
 }
 

@@ -111,6 +111,11 @@ static int derive_selector(struct mesh_sidecar *ctx, const cJSON *pod, struct me
         return 0;
     }
     const struct mesh_k8s_pod *s = &ctx->self;
+    /* Own labels: the JobSet's or Job's name label (not the legacy job-name
+     * alone, which the selector does not name), or a StatefulSet's. */
+    ctx->selector_own = s->jobset_name[0] != '\0' || strcmp(s->owner_kind, "StatefulSet") == 0 ||
+                        cJSON_GetObjectItemCaseSensitive(mesh_json_path(pod, "metadata.labels"),
+                                                         MESH_K8S_KEY_JOB_NAME) != NULL;
     if (s->jobset_name[0] != '\0') {
         snprintf(ctx->selector, sizeof(ctx->selector), "%s=%s", MESH_K8S_KEY_JOBSET_NAME,
                  s->jobset_name);
@@ -235,8 +240,14 @@ static int count_item(void *arg, const char *item, size_t len, struct mesh_err *
 int mesh_sidecar_check_selector(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,
                                 volatile int *stop, struct mesh_err *err)
 {
-    /* The API evaluates the selector, exactly as the watch will: LIST with
-     * the selector and this pod's name as a field selector. */
+    /* A selector made of this pod's own labels (key=value pairs of safe
+     * characters) selects it by construction: no LIST, one less per
+     * sidecar per start and one step off a late relay's way to serving.
+     * Any other is asked of the API, which evaluates it exactly as the
+     * watch will: LIST with this pod's name as a field selector. */
+    if (ctx->selector_own) {
+        return 0;
+    }
     char field[MESH_POD_MAX + 32];
     snprintf(field, sizeof(field), "metadata.name=%s", ctx->pod_name);
     struct mesh_k8s_query q = {

@@ -161,8 +161,9 @@ struct mesh_sidecar {
     char pod_name[MESH_POD_MAX];
     struct mesh_k8s_pod self;                 /* own pod's record */
     char selector[MESH_SIDECAR_SELECTOR_MAX]; /* label selector used for peers */
-    char owner_filter[MESH_K8S_LABEL_MAX];    /* StatefulSet name pods must be owned by, or "" */
-    struct mesh_sidecar_job job;              /* the own job's controller (jobid.c) */
+    bool selector_own; /* made of labels this pod carries: it selects this pod */
+    char owner_filter[MESH_K8S_LABEL_MAX]; /* StatefulSet name pods must be owned by, or "" */
+    struct mesh_sidecar_job job;           /* the own job's controller (jobid.c) */
     bool index_labeled; /* the own index is a label (Kubernetes >= 1.28), not only an annotation */
     bool have_slice;
     struct mesh_slice slice;
@@ -284,7 +285,8 @@ int mesh_sidecar_identify(struct mesh_sidecar *ctx, struct mesh_k8s_client *clie
 int mesh_sidecar_load_state(struct mesh_sidecar *ctx, struct mesh_err *err);
 
 /* The peer selector must be valid for the API and select this pod (one
- * LIST with a metadata.name field selector). 0, or -MESH_E_CONFIG (exit 2)
+ * LIST with a metadata.name field selector; none when it is made of this
+ * pod's own labels, selector_own). 0, or -MESH_E_CONFIG (exit 2)
  * with the API's message for a 400 or naming the selector when it does not
  * select this pod; other failures are retried until *stop (-MESH_E_IO). */
 int mesh_sidecar_check_selector(struct mesh_sidecar *ctx, struct mesh_k8s_client *client,

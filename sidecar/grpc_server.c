@@ -99,6 +99,7 @@ struct call {
     bool md_sent;   /* initial metadata sent */
     bool listed;    /* on the stream list */
     bool pods_view;
+    bool held; /* VIEW_PODS admitted before this relay had its pods: judged when synced */
     bool sending;
     int64_t send_since, last_msg;
     int health_last;
@@ -476,6 +477,9 @@ static bool pods_message(struct call *c, const struct podset *old, const struct 
 /* How long a Get waits for the owner to build the topology it published. */
 #define GET_WAIT_MS 5000
 
+static bool peer_in_job(const struct podset *p, const char *ip);
+static void refuse_peer(struct call *c, bool in_job);
+
 static void pump_one(struct call *c, struct blob *topo, bool stale, struct podset *pods,
                      int64_t age_ms, int64_t now)
 {
@@ -523,6 +527,13 @@ static void pump_one(struct call *c, struct blob *topo, bool stale, struct podse
     }
     if (pods == NULL) {
         return;
+    }
+    if (c->held && pods->synced) { /* before, its messages carry no record */
+        c->held = false;
+        if (!peer_in_job(pods, c->peer)) {
+            refuse_peer(c, false);
+            return;
+        }
     }
     bool hb = !c->md_sent || now - c->last_msg >= s->o.heartbeat_ms;
     if (c->pods_sent != NULL && c->pods_sent->version == pods->version && !hb) {
@@ -598,15 +609,14 @@ static bool peer_ip(grpc_call *call, char *out, size_t cap)
 }
 
 /* A relay serves only its own job: a VIEW_PODS peer must connect from the
- * IP of a pod in the set it serves (pods outside the job never are: the
+ * IP of a pod in the set it serves, p (pods outside the job never are: the
  * set holds what the job's selector and controller select), or from this
- * pod itself (loopback). Server thread, s->mu held. */
-static bool peer_in_job(const struct mesh_grpc_server *s, const char *ip)
+ * pod itself (loopback). */
+static bool peer_in_job(const struct podset *p, const char *ip)
 {
     if (strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0) {
         return true;
     }
-    const struct podset *p = s->pods;
     for (size_t i = 0; p != NULL && i < p->n; i++) {
         if (strcmp(mesh_k8s_pod_rec_ip(p->recs[i]), ip) == 0) {
             return true;
@@ -628,8 +638,37 @@ static int streams_from(const struct mesh_grpc_server *s, const char *ip)
     return n;
 }
 
+/* Refuse a VIEW_PODS stream whose peer is not of this job (in_job false)
+ * or has too many streams open: one log line per burst from one address. */
+static void refuse_peer(struct call *c, bool in_job)
+{
+    struct mesh_grpc_server *s = c->s;
+    pthread_mutex_lock(&s->mu);
+    uint64_t nrefused = ++s->st.refused;
+    pthread_mutex_unlock(&s->mu);
+    bool say = strcmp(s->refused_peer, c->peer) != 0 || nrefused % 64 == 0;
+    snprintf(s->refused_peer, sizeof(s->refused_peer), "%s", c->peer);
+    if (!in_job) {
+        if (say) {
+            mesh_warn(MOD, "refusing a relay stream from %s (%s): not the IP of a pod of this job",
+                      c->peer, c->subscriber);
+        }
+        finish(c, GRPC_STATUS_PERMISSION_DENIED,
+               "this relay serves only pods of its own job (by pod IP)");
+        return;
+    }
+    if (say) {
+        mesh_warn(MOD, "refusing a relay stream from %s (%s): %d streams from that address",
+                  c->peer, c->subscriber, PODS_PER_PEER_MAX);
+    }
+    finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "too many relay streams from this address");
+}
+
 /* Admission of a VIEW_PODS stream by its peer address: true, or the call
- * was finished with the reason. */
+ * was finished with the reason. Before this relay has all its pods (it is
+ * starting), the stream is held (its heartbeats carry no record) and its
+ * address judged when the set is synced (pump_one): a subscriber that connects early is served
+ * the moment the relay can, instead of being refused and trying again. */
 static bool admit_peer(struct call *c)
 {
     struct mesh_grpc_server *s = c->s;
@@ -638,33 +677,12 @@ static bool admit_peer(struct call *c)
         return false;
     }
     pthread_mutex_lock(&s->mu);
-    bool in_job = peer_in_job(s, c->peer);
+    c->held = s->pods == NULL || !s->pods->synced;
+    bool in_job = c->held || peer_in_job(s->pods, c->peer);
     bool over = in_job && streams_from(s, c->peer) >= PODS_PER_PEER_MAX;
-    if (!in_job || over) {
-        s->st.refused++;
-    }
-    uint64_t nrefused = s->st.refused;
     pthread_mutex_unlock(&s->mu);
-    /* One line per burst from one address, not one per stream. */
-    bool say = strcmp(s->refused_peer, c->peer) != 0 || nrefused % 64 == 0;
     if (!in_job || over) {
-        snprintf(s->refused_peer, sizeof(s->refused_peer), "%s", c->peer);
-    }
-    if (!in_job) {
-        if (say) {
-            mesh_warn(MOD, "refusing a relay stream from %s (%s): not the IP of a pod of this job",
-                      c->peer, c->subscriber);
-        }
-        finish(c, GRPC_STATUS_PERMISSION_DENIED,
-               "this relay serves only pods of its own job (by pod IP)");
-        return false;
-    }
-    if (over) {
-        if (say) {
-            mesh_warn(MOD, "refusing a relay stream from %s (%s): %d streams from that address",
-                      c->peer, c->subscriber, PODS_PER_PEER_MAX);
-        }
-        finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "too many relay streams from this address");
+        refuse_peer(c, in_job);
         return false;
     }
     return true;

@@ -269,6 +269,32 @@ def run(sim, tmp, tok, cars, evils, socks):
     check("32 MiB message: the published workers are the API's",
           [w["pod"] for w in t["workers"]] == ["big-0-aaaaa", "big-1-aaaaa"], t)
 
+    # 6. A relay that is starting (it has no pods yet: its own relay is Pending) holds the streams
+    # that come early and judges their addresses when its pods come: a pod of the job is served
+    # without being refused first, a stranger is refused then. Rank 1 of a 4-pod job, fan-out 2.
+    anno6 = {"tpumesh.dev/expected-workers": "4"}
+    c.make(name="ho-0-aaaaa", job="ho", index=0, ip="", annotations=anno6)
+    for i in (1, 2, 3):
+        c.make(name="ho-%d-aaaaa" % i, job="ho", index=i, ip="127.64.8.%d" % (i + 1), annotations=anno6)
+    h1 = car("ho1", "ho-1-aaaaa", "127.64.8.2", extra=["--relay-fanout", "16"])  # room for 5
+    check("starting relay: waits for its own relay (no pods yet)",
+          wait(lambda: h1.log_count("is not running with an IP yet") >= 1, 15), h1.lines[-4:])
+    hsel = "batch.kubernetes.io/job-name=ho"
+    socks.append(raw_subscribers("127.64.8.4", "127.64.8.2", port, 2, hsel))  # rank 3's address
+    socks.append(raw_subscribers("127.64.9.8", "127.64.8.2", port, 3, hsel))  # nobody's
+    check("starting relay: early streams are held, none refused",
+          wait(lambda: h1.metric("tpumesh_grpc_relay_subscribers") == 5, 10)
+          and (h1.metric("tpumesh_grpc_streams_refused_total") or 0) == 0,
+          (h1.metric("tpumesh_grpc_relay_subscribers"), h1.metric("tpumesh_grpc_streams_refused_total")))
+    c.set_ip(name="ho-0-aaaaa", ip="127.64.8.1")
+    car("ho0", "ho-0-aaaaa", "127.64.8.1")
+    check("starting relay: with its pods, the stranger's 3 streams are refused, the job pod's 2 served",
+          wait(lambda: h1.readyz()[0] == 200 and h1.metric("tpumesh_grpc_streams_refused_total") == 3
+               and h1.metric("tpumesh_grpc_relay_subscribers") == 2, 20)
+          and h1.log_count("refusing a relay stream from 127.64.9.8") >= 1,
+          (h1.readyz(), h1.metric("tpumesh_grpc_streams_refused_total"),
+           h1.metric("tpumesh_grpc_relay_subscribers")))
+
     # 5. A JobSet of 2 slices x 2 hosts: each slice is its own Job, so a relay in the other slice
     # is of the same job through its Job's owner (one GET); a pod at rank 0 whose Job belongs to
     # another JobSet is refused.

@@ -272,60 +272,59 @@ static bool next_field(struct scan *sc, uint32_t *num, int *type, const uint8_t 
     }
 }
 
-static int scan_pod(const uint8_t *b, size_t n, size_t *fields, size_t max_fields,
-                    struct mesh_err *err)
+/* One walk over a WatchResponse and the messages nested in it (the levels),
+ * with the counts the limits apply to across the whole message. */
+enum level { RESPONSE, DELTA, POD };
+static const char *const level_name[] = {"WatchResponse", "PodDelta", "pod record"};
+
+struct tally {
+    const uint8_t *start; /* the message, for byte offsets */
+    size_t records, max_records, fields, max_fields;
+};
+
+static int scan(struct tally *t, enum level lv, const uint8_t *b, size_t n, struct mesh_err *err)
 {
-    if (n > MESH_TOPO_MSG_POD_WIRE_MAX) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0, "a pod record of %zu bytes (limit %d)", n,
-                            MESH_TOPO_MSG_POD_WIRE_MAX);
-    }
     struct scan sc = {b, b + n};
     size_t here = 0;
-    while (sc.p < sc.end) {
+    int rc = 0;
+    while (rc == 0 && sc.p < sc.end) {
         uint32_t num;
         int type;
         const uint8_t *body;
         size_t blen;
         if (!next_field(&sc, &num, &type, &body, &blen)) {
-            return mesh_err_set(err, MESH_E_PARSE, 0, "a malformed pod record");
+            return mesh_err_set(err, MESH_E_PARSE, 0, "a malformed %s (at byte %zu)",
+                                level_name[lv], (size_t)(sc.p - t->start));
         }
-        if (++here > MESH_TOPO_MSG_POD_FIELDS_MAX || ++*fields > max_fields) {
-            return mesh_err_set(err, MESH_E_TOOBIG, 0, "a pod record with too many fields");
+        if (++t->fields > t->max_fields) {
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu fields", t->max_fields);
         }
-    }
-    return 0;
-}
-
-static int scan_delta(const uint8_t *b, size_t n, size_t *records, size_t max_records,
-                      size_t *fields, size_t max_fields, struct mesh_err *err)
-{
-    struct scan sc = {b, b + n};
-    while (sc.p < sc.end) {
-        uint32_t num;
-        int type;
-        const uint8_t *body;
-        size_t blen;
-        if (!next_field(&sc, &num, &type, &body, &blen)) {
-            return mesh_err_set(err, MESH_E_PARSE, 0, "a malformed PodDelta");
+        if (lv == POD && ++here > MESH_TOPO_MSG_POD_FIELDS_MAX) {
+            return mesh_err_set(err, MESH_E_TOOBIG, 0, "a pod record with more than %d fields",
+                                MESH_TOPO_MSG_POD_FIELDS_MAX);
         }
-        if (++*fields > max_fields) {
-            return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu fields", max_fields);
-        }
-        if ((num == 2 || num == 3) && type == 2 && ++*records > max_records) {
-            return mesh_err_set(err, MESH_E_TOOBIG, 0,
-                                "more than %zu pod records (the job cannot need more)",
-                                max_records);
-        }
-        if (num == 2 && type == 2) {
-            int rc = scan_pod(body, blen, fields, max_fields, err);
-            if (rc < 0) {
-                return rc;
-            }
-        } else if (num == 3 && type == 2 && blen >= MESH_POD_MAX) {
-            return mesh_err_set(err, MESH_E_TOOBIG, 0, "a deleted name of %zu bytes", blen);
+        bool bytes = type == 2; /* length-delimited: a string or a message */
+        bool record = lv == DELTA && bytes && (num == 2 || num == 3); /* an upsert, a deletion */
+        if (lv == RESPONSE && num == 1) {
+            rc = mesh_err_set(err, MESH_E_INVAL, 0, "a topology in a pod stream");
+        } else if (lv == RESPONSE && num == 2 && bytes) {
+            rc = scan(t, DELTA, body, blen, err);
+        } else if (lv == RESPONSE && num == 4 && bytes && blen >= MESH_TOPO_MSG_RV_MAX) {
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "resource_version of %zu bytes", blen);
+        } else if (record && ++t->records > t->max_records) {
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0,
+                              "more than %zu pod records (the job cannot need more)",
+                              t->max_records);
+        } else if (record && num == 2 && blen > MESH_TOPO_MSG_POD_WIRE_MAX) {
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "a pod record of %zu bytes (limit %d)", blen,
+                              MESH_TOPO_MSG_POD_WIRE_MAX);
+        } else if (record && num == 2) {
+            rc = scan(t, POD, body, blen, err);
+        } else if (record && blen >= MESH_POD_MAX) {
+            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "a deleted name of %zu bytes", blen);
         }
     }
-    return 0;
+    return rc;
 }
 
 int mesh_topo_msg_scan_pods(const uint8_t *buf, size_t len, size_t max_records,
@@ -335,27 +334,10 @@ int mesh_topo_msg_scan_pods(const uint8_t *buf, size_t len, size_t max_records,
         return mesh_err_set(err, MESH_E_TOOBIG, 0, "message of %zu bytes (limit %u)", len,
                             MESH_TOPO_MSG_MAX);
     }
-    size_t records = 0, fields = 0;
-    size_t max_fields = MESH_TOPO_MSG_POD_FIELDS_MAX * max_records + 64;
-    struct scan sc = {buf, buf + len};
-    int rc = 0;
-    while (rc == 0 && sc.p < sc.end) {
-        uint32_t num;
-        int type;
-        const uint8_t *body;
-        size_t blen;
-        if (!next_field(&sc, &num, &type, &body, &blen)) {
-            rc = mesh_err_set(err, MESH_E_PARSE, 0, "malformed at byte %zu", (size_t)(sc.p - buf));
-        } else if (++fields > max_fields) {
-            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu fields", max_fields);
-        } else if (num == 1) {
-            rc = mesh_err_set(err, MESH_E_INVAL, 0, "a topology in a pod stream");
-        } else if (num == 2 && type == 2) {
-            rc = scan_delta(body, blen, &records, max_records, &fields, max_fields, err);
-        } else if (num == 4 && type == 2 && blen >= MESH_TOPO_MSG_RV_MAX) {
-            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "resource_version of %zu bytes", blen);
-        }
-    }
+    struct tally t = {.start = buf,
+                      .max_records = max_records,
+                      .max_fields = MESH_TOPO_MSG_POD_FIELDS_MAX * max_records + 64};
+    int rc = scan(&t, RESPONSE, buf, len, err);
     if (rc < 0) {
         mesh_err_prefix(err, "WatchResponse refused");
     }

@@ -607,13 +607,6 @@ int mesh_inject_review_parse(const char *buf, size_t len, struct mesh_inject_rev
                             "AdmissionReview of %zu bytes exceeds the limit of %u", len,
                             MESH_INJECT_REVIEW_MAX);
     }
-    /* Bounded before cJSON recurses into it (the server pre-scans with
-     * tighter caps as the body arrives; this holds for any caller). */
-    struct mesh_json_scan scan;
-    mesh_json_scan_init(&scan, MESH_INJECT_DEPTH_MAX, 0, 0);
-    if (mesh_json_scan_feed(&scan, buf, len, err) < 0) {
-        return -err->code;
-    }
     cJSON *root = mesh_json_parse(buf, len, MESH_INJECT_REVIEW_MAX, err);
     if (root == NULL) {
         return -err->code;
@@ -702,7 +695,7 @@ static int annotations_of(const cJSON *meta, struct mesh_annotations *out)
 }
 
 /* Containers named in tpumesh.dev/containers ("a,b,c", its syntax already
- * checked by mesh_annotations_containers): every name must be a regular
+ * checked by mesh_annotations_check): every name must be a regular
  * container; mark[i] is set for containers[i]. */
 static int select_containers(const char *list, const cJSON *containers, bool *mark,
                              struct mesh_inject_decision *d)

@@ -50,7 +50,7 @@
 /* Largest AdmissionReview body accepted (a Pod is at most ~1.5 MiB in etcd;
  * the review wraps it once for CREATE). */
 #define MESH_INJECT_REVIEW_MAX (4u << 20)
-/* Deepest nesting of JSON/YAML arrays and objects accepted. */
+/* Deepest nesting of the --config YAML's sequences and mappings. */
 #define MESH_INJECT_DEPTH_MAX 64
 /* Largest --config file, and most YAML nodes converted from it. */
 #define MESH_INJECT_CONFIG_MAX (256u * 1024)
@@ -111,9 +111,10 @@ struct mesh_inject_review {
 
 /* Parse buf[0..len) as an admission.k8s.io/v1 AdmissionReview with a
  * request that has a uid. out_review is written only on success (free with
- * mesh_inject_review_cleanup). Errors (the server answers HTTP 400 with the
- * message): -MESH_E_TOOBIG (above MESH_INJECT_REVIEW_MAX bytes or nested
- * deeper than MESH_INJECT_DEPTH_MAX), -MESH_E_PARSE (not JSON),
+ * mesh_inject_review_cleanup). Nesting and value counts are bounded by the
+ * caller (the server pre-scans bodies: io/httpd.h post_json). Errors (HTTP
+ * 400 with the message): -MESH_E_TOOBIG (above MESH_INJECT_REVIEW_MAX bytes),
+ * -MESH_E_PARSE (not JSON, or nested deeper than cJSON's limit of 1000),
  * -MESH_E_INVAL (JSON, but not an admission.k8s.io/v1 AdmissionReview
  * request, named). */
 int mesh_inject_review_parse(const char *buf, size_t len, struct mesh_inject_review *out_review,

@@ -225,6 +225,18 @@ check("unknown tpumesh.dev key: denied naming it and the accepted keys",
       and "expected-workers" in r["status"]["message"], r)
 
 # --- hostile and wrong requests ---
+# Nesting is bounded by the server's pre-scan as the body arrives (64 levels), before any parse:
+# a real review nested 65 deep in its pod is refused naming that limit; 64 levels are served.
+def nested(levels):
+    pod = copy.deepcopy(POD)
+    pod["metadata"]["x"] = json.loads("[" * (levels - 4) + "]" * (levels - 4))  # 4 levels above
+    return json.dumps(review(pod))
+
+
+for levels, want in [(64, 200), (65, 400)]:
+    st, body = post(inj.https, crt, nested(levels))
+    check(f"a review nested {levels} deep: {want}", st == want and
+          (want == 200 or b"JSON nested deeper than 64 levels" in body), f"{st} {body[:200]}")
 for name, payload, want in [
         ("not JSON", b"hello", 400),
         ("JSON, not an AdmissionReview", b'{"kind":"Pod"}', 400),

@@ -145,7 +145,6 @@ struct mesh_httpd {
     struct lws_context *lws;
     struct lws_protocols protocols[2];
     pthread_t thread;
-    bool started;
     volatile int stop;
     lws_sorted_usec_list_t sweep;
     char ws_path[PATH_MAX_LEN + 1]; /* "" = no stream */
@@ -179,7 +178,7 @@ struct mesh_httpd {
     unsigned char buf[LWS_PRE + CHUNK];
     size_t held, held_small; /* POST bytes reserved: in all, from the small reserve */
 
-    atomic_uint_fast64_t n_posts, n_post_too_large, n_post_refused, n_post_busy;
+    atomic_uint_fast64_t n_post_too_large, n_post_refused, n_post_busy;
     atomic_uint_fast64_t n_tls_reloads, n_tls_reload_failures;
     atomic_int_fast64_t tick_ms;
     atomic_uint_fast64_t n_accepted, n_evicted, n_refused, n_timed_out, n_upgrades, n_bulk_busy;
@@ -188,6 +187,17 @@ struct mesh_httpd {
 };
 
 /* ---- bodies ---------------------------------------------------------------- */
+
+/* n bytes of new anonymous pages; out of memory aborts, as core/mem.h does. */
+static void *map_pages(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        mesh_error(MOD, "out of memory mapping %zu bytes", n);
+        abort();
+    }
+    return p;
+}
 
 /* Bodies are mapped, not malloc'ed: a large one would otherwise stay in the
  * heap after its last reader left (glibc raises its mmap threshold after
@@ -199,12 +209,7 @@ static struct mesh_httpd_body *body_alloc(size_t len)
     atomic_init(&b->refs, 1);
     b->len = len;
     if (len > 0) {
-        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            mesh_error(MOD, "out of memory mapping %zu bytes", len);
-            abort();
-        }
-        b->data = p;
+        b->data = map_pages(len);
         b->map_len = len;
     }
     return b;
@@ -278,14 +283,10 @@ void mesh_httpd_body_unref(struct mesh_httpd_body *b)
     mesh_free(b);
 }
 
-const char *mesh_httpd_body_data(const struct mesh_httpd_body *b)
+/* b's bytes: never NULL, also for an empty body (none are mapped). */
+static const char *body_data(const struct mesh_httpd_body *b)
 {
-    return b != NULL && b->data != NULL ? b->data : "";
-}
-
-size_t mesh_httpd_body_len(const struct mesh_httpd_body *b)
-{
-    return b != NULL ? b->len : 0;
+    return b->data != NULL ? b->data : "";
 }
 
 /* ---- connection table ----------------------------------------------------- */
@@ -557,8 +558,8 @@ static int start_response(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
     }
     c->text = r->text;
     c->body = r->body;
-    c->data = c->body != NULL ? mesh_httpd_body_data(c->body) : (c->text != NULL ? c->text : "");
-    c->len = c->body != NULL ? mesh_httpd_body_len(c->body) : (c->text ? strlen(c->text) : 0);
+    c->data = c->body != NULL ? body_data(c->body) : (c->text != NULL ? c->text : "");
+    c->len = c->body != NULL ? c->body->len : (c->text ? strlen(c->text) : 0);
     c->off = 0;
     c->no_body = m == M_HEAD;
     c->close_after = m != M_POST;
@@ -588,11 +589,13 @@ static int close_with(struct mesh_httpd *h, struct lws *wsi, struct conn *c, uns
     return -1;
 }
 
-/* Refuse a POST whose body is (or may be) still on its way. */
-static int refuse_post(struct mesh_httpd *h, struct lws *wsi, struct conn *c, unsigned status,
-                       const char *text, bool retry)
+/* Refuse a POST whose body is (or may be) still on its way, counted in
+ * *counter; a 503 asks the client to retry. */
+static int refuse_post(struct mesh_httpd *h, struct lws *wsi, struct conn *c,
+                       atomic_uint_fast64_t *counter, unsigned status, const char *text)
 {
-    return close_with(h, wsi, c, status, text, NULL, retry);
+    atomic_fetch_add(counter, 1);
+    return close_with(h, wsi, c, status, text, NULL, status == 503);
 }
 
 /* The Content-Length of a POST: 0..max, -1 absent, -2 malformed. */
@@ -622,51 +625,36 @@ static int post_begin(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
         /* lws 4.1 reads Content-Length bytes whatever the encoding: a
          * chunked body beside a length would be read as the wrong bytes. */
-        atomic_fetch_add(&h->n_post_refused, 1);
-        return refuse_post(h, wsi, c, 400,
+        return refuse_post(h, wsi, c, &h->n_post_refused, 400,
                            "bad request: Transfer-Encoding is not taken; send the body with a "
-                           "Content-Length\n",
-                           false);
+                           "Content-Length\n");
     }
     if (cl == -1) {
-        atomic_fetch_add(&h->n_post_refused, 1);
-        return refuse_post(h, wsi, c, 411, "length required: send the body with a Content-Length\n",
-                           false);
+        return refuse_post(h, wsi, c, &h->n_post_refused, 411,
+                           "length required: send the body with a Content-Length\n");
     }
     if (cl <= 0) {
-        atomic_fetch_add(&h->n_post_refused, 1);
-        return refuse_post(h, wsi, c, 400, "bad request: empty body or bad Content-Length\n",
-                           false);
+        return refuse_post(h, wsi, c, &h->n_post_refused, 400,
+                           "bad request: empty body or bad Content-Length\n");
     }
     if ((unsigned long long)cl > h->lim.max_body) {
-        atomic_fetch_add(&h->n_post_too_large, 1);
         snprintf(msg, sizeof(msg), "request body of %lld bytes is above the limit of %zu bytes\n",
                  cl, h->lim.max_body);
-        return refuse_post(h, wsi, c, 413, msg, false);
+        return refuse_post(h, wsi, c, &h->n_post_too_large, 413, msg);
     }
     size_t n = (size_t)cl;
     bool small = n <= h->lim.small_body && h->held_small + n <= h->lim.small_reserve;
     if (!small && h->held - h->held_small + n > h->lim.max_inflight) {
-        atomic_fetch_add(&h->n_post_busy, 1);
         snprintf(msg, sizeof(msg),
                  "busy: %zu bytes of request bodies are being received, the most held at once; "
                  "retry\n",
                  h->held);
-        return refuse_post(h, wsi, c, 503, msg, true);
+        return refuse_post(h, wsi, c, &h->n_post_busy, 503, msg);
     }
     /* Large bodies are mapped: untouched pages cost nothing, and all of it
      * goes back at once (a freed heap block may stay resident). */
     c->req_mapped = n >= 65536;
-    if (c->req_mapped) {
-        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            mesh_error(MOD, "out of memory mapping %zu bytes", n);
-            abort();
-        }
-        c->req = p;
-    } else {
-        c->req = mesh_malloc(n);
-    }
+    c->req = c->req_mapped ? map_pages(n) : mesh_malloc(n);
     c->req_cap = n;
     c->req_len = 0;
     c->req_small = small;
@@ -687,20 +675,18 @@ static int on_body(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const 
         return 0; /* a refused request's body: discarded */
     }
     if (len > c->req_cap - c->req_len) {
-        atomic_fetch_add(&h->n_post_refused, 1);
-        return refuse_post(h, wsi, c, 400, "bad request: body longer than its Content-Length\n",
-                           false);
+        return refuse_post(h, wsi, c, &h->n_post_refused, 400,
+                           "bad request: body longer than its Content-Length\n");
     }
     struct mesh_err err = {0};
     if (h->post_json && mesh_json_scan_feed(&c->scan, in, len, &err) < 0) {
-        atomic_fetch_add(&h->n_post_refused, 1);
         char msg[400];
         snprintf(msg, sizeof(msg),
                  "request body refused before parsing: %.256s (a limit of this server; a "
                  "real request is far below it)\n",
                  err.msg);
         mesh_debug(MOD, "POST %s: %s", h->post_path, err.msg);
-        return refuse_post(h, wsi, c, 400, msg, false);
+        return refuse_post(h, wsi, c, &h->n_post_refused, 400, msg);
     }
     memcpy(c->req + c->req_len, in, len);
     c->req_len += len;
@@ -713,13 +699,11 @@ static int on_body_done(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
         return 0;
     }
     if (c->req_len != c->req_cap) {
-        atomic_fetch_add(&h->n_post_refused, 1);
-        return refuse_post(h, wsi, c, 400, "bad request: body shorter than its Content-Length\n",
-                           false);
+        return refuse_post(h, wsi, c, &h->n_post_refused, 400,
+                           "bad request: body shorter than its Content-Length\n");
     }
     struct mesh_httpd_resp r;
     memset(&r, 0, sizeof(r));
-    atomic_fetch_add(&h->n_posts, 1);
     h->post(h->arg, h->post_path, c->req, c->req_len, &r);
     release_request(h, c);
     if (r.status == 0) {
@@ -877,8 +861,8 @@ static int ws_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
         c->body = mesh_httpd_body_ref(h->ws_body);
         c->ws_ver = h->ws_ver;
         c->ws_any = true;
-        c->data = mesh_httpd_body_data(c->body);
-        c->len = mesh_httpd_body_len(c->body);
+        c->data = body_data(c->body);
+        c->len = c->body->len;
         c->off = 0;
         c->since_ms = mesh_sys_now_ms();
     }
@@ -905,9 +889,8 @@ static int ws_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: -1 hangs up (after a 503 when the
  * stream is full: answered and closed, see "Pipelining"), 0 = the upgrade
  * proceeds (c becomes a stream client). */
-static int ws_upgrade(struct mesh_httpd *h, struct lws *wsi, const char *proto)
+static int ws_upgrade(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *proto)
 {
-    struct conn *c = lws_get_opaque_user_data(wsi);
     char path[PATH_MAX_LEN + 1];
     int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
     if (c == NULL || c->state != C_WAIT || h->ws_path[0] == '\0' || proto == NULL ||
@@ -1039,7 +1022,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     if (h == NULL || h->conns == NULL) {
         return 0;
     }
-    struct conn *c = NULL;
+    /* Our state of this connection: NULL before attach, after conn_free,
+     * and on the listening socket. */
+    struct conn *c = lws_get_opaque_user_data(wsi);
     switch (reason) {
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
         const struct lws_filter_network_conn_args *a = user;
@@ -1052,16 +1037,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return attach(h, wsi);
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         /* A WebSocket on ws_path; anything else (h2c too): hang up. */
-        return ws_upgrade(h, wsi, in);
+        return ws_upgrade(h, wsi, c, in);
     case LWS_CALLBACK_ESTABLISHED:
-        c = lws_get_opaque_user_data(wsi);
         if (c == NULL || c->state != C_WS) {
             return -1;
         }
         lws_callback_on_writable(wsi);
         return 0;
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        c = lws_get_opaque_user_data(wsi);
         if (c == NULL || c->state != C_WS) {
             return 0;
         }
@@ -1070,7 +1053,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         /* The stream is one-way: a client that sends a data frame (of any
          * size: lws hands over its first bytes) is closed. Pings, pongs and
          * close frames are answered by lws and never come here. */
-        c = lws_get_opaque_user_data(wsi);
         if (c != NULL && c->state == C_WS) {
             atomic_fetch_add(&h->n_ws_dropped, 1);
             mesh_debug(MOD, "%s: a client sent a data frame; closed", h->ws_name);
@@ -1086,7 +1068,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         }
         return 0;
     case LWS_CALLBACK_HTTP:
-        c = lws_get_opaque_user_data(wsi);
         /* C_SEND: a request sent behind one whose answer is still being
          * written: closed, not served (see "Pipelining" above). */
         if (c == NULL || c->state == C_DYING || c->state == C_SEND) {
@@ -1095,7 +1076,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         release_response(h, c);
         return on_request(h, wsi, c, in, len);
     case LWS_CALLBACK_HTTP_WRITEABLE:
-        c = lws_get_opaque_user_data(wsi);
         if (c == NULL) {
             return 0;
         }
@@ -1104,13 +1084,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         /* A POST on post_path is kept (bounded, pre-scanned); other
          * requests with a body were answered and closed. The header
          * timeout bounds how long a client may keep sending one. */
-        c = lws_get_opaque_user_data(wsi);
         if (c == NULL || c->state != C_WAIT) {
             return 0;
         }
         return on_body(h, wsi, c, in, len);
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        c = lws_get_opaque_user_data(wsi);
         if (c != NULL && c->state == C_SEND) {
             /* Offered again while the answer is being written: the client
              * sent bytes behind this POST (lws offers the ended body on every
@@ -1140,7 +1118,10 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
-void mesh_httpd_lws_log(int level, const char *line)
+/* libwebsockets' log lines: one log line each, errors as warnings and the
+ * rest at debug. lws's logging is process-wide: every lws context of a
+ * process (the injector's HTTPS server and its probe server) uses this. */
+static void lws_log(int level, const char *line)
 {
     /* lws lines end in '\n'; the log module adds its own (and escapes
      * what a client may have put into the line). */
@@ -1166,14 +1147,17 @@ static void *serve(void *arg)
     return NULL;
 }
 
-int mesh_httpd_parse_addr(const char *addr, const char *flag, int example_port, char *iface,
-                          size_t cap, int *out_port, struct mesh_err *err)
+/* Split "[::1]:9431", "127.0.0.1:9431", ":9431" into iface ("" = all; cap
+ * bytes) and port 0..65535; flag names the option in the message. */
+static int parse_addr(const char *addr, const char *flag, char *iface, size_t cap, int *out_port,
+                      struct mesh_err *err)
 {
     const char *colon = addr != NULL ? strrchr(addr, ':') : NULL;
     if (colon == NULL) {
         return mesh_err_set(err, MESH_E_CONFIG, 0,
-                            "%s '%s' is not [HOST]:PORT (e.g. :%d, 127.0.0.1:%d)", flag,
-                            addr != NULL ? addr : "", example_port, example_port);
+                            "%s '%s' is not [HOST]:PORT (:PORT serves every address, "
+                            "127.0.0.1:PORT one)",
+                            flag, addr != NULL ? addr : "");
     }
     size_t hl = (size_t)(colon - addr);
     const char *host = addr;
@@ -1275,6 +1259,44 @@ static void context_info(struct mesh_httpd *h, int port, struct lws_context_crea
     info->retry_and_idle_policy = &h->idle_policy;
 }
 
+/* Take opts' certificate pair (both or neither) and check that it loads. */
+static int tls_setup(struct mesh_httpd *h, const struct mesh_httpd_opts *opts, struct mesh_err *err)
+{
+    if (opts->tls_cert == NULL && opts->tls_key == NULL) {
+        return 0;
+    }
+    char why[512] = "a certificate needs its key and a key its certificate";
+    if (opts->tls_cert == NULL || opts->tls_key == NULL ||
+        !tls_pair_ok(opts->tls_cert, opts->tls_key, why, sizeof(why))) {
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "TLS: %s; pass the serving certificate and its key (PEM)", why);
+    }
+    h->tls_cert = mesh_strdup(opts->tls_cert);
+    h->tls_key = mesh_strdup(opts->tls_key);
+    h->tls_check_s = opts->tls_check_s > 0 ? opts->tls_check_s : 5;
+    file_id_of(h->tls_cert, &h->cert_id);
+    file_id_of(h->tls_key, &h->key_id);
+    h->tls_next_ms = mesh_sys_now_ms() + (int64_t)h->tls_check_s * 1000;
+    return 0;
+}
+
+/* Free h and what it holds (its thread, if any, has ended). */
+static void destroy(struct mesh_httpd *h)
+{
+    if (h->lws != NULL) {
+        lws_sul_cancel(&h->sweep);
+        lws_context_destroy(h->lws);
+    }
+    for (int i = 0; i < h->nconns; i++) {
+        release_response(h, &h->conns[i]);
+    }
+    mesh_httpd_body_unref(h->ws_body);
+    mesh_free(h->tls_cert);
+    mesh_free(h->tls_key);
+    mesh_free(h->conns);
+    mesh_free(h);
+}
+
 struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out_port,
                                     struct mesh_err *err)
 {
@@ -1285,8 +1307,9 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     h->arg = opts->arg;
     int port = 0;
     const char *flag = opts->flag != NULL ? opts->flag : "address";
-    if (mesh_httpd_parse_addr(opts->addr, flag, 9431, h->iface, sizeof(h->iface), &port, err) < 0) {
-        mesh_free(h);
+    if (parse_addr(opts->addr, flag, h->iface, sizeof(h->iface), &port, err) < 0 ||
+        tls_setup(h, opts, err) < 0) {
+        destroy(h);
         return NULL;
     }
     fit_limits(h);
@@ -1301,32 +1324,11 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
         h->post = opts->post;
         h->post_json = opts->post_json;
     }
-    if (opts->tls_cert != NULL || opts->tls_key != NULL) {
-        char why[512];
-        if (opts->tls_cert == NULL || opts->tls_key == NULL ||
-            !tls_pair_ok(opts->tls_cert, opts->tls_key, why, sizeof(why))) {
-            if (opts->tls_cert == NULL || opts->tls_key == NULL) {
-                snprintf(why, sizeof(why), "a certificate needs its key and a key its certificate");
-            }
-            mesh_free(h);
-            mesh_err_set(err, MESH_E_CONFIG, 0,
-                         "TLS: %s; pass the serving certificate and its key "
-                         "(PEM)",
-                         why);
-            return NULL;
-        }
-        h->tls_cert = mesh_strdup(opts->tls_cert);
-        h->tls_key = mesh_strdup(opts->tls_key);
-        h->tls_check_s = opts->tls_check_s > 0 ? opts->tls_check_s : 5;
-        file_id_of(h->tls_cert, &h->cert_id);
-        file_id_of(h->tls_key, &h->key_id);
-        h->tls_next_ms = mesh_sys_now_ms() + (int64_t)h->tls_check_s * 1000;
-    }
     atomic_store(&h->tick_ms, mesh_sys_now_ms());
     h->nconns = 2 * h->lim.max_conns;
     h->conns = mesh_calloc((size_t)h->nconns, sizeof(*h->conns));
     h->protocols[0] = (struct lws_protocols){"http", callback, 0, 0, 0, NULL, 0};
-    lws_set_log_level(LLL_ERR | LLL_WARN, mesh_httpd_lws_log);
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log);
 
     struct lws_context_creation_info info;
     context_info(h, port, &info);
@@ -1339,29 +1341,20 @@ struct mesh_httpd *mesh_httpd_start(const struct mesh_httpd_opts *opts, int *out
     }
     h->lws = lws_create_context(&info);
     if (h->lws == NULL) {
-        mesh_free(h->tls_cert);
-        mesh_free(h->tls_key);
-        mesh_free(h->conns);
-        mesh_free(h);
         mesh_err_set(err, MESH_E_IO, 0,
-                     "cannot serve HTTP on %s (address in use or not local?); choose another "
-                     "%s",
+                     "cannot serve HTTP on %s (address in use or not local?); choose another %s",
                      opts->addr, flag);
+        destroy(h);
         return NULL;
     }
     struct lws_vhost *vh = lws_get_vhost_by_name(h->lws, "default");
     *out_port = vh != NULL ? lws_get_vhost_listen_port(vh) : port;
     lws_sul_schedule(h->lws, 0, &h->sweep, sweep, LWS_US_PER_SEC);
     if (pthread_create(&h->thread, NULL, serve, h) != 0) {
-        lws_context_destroy(h->lws);
-        mesh_free(h->tls_cert);
-        mesh_free(h->tls_key);
-        mesh_free(h->conns);
-        mesh_free(h);
         mesh_err_set(err, MESH_E_IO, 0, "cannot start the HTTP thread");
+        destroy(h);
         return NULL;
     }
-    h->started = true;
     return h;
 }
 
@@ -1370,7 +1363,7 @@ void mesh_httpd_stop(struct mesh_httpd *h)
     if (h == NULL) {
         return;
     }
-    if (h->started && h->ws_path[0] != '\0') {
+    if (h->ws_path[0] != '\0') {
         /* Close the streams with 1001 and give their clients up to 2 s to
          * answer (lws waits for the client's close frame). */
         atomic_store(&h->draining, 1);
@@ -1380,20 +1373,9 @@ void mesh_httpd_stop(struct mesh_httpd *h)
         }
     }
     h->stop = 1;
-    if (h->started) {
-        lws_cancel_service(h->lws);
-        pthread_join(h->thread, NULL);
-    }
-    lws_sul_cancel(&h->sweep);
-    lws_context_destroy(h->lws);
-    for (int i = 0; i < h->nconns; i++) {
-        release_response(h, &h->conns[i]);
-    }
-    mesh_httpd_body_unref(h->ws_body);
-    mesh_free(h->tls_cert);
-    mesh_free(h->tls_key);
-    mesh_free(h->conns);
-    mesh_free(h);
+    lws_cancel_service(h->lws);
+    pthread_join(h->thread, NULL);
+    destroy(h);
 }
 
 void mesh_httpd_notify(struct mesh_httpd *h)
@@ -1418,7 +1400,6 @@ void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out)
     out->ws_busy = atomic_load(&h->n_ws_busy);
     out->ws_sent = atomic_load(&h->n_ws_sent);
     out->ws_dropped = atomic_load(&h->n_ws_dropped);
-    out->posts = atomic_load(&h->n_posts);
     out->post_too_large = atomic_load(&h->n_post_too_large);
     out->post_refused = atomic_load(&h->n_post_refused);
     out->post_busy = atomic_load(&h->n_post_busy);

@@ -100,8 +100,6 @@ struct mesh_httpd_body *mesh_httpd_body_from_bytes(const void *bytes, size_t len
 struct mesh_httpd_body *mesh_httpd_body_ref(struct mesh_httpd_body *b);
 /* Drop one reference; NULL does nothing. */
 void mesh_httpd_body_unref(struct mesh_httpd_body *b);
-const char *mesh_httpd_body_data(const struct mesh_httpd_body *b);
-size_t mesh_httpd_body_len(const struct mesh_httpd_body *b);
 
 /* What a handler answers. The server zeroes it before the call; status 0
  * means 200 and type NULL means "text/plain; charset=utf-8". Give either
@@ -163,7 +161,6 @@ struct mesh_httpd_stats {
     uint64_t ws_busy;             /* stream upgrades answered 503 (max_ws reached) */
     uint64_t ws_sent;             /* documents sent to stream clients */
     uint64_t ws_dropped;          /* stream clients closed for stalling or sending data */
-    uint64_t posts;               /* POST bodies handed to the handler */
     uint64_t post_too_large;      /* POSTs refused 413 before their body was read */
     uint64_t post_refused;        /* POSTs refused 400/411: no length, or a JSON cap passed */
     uint64_t post_busy;           /* POSTs refused 503: max_inflight reserved */
@@ -190,17 +187,5 @@ void mesh_httpd_stop(struct mesh_httpd *h);
 void mesh_httpd_notify(struct mesh_httpd *h);
 /* A snapshot of the counters (any thread). */
 void mesh_httpd_get_stats(struct mesh_httpd *h, struct mesh_httpd_stats *out);
-
-/* libwebsockets' log lines (lws_set_log_level's emit function): one log
- * line each, errors as warnings and the rest at debug, the trailing newline
- * dropped. lws's logging is process-wide: every lws context of a process
- * (the injector's HTTPS server and its probe server) uses this one. */
-void mesh_httpd_lws_log(int level, const char *line);
-
-/* Split "[::1]:9431", "127.0.0.1:9431", ":9431" into iface ("" = all; cap
- * bytes) and port 0..65535; flag names the option in the message, which
- * shows example_port in its examples. -MESH_E_CONFIG when malformed. */
-int mesh_httpd_parse_addr(const char *addr, const char *flag, int example_port, char *iface,
-                          size_t cap, int *out_port, struct mesh_err *err);
 
 #endif

@@ -6,6 +6,7 @@
 #include "annotations.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -349,7 +350,7 @@ static int want_int(const char *key, const char *v, long long min, long long max
     return 0;
 }
 
-int mesh_annotations_tpu(const char *v, struct mesh_err *err)
+static int tpu_rule(const char *v, struct mesh_err *err)
 {
     size_t n = strlen(v);
     if (n == 0 || n > 4096 || !all_chars(v, "-,:/.[]", true, true)) {
@@ -359,7 +360,7 @@ int mesh_annotations_tpu(const char *v, struct mesh_err *err)
     return 0;
 }
 
-int mesh_annotations_zone(const char *v, struct mesh_err *err)
+static int zone_rule(const char *v, struct mesh_err *err)
 {
     size_t n = strlen(v);
     if (n == 0 || n > 63 || !is_lower_start(v) || !all_chars(v, "-", false, false)) {
@@ -368,7 +369,7 @@ int mesh_annotations_zone(const char *v, struct mesh_err *err)
     return 0;
 }
 
-int mesh_annotations_project(const char *v, struct mesh_err *err)
+static int project_rule(const char *v, struct mesh_err *err)
 {
     size_t n = strlen(v);
     if (n == 0 || n > 100 || !is_lower_start(v) || !all_chars(v, "-.:", false, false)) {
@@ -378,7 +379,7 @@ int mesh_annotations_project(const char *v, struct mesh_err *err)
     return 0;
 }
 
-int mesh_annotations_job_name(const char *v, struct mesh_err *err)
+static int job_name_rule(const char *v, struct mesh_err *err)
 {
     /* TensorFlow job names: a letter, then letters, digits and '_'. */
     size_t n = strlen(v);
@@ -434,7 +435,7 @@ int mesh_annotations_expected_workers(const char *v, int *out, struct mesh_err *
     return want_int(MESH_ANNOTATION_EXPECTED_WORKERS, v, 1, MESH_ANNOTATION_EXPECTED_MAX, out, err);
 }
 
-int mesh_annotations_timeout(const char *v, int *out, struct mesh_err *err)
+static int timeout_rule(const char *v, int *out, struct mesh_err *err)
 {
     return want_int("tpumesh.dev/timeout", v, 1, 86400, out, err);
 }
@@ -465,7 +466,7 @@ bool mesh_annotations_list_next(const char **cursor, const char **out_item, size
     return true;
 }
 
-int mesh_annotations_containers(const char *v, struct mesh_err *err)
+static int containers_rule(const char *v, struct mesh_err *err)
 {
     const char *cursor = v;
     const char *name;
@@ -479,7 +480,7 @@ int mesh_annotations_containers(const char *v, struct mesh_err *err)
     return 0;
 }
 
-int mesh_annotations_tf_version(const char *v, struct mesh_err *err)
+static int tf_version_rule(const char *v, struct mesh_err *err)
 {
     if (*v == '\0' || strlen(v) > 128 || !all_chars(v, "-._+", true, true)) {
         return bad(err, MESH_ANNOTATION_TF_VERSION, v,
@@ -488,74 +489,80 @@ int mesh_annotations_tf_version(const char *v, struct mesh_err *err)
     return 0;
 }
 
-int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err)
+/* mesh_annotations_address_mode as a number rule (the table below). */
+static int address_mode_rule(const char *v, int *out, struct mesh_err *err)
 {
-    static const struct {
-        const char *name;
-        int (*fn)(const char *, struct mesh_err *);
-    } str_rules[] = {
-        {"tpu", mesh_annotations_tpu},
-        {"zone", mesh_annotations_zone},
-        {"project", mesh_annotations_project},
-        {"job-name", mesh_annotations_job_name},
-        {"containers", mesh_annotations_containers},
-    };
-    if (strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0) {
-        return mesh_annotations_tf_version(v, err);
-    }
-    const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
-    if (strncmp(key, MESH_ANNOTATION_PREFIX, plen) != 0) {
-        return 0;
-    }
-    const char *name = key + plen;
-    for (size_t i = 0; i < sizeof(str_rules) / sizeof(str_rules[0]); i++) {
-        if (strcmp(name, str_rules[i].name) == 0) {
-            return str_rules[i].fn(v, err);
-        }
-    }
-    if (strcmp(name, "port") == 0) {
-        return mesh_annotations_port(v, NULL, err);
-    } else if (strcmp(name, "expected-workers") == 0) {
-        return mesh_annotations_expected_workers(v, NULL, err);
-    } else if (strcmp(name, "timeout") == 0) {
-        return mesh_annotations_timeout(v, NULL, err);
-    } else if (strcmp(name, "megascale-port") == 0) {
-        return mesh_annotations_megascale_port(v, NULL, err);
-    } else if (strcmp(name, "address-mode") == 0) {
-        return mesh_annotations_address_mode(v, NULL, err);
-    } else if (strcmp(name, "inject") == 0) {
-        return 0; /* the webhook's switch is a label; as an annotation it is ignored */
-    }
-    return mesh_err_set(err, MESH_E_CONFIG, 0,
-                        "unknown annotation %s: accepted tpumesh.dev/ keys are " KEYS_TEXT,
-                        show(key, 80).s);
+    enum mesh_addr_mode m = MESH_ADDR_AUTO;
+    int rc = mesh_annotations_address_mode(v, &m, err);
+    *out = (int)m;
+    return rc;
 }
 
-/* One key into c (already checked by mesh_annotations_check). */
-static void config_take(const char *key, const char *v, struct mesh_annotations_config *c)
+/* Every key tpumesh reads: its rule (a string rule or a number rule), and
+ * where mesh_annotations_config keeps the value. */
+enum kept { NOT_KEPT, STR, NUM, MODE };
+#define AT(f) offsetof(struct mesh_annotations_config, f)
+static const struct key_rule {
+    const char *key;
+    int (*str)(const char *v, struct mesh_err *err);
+    int (*num)(const char *v, int *out, struct mesh_err *err);
+    enum kept kept;
+    size_t at;
+} key_rules[] = {
+    {MESH_ANNOTATION_PREFIX "tpu", tpu_rule, NULL, STR, AT(tpu)},
+    {MESH_ANNOTATION_PREFIX "zone", zone_rule, NULL, STR, AT(zone)},
+    {MESH_ANNOTATION_PREFIX "project", project_rule, NULL, STR, AT(project)},
+    {MESH_ANNOTATION_PREFIX "job-name", job_name_rule, NULL, STR, AT(job_name)},
+    {MESH_ANNOTATION_TF_VERSION, tf_version_rule, NULL, STR, AT(tf_version)},
+    {MESH_ANNOTATION_PORT, NULL, mesh_annotations_port, NUM, AT(port)},
+    {MESH_ANNOTATION_EXPECTED_WORKERS, NULL, mesh_annotations_expected_workers, NUM,
+     AT(expected_workers)},
+    {MESH_ANNOTATION_PREFIX "timeout", NULL, timeout_rule, NUM, AT(timeout_s)},
+    {MESH_ANNOTATION_MEGASCALE_PORT, NULL, mesh_annotations_megascale_port, NUM,
+     AT(megascale_port)},
+    {MESH_ANNOTATION_ADDRESS_MODE, NULL, address_mode_rule, MODE, AT(address_mode)},
+    {MESH_ANNOTATION_CONTAINERS, containers_rule, NULL, NOT_KEPT, 0},
+    /* The webhook's switch is a label; as an annotation it is ignored. */
+    {MESH_ANNOTATION_PREFIX "inject", NULL, NULL, NOT_KEPT, 0},
+};
+
+/* Check v by key's rule and, with c, keep the value in c. */
+static int apply(const char *key, const char *v, struct mesh_annotations_config *c,
+                 struct mesh_err *err)
 {
-    const size_t plen = strlen(MESH_ANNOTATION_PREFIX);
-    const char *name = strncmp(key, MESH_ANNOTATION_PREFIX, plen) == 0 ? key + plen : "";
-    char **str = strcmp(name, "tpu") == 0                       ? &c->tpu
-                 : strcmp(name, "zone") == 0                    ? &c->zone
-                 : strcmp(name, "project") == 0                 ? &c->project
-                 : strcmp(name, "job-name") == 0                ? &c->job_name
-                 : strcmp(key, MESH_ANNOTATION_TF_VERSION) == 0 ? &c->tf_version
-                                                                : NULL;
-    if (str != NULL) {
-        mesh_free(*str);
-        *str = mesh_strdup(v);
-    } else if (strcmp(name, "port") == 0) {
-        (void)mesh_annotations_port(v, &c->port, NULL);
-    } else if (strcmp(name, "expected-workers") == 0) {
-        (void)mesh_annotations_expected_workers(v, &c->expected_workers, NULL);
-    } else if (strcmp(name, "timeout") == 0) {
-        (void)mesh_annotations_timeout(v, &c->timeout_s, NULL);
-    } else if (strcmp(name, "megascale-port") == 0) {
-        (void)mesh_annotations_megascale_port(v, &c->megascale_port, NULL);
-    } else if (strcmp(name, "address-mode") == 0) {
-        c->has_address_mode = mesh_annotations_address_mode(v, &c->address_mode, NULL) == 0;
+    const struct key_rule *r = NULL;
+    for (size_t i = 0; r == NULL && i < sizeof(key_rules) / sizeof(key_rules[0]); i++) {
+        r = strcmp(key, key_rules[i].key) == 0 ? &key_rules[i] : NULL;
     }
+    if (r == NULL) {
+        if (strncmp(key, MESH_ANNOTATION_PREFIX, strlen(MESH_ANNOTATION_PREFIX)) != 0) {
+            return 0; /* not ours */
+        }
+        return mesh_err_set(err, MESH_E_CONFIG, 0,
+                            "unknown annotation %s: accepted tpumesh.dev/ keys are " KEYS_TEXT,
+                            show(key, 80).s);
+    }
+    int n = 0;
+    int rc = r->str != NULL ? r->str(v, err) : (r->num != NULL ? r->num(v, &n, err) : 0);
+    if (rc < 0 || c == NULL) {
+        return rc;
+    }
+    if (r->kept == STR) {
+        char **field = (char **)((char *)c + r->at);
+        mesh_free(*field);
+        *field = mesh_strdup(v);
+    } else if (r->kept == NUM) {
+        *(int *)((char *)c + r->at) = n;
+    } else if (r->kept == MODE) {
+        c->has_address_mode = true;
+        c->address_mode = (enum mesh_addr_mode)n;
+    }
+    return 0;
+}
+
+int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err)
+{
+    return apply(key, v, NULL, err);
 }
 
 _Static_assert(MESH_ADDR_AUTO == 0 && MESH_ADDR_DNS == 1 && MESH_ADDR_IP == 2,
@@ -579,12 +586,11 @@ int mesh_annotations_config(const struct mesh_annotations *a,
 {
     struct mesh_annotations_config c = {0};
     for (size_t i = 0; i < a->n; i++) {
-        int rc = mesh_annotations_check(a->items[i].key, a->items[i].value, err);
+        int rc = apply(a->items[i].key, a->items[i].value, &c, err);
         if (rc < 0) {
             mesh_annotations_config_cleanup(&c);
             return rc;
         }
-        config_take(a->items[i].key, a->items[i].value, &c);
     }
     *out_config = c;
     return 0;

@@ -79,30 +79,22 @@ struct mesh_annotations_config {
  * Each takes the decoded value v (NUL-terminated, borrowed) and returns 0
  * (with the parsed value in *out where there is one) or -MESH_E_CONFIG with
  * a message "annotation KEY="VALUE" <rule>" (the value cut to 32 bytes, its
- * control bytes and quotes shown as '?'). */
-int mesh_annotations_tpu(const char *v, struct mesh_err *err);
-int mesh_annotations_zone(const char *v, struct mesh_err *err);
-int mesh_annotations_project(const char *v, struct mesh_err *err);
-int mesh_annotations_job_name(const char *v, struct mesh_err *err);
+ * control bytes and quotes shown as '?'). The number rules the sidecar reads
+ * one by one are public; the others are reached through mesh_annotations_check. */
 /* The DTensor port: 1-65535 and not one TPU software uses (core/ports.h). */
 int mesh_annotations_port(const char *v, int *out, struct mesh_err *err);
 int mesh_annotations_address_mode(const char *v, enum mesh_addr_mode *out, struct mesh_err *err);
 int mesh_annotations_expected_workers(const char *v, int *out, struct mesh_err *err);
-int mesh_annotations_timeout(const char *v, int *out, struct mesh_err *err);
 int mesh_annotations_megascale_port(const char *v, int *out, struct mesh_err *err);
-/* tpumesh.dev/containers: a comma-separated list of DNS labels (spaces
- * around the names allowed); whether they name the pod's containers is the
- * injector's check. */
-int mesh_annotations_containers(const char *v, struct mesh_err *err);
-/* Walks a comma-separated list such as tpumesh.dev/containers: start with
- * *cursor = the list; each call sets *out_item and *out_len to the next item
- * with the spaces around it trimmed (*out_len may be 0) and returns true, and
- * returns false once the last item was returned. */
+/* Walks a comma-separated list such as tpumesh.dev/containers (a list of DNS
+ * labels, spaces around the names allowed): start with *cursor = the list;
+ * each call sets *out_item and *out_len to the next item with the spaces
+ * around it trimmed (*out_len may be 0) and returns true, and returns false
+ * once the last item was returned. */
 bool mesh_annotations_list_next(const char **cursor, const char **out_item, size_t *out_len);
-int mesh_annotations_tf_version(const char *v, struct mesh_err *err);
 
 /* The rule of key applied to v: 0 when v is acceptable or key is none of
- * the keys above (other annotations are not ours); an unknown tpumesh.dev/
+ * tpumesh's keys (other annotations are not ours); an unknown tpumesh.dev/
  * key is -MESH_E_CONFIG naming the accepted keys. */
 int mesh_annotations_check(const char *key, const char *v, struct mesh_err *err);
 

@@ -254,7 +254,7 @@ static void test_reserved_port_words(void **state)
     assert_int_equal(mesh_annotations_port("10000", &port, &err), 0);
     assert_int_equal(port, 10000);
     /* A hostile value is shown short, its control bytes and quotes as '?'. */
-    assert_int_equal(mesh_annotations_zone("a\"b\nc", &err), -MESH_E_CONFIG);
+    assert_int_equal(mesh_annotations_check("tpumesh.dev/zone", "a\"b\nc", &err), -MESH_E_CONFIG);
     assert_non_null(strstr(err.msg, "annotation tpumesh.dev/zone=\"a?b?c\" is not a zone"));
     assert_int_equal(mesh_annotations_check("tpumesh.dev/x\n", "1", &err), -MESH_E_CONFIG);
     assert_non_null(strstr(err.msg, "unknown annotation tpumesh.dev/x?:"));

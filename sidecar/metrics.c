@@ -145,10 +145,11 @@ void mesh_sidecar_metrics(struct mesh_sidecar *ctx, struct mesh_buf *b)
 {
     struct mesh_k8s_informer_stats s;
     memset(&s, 0, sizeof(s));
+    /* Under mu: a relay taking over swaps ctx->inf out and frees it. */
+    pthread_mutex_lock(&ctx->mu);
     if (ctx->inf != NULL) {
         mesh_k8s_informer_stats(ctx->inf, &s);
     }
-    pthread_mutex_lock(&ctx->mu);
     struct mesh_sidecar_status st = ctx->st;
     pthread_mutex_unlock(&ctx->mu);
     put_api(b, &s);

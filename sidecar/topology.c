@@ -388,10 +388,9 @@ static void log_transition(struct mesh_sidecar *ctx, bool complete, const char *
     snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", reason);
 }
 
-static void render_failed(struct mesh_sidecar *ctx, const char *what, const struct mesh_err *err)
+/* A recompute failed: logged once for as long as the reason stays. */
+static void failed(struct mesh_sidecar *ctx, const char *why)
 {
-    char why[MESH_ERR_MSG_MAX + 32];
-    snprintf(why, sizeof(why), "%s: %s", what, err->msg);
     if (strcmp(why, ctx->last_reason) != 0) {
         mesh_error(MOD, "%s", why);
         snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", why);
@@ -559,7 +558,9 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
     }
     if (rc < 0) {
         mesh_render_out_cleanup(&out);
-        render_failed(ctx, "cannot render the topology", &err);
+        char why[MESH_ERR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "cannot render the topology: %s", err.msg);
+        failed(ctx, why);
         return rc;
     }
     ctx->cost_render_us = mesh_sys_now_us() - t0;
@@ -726,11 +727,7 @@ static int recompute(struct mesh_sidecar *ctx, int64_t now_ms, bool ready_only)
     int rc = build_workers(ctx, &w, &err);
     ctx->cost_workers_us = mesh_sys_now_us() - t0;
     if (rc < 0) {
-        if (strcmp(err.msg, ctx->last_reason) != 0) {
-            mesh_error(MOD, "%s", err.msg);
-            snprintf(ctx->last_reason, sizeof(ctx->last_reason), "%s", err.msg);
-        }
-        fail_status(ctx, err.msg);
+        failed(ctx, err.msg);
         mesh_workers_cleanup(&w);
         return rc;
     }

@@ -15,9 +15,7 @@
 
 int64_t mesh_sys_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return mesh_sys_now_us() / 1000;
 }
 
 int64_t mesh_sys_wall_ms(void)

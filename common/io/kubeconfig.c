@@ -171,25 +171,14 @@ static char *resolve_path(const struct kc *k, const char *p)
     return mesh_asprintf("%s/%s", k->dir, p);
 }
 
-/* A path field: resolved against the kubeconfig's directory. */
-static int take_path(const struct kc *k, const yaml_node_t *n, const char *key, const char *where,
-                     char **out, struct mesh_err *err)
-{
-    const char *s;
-    int rc = get_str(k, n, key, where, &s, err);
-    if (rc == 0 && s != NULL) {
-        *out = resolve_path(k, s);
-    }
-    return rc;
-}
-
+/* A string field; a path (path true) is resolved against the kubeconfig's directory. */
 static int take_str(const struct kc *k, const yaml_node_t *n, const char *key, const char *where,
-                    char **out, struct mesh_err *err)
+                    bool path, char **out, struct mesh_err *err)
 {
     const char *s;
     int rc = get_str(k, n, key, where, &s, err);
     if (rc == 0 && s != NULL) {
-        *out = mesh_strdup(s);
+        *out = path ? resolve_path(k, s) : mesh_strdup(s);
     }
     return rc;
 }
@@ -220,17 +209,17 @@ static int load_cluster(const struct kc *k, const yaml_node_t *c, struct mesh_ku
 {
     char where[160];
     snprintf(where, sizeof(where), "clusters[%s].cluster", kc->cluster_name);
-    int rc = take_str(k, c, "server", where, &kc->server, err);
+    int rc = take_str(k, c, "server", where, false, &kc->server, err);
     if (rc == 0 && kc->server == NULL) {
         char kp[200];
         snprintf(kp, sizeof(kp), "%s.server", where);
         return cfg_err(k, err, kp, "missing; set the API server URL (https://host:port)");
     }
     if (rc == 0) {
-        rc = take_str(k, c, "tls-server-name", where, &kc->tls_server_name, err);
+        rc = take_str(k, c, "tls-server-name", where, false, &kc->tls_server_name, err);
     }
     if (rc == 0) {
-        rc = take_path(k, c, "certificate-authority", where, &kc->ca_file, err);
+        rc = take_str(k, c, "certificate-authority", where, true, &kc->ca_file, err);
     }
     if (rc == 0) {
         rc = take_data(k, c, "certificate-authority-data", where, &kc->ca_data, &kc->ca_data_len,
@@ -394,19 +383,19 @@ static int load_user(const struct kc *k, const yaml_node_t *u, struct mesh_kubec
                        "basic auth (username/password) is not supported; use a token, a "
                        "client certificate or an exec plugin");
     }
-    int rc = take_str(k, u, "token", where, &kc->token, err);
+    int rc = take_str(k, u, "token", where, false, &kc->token, err);
     if (rc == 0) {
-        rc = take_path(k, u, "tokenFile", where, &kc->token_file, err);
+        rc = take_str(k, u, "tokenFile", where, true, &kc->token_file, err);
     }
     if (rc == 0) {
-        rc = take_path(k, u, "client-certificate", where, &kc->client_cert_file, err);
+        rc = take_str(k, u, "client-certificate", where, true, &kc->client_cert_file, err);
     }
     if (rc == 0) {
         rc = take_data(k, u, "client-certificate-data", where, &kc->client_cert_data,
                        &kc->client_cert_data_len, err);
     }
     if (rc == 0) {
-        rc = take_path(k, u, "client-key", where, &kc->client_key_file, err);
+        rc = take_str(k, u, "client-key", where, true, &kc->client_key_file, err);
     }
     if (rc == 0) {
         rc = take_data(k, u, "client-key-data", where, &kc->client_key_data,

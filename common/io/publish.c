@@ -182,18 +182,24 @@ static int remove_entry(int dfd, const char *name)
     return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
 }
 
+/* A stream of dfd's entries on a descriptor of its own, or NULL. */
+static DIR *open_dir(int dfd)
+{
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL && fd >= 0) {
+        close(fd);
+    }
+    return d;
+}
+
 /* Remove every version directory other than keep1 and keep2 (either may be
  * "" or NULL) and the temporary symlinks a killed publisher may have left.
  * Best effort: a failure is logged once per entry and the scan goes on. */
 static void remove_others(struct mesh_publish_dir *p, const char *keep1, const char *keep2)
 {
-    int fd = openat(p->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        return;
-    }
-    DIR *d = fdopendir(fd);
+    DIR *d = open_dir(p->dfd);
     if (d == NULL) {
-        close(fd);
         return;
     }
     struct dirent *e;
@@ -371,12 +377,8 @@ static size_t make_plan(int src, bool carry_all, const struct mesh_publish_file 
     if (!carry_all || src < 0) {
         return k;
     }
-    int fd = openat(src, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = open_dir(src);
     if (d == NULL) {
-        if (fd >= 0) {
-            close(fd);
-        }
         return k;
     }
     struct dirent *e;
@@ -515,12 +517,8 @@ static int ensure_link(int dfd, const char *name)
  * version's names go (regular files only). */
 static void remove_old_spares(int dfd, const struct plan *pl, size_t k)
 {
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = open_dir(dfd);
     if (d == NULL) {
-        if (fd >= 0) {
-            close(fd);
-        }
         return;
     }
     struct dirent *e;

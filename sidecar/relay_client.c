@@ -160,9 +160,31 @@ static struct mesh_k8s_pod_rec **check_upserts(const Tpumesh__V1__PodDelta *d, s
     return v;
 }
 
-/* old (sorted) + upserts (sorted, taken) - deleted (sorted names) -> new
- * array (owned); the records of old that are kept move over, the others
- * are freed. */
+/* Everything a message's delta must pass before the store changes: the
+ * relay is synced, a delta follows a full set, every upsert passes the
+ * API rules once, and the caller's check. The checked upserts (sorted,
+ * owned) or NULL with err; d's deleted names are sorted. */
+static struct mesh_k8s_pod_rec **check_delta(struct mesh_relay_store *s,
+                                             const Tpumesh__V1__WatchResponse *m, bool first,
+                                             struct mesh_err *err)
+{
+    Tpumesh__V1__PodDelta *d = m->pods;
+    if (!m->synced || (!d->reset && first)) {
+        mesh_err_set(err, MESH_E_INVAL, 0, "relay sent %s",
+                     !m->synced ? "pod records while not synced" : "a delta before the full set");
+        return NULL;
+    }
+    struct mesh_k8s_pod_rec **up = check_upserts(d, err);
+    if (up != NULL && s->check != NULL && s->check(s->check_ctx, up, d->n_upserts, err) < 0) {
+        free_recs(up, d->n_upserts);
+        return NULL;
+    }
+    if (d->n_deleted > 0) {
+        qsort(d->deleted, d->n_deleted, sizeof(char *), str_cmp);
+    }
+    return up;
+}
+
 /* a and b differ, and only in the Ready flag (pack() zeroes every byte it
  * does not write, so the rest compares exactly). */
 static bool ready_flip_only(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
@@ -176,20 +198,15 @@ static bool ready_flip_only(const struct mesh_k8s_pod_rec *a, const struct mesh_
     return memcmp(&ha, &hb, hdr) == 0 && memcmp(a->s, b->s, a->size - hdr) == 0;
 }
 
-/* *other: a change that is not a Ready flip (an add, a delete, any other
- * field). */
-static void note_diff(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b,
-                      bool *changed, bool *other)
-{
-    if (!mesh_k8s_pod_rec_equal(a, b)) {
-        *changed = true;
-        *other = *other || !ready_flip_only(a, b);
-    }
-}
-
+/* old (sorted) + upserts (sorted, taken) - deleted (sorted names) -> new
+ * array (owned); a full set (reset) deletes every old record it does not
+ * carry. The records of old that are kept move over, the others are
+ * freed. *changed: the records differ; *other: by more than Ready flags
+ * (an add, a delete, any other field). */
 static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nold,
-                                       struct mesh_k8s_pod_rec **up, size_t nup, char **del,
-                                       size_t ndel, size_t *out_n, bool *changed, bool *other)
+                                       struct mesh_k8s_pod_rec **up, size_t nup,
+                                       const Tpumesh__V1__PodDelta *d, size_t *out_n, bool *changed,
+                                       bool *other)
 {
     struct mesh_k8s_pod_rec **v = mesh_calloc(nold + nup + 1, sizeof(*v));
     size_t i = 0, j = 0, k = 0, n = 0;
@@ -197,30 +214,58 @@ static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nol
         int c = i >= nold ? 1 : (j >= nup ? -1 : rec_cmp(&old[i], &up[j]));
         if (c < 0) {
             const char *name = mesh_k8s_pod_rec_name(old[i]);
-            while (k < ndel && strcmp(del[k], name) < 0) {
+            while (k < d->n_deleted && strcmp(d->deleted[k], name) < 0) {
                 k++;
             }
-            if (k < ndel && strcmp(del[k], name) == 0) {
+            if (d->reset || (k < d->n_deleted && strcmp(d->deleted[k], name) == 0)) {
                 mesh_free(old[i]);
-                *changed = true;
-                *other = true;
+                *changed = *other = true;
             } else {
                 v[n++] = old[i];
             }
             i++;
-        } else {
-            if (c == 0) {
-                note_diff(old[i], up[j], changed, other);
-                mesh_free(old[i++]);
-            } else {
-                *changed = true;
-                *other = true;
-            }
-            v[n++] = up[j++];
+            continue;
         }
+        if (c > 0) {
+            *changed = *other = true;
+        } else if (!mesh_k8s_pod_rec_equal(old[i], up[j])) {
+            *changed = true;
+            *other = *other || !ready_flip_only(old[i], up[j]);
+        }
+        if (c == 0) {
+            mesh_free(old[i++]);
+        }
+        v[n++] = up[j++];
     }
     *out_n = n;
     return v;
+}
+
+/* Apply d's checked upserts (taken) to the records (s->mu held). */
+static int commit(struct mesh_relay_store *s, const Tpumesh__V1__PodDelta *d,
+                  struct mesh_k8s_pod_rec **up, bool *out_changed, struct mesh_err *err)
+{
+    size_t n = 0;
+    bool changed = false, other = false;
+    struct mesh_k8s_pod_rec **v = merge(s->recs, s->n, up, d->n_upserts, d, &n, &changed, &other);
+    mesh_free(s->recs);
+    mesh_free(up);
+    int rc = 0;
+    s->st.synced = n <= MESH_TOPO_MSG_PODS_MAX;
+    if (!s->st.synced) {
+        free_recs(v, n);
+        v = NULL;
+        n = 0;
+        changed = other = true;
+        rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "relay's pod set exceeds %d records",
+                          MESH_TOPO_MSG_PODS_MAX);
+    }
+    s->recs = v;
+    s->n = n;
+    *out_changed = changed;
+    s->st.applied += changed ? 1 : 0;
+    s->st.ready_applied += changed && !other ? 1 : 0;
+    return rc;
 }
 
 int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_t len, bool first,
@@ -235,93 +280,23 @@ int mesh_relay_store_apply(struct mesh_relay_store *s, const uint8_t *buf, size_
     if (m == NULL) {
         return -err->code;
     }
-    int rc = 0;
-    struct mesh_k8s_pod_rec **up = NULL;
-    size_t nup = 0;
-    const Tpumesh__V1__PodDelta *d = m->pods;
-    if (d != NULL && !m->synced) {
-        rc = mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod records while not synced");
-        goto out;
-    }
-    if (d != NULL && !d->reset && first) {
-        rc = mesh_err_set(err, MESH_E_INVAL, 0, "relay sent a delta before the full set");
-        goto out;
-    }
-    if (d != NULL) {
-        up = check_upserts(d, err);
-        if (up == NULL) {
-            rc = -err->code;
-            goto out;
+    struct mesh_k8s_pod_rec **up = m->pods != NULL ? check_delta(s, m, first, err) : NULL;
+    int rc = m->pods != NULL && up == NULL ? -err->code : 0;
+    if (rc == 0) {
+        int64_t now = mesh_sys_now_ms();
+        pthread_mutex_lock(&s->mu);
+        if (m->pods != NULL) {
+            rc = commit(s, m->pods, up, out_changed, err);
         }
-        nup = d->n_upserts;
-        if (s->check != NULL) {
-            rc = s->check(s->check_ctx, up, nup, err);
-            if (rc < 0) {
-                goto out;
-            }
+        s->st.last_msg_ms = now;
+        s->st.source_age_ms = m->source_age_ms;
+        s->st.depth = m->depth;
+        snprintf(s->st.rv, sizeof(s->st.rv), "%s", m->resource_version);
+        bool lagging = lag_ms > 0 && m->source_age_ms > lag_ms;
+        if (rc == 0 && m->synced && s->st.synced && !lagging) {
+            s->st.last_good_ms = now;
         }
-        if (d->n_deleted > 0) {
-            qsort(d->deleted, d->n_deleted, sizeof(char *), str_cmp);
-        }
-    }
-    int64_t now = mesh_sys_now_ms();
-    pthread_mutex_lock(&s->mu);
-    if (d != NULL) {
-        size_t n = 0;
-        bool changed = false, other = false;
-        struct mesh_k8s_pod_rec **v;
-        if (d->reset) {
-            v = merge(NULL, 0, up, nup, NULL, 0, &n, &changed, &other);
-            changed = s->n != n;
-            other = changed;
-            /* Same set again (a reconnect): say "changed" only when it is. */
-            for (size_t i = 0; s->n == n && i < n && !other; i++) {
-                other = strcmp(mesh_k8s_pod_rec_name(s->recs[i]), mesh_k8s_pod_rec_name(v[i])) != 0;
-                if (!other) {
-                    note_diff(s->recs[i], v[i], &changed, &other);
-                }
-            }
-            changed = changed || other;
-            free_recs(s->recs, s->n);
-        } else {
-            v = merge(s->recs, s->n, up, nup, d->deleted, d->n_deleted, &n, &changed, &other);
-            mesh_free(s->recs);
-        }
-        if (changed && !other) {
-            s->st.ready_applied++;
-        }
-        mesh_free(up);
-        up = NULL;
-        if (n > MESH_TOPO_MSG_PODS_MAX) {
-            free_recs(v, n);
-            v = NULL;
-            n = 0;
-            s->st.synced = false;
-            changed = true;
-            rc = mesh_err_set(err, MESH_E_TOOBIG, 0, "relay's pod set exceeds %d records",
-                              MESH_TOPO_MSG_PODS_MAX);
-        } else {
-            s->st.synced = true;
-        }
-        s->recs = v;
-        s->n = n;
-        *out_changed = changed;
-        if (changed) {
-            s->st.applied++;
-        }
-    }
-    s->st.last_msg_ms = now;
-    s->st.source_age_ms = m->source_age_ms;
-    s->st.depth = m->depth;
-    snprintf(s->st.rv, sizeof(s->st.rv), "%s", m->resource_version);
-    bool lagging = lag_ms > 0 && m->source_age_ms > lag_ms;
-    if (rc == 0 && m->synced && s->st.synced && !lagging) {
-        s->st.last_good_ms = now;
-    }
-    pthread_mutex_unlock(&s->mu);
-out:
-    if (up != NULL) {
-        free_recs(up, nup);
+        pthread_mutex_unlock(&s->mu);
     }
     tpumesh__v1__watch_response__free_unpacked(m, NULL);
     return rc;
@@ -421,7 +396,9 @@ static void finish_call(struct session *se, bool cancel, char *why, size_t cap)
     grpc_slice_unref(details);
 }
 
-static int stream(struct session *se, struct mesh_err *err)
+/* Batch 1: the WatchRequest (VIEW_PODS of the subscriber's namespace and
+ * selector) and the half-close. */
+static int send_request(struct session *se, struct mesh_err *err)
 {
     const struct mesh_relay_client_opts *o = se->o;
     Tpumesh__V1__WatchRequest wr = TPUMESH__V1__WATCH_REQUEST__INIT;
@@ -429,14 +406,10 @@ static int stream(struct session *se, struct mesh_err *err)
     wr.namespace_ = (char *)o->ns;
     wr.selector = (char *)o->selector;
     wr.subscriber = (char *)(o->subscriber != NULL ? o->subscriber : "");
-    size_t rl = tpumesh__v1__watch_request__get_packed_size(&wr);
-    uint8_t *rb = mesh_malloc(rl + 1);
-    tpumesh__v1__watch_request__pack(&wr, rb);
-    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)rb, rl);
-    mesh_free(rb);
+    grpc_slice sl = grpc_slice_malloc(tpumesh__v1__watch_request__get_packed_size(&wr));
+    tpumesh__v1__watch_request__pack(&wr, GRPC_SLICE_START_PTR(sl));
     se->req = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
-
     grpc_op ops[3];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -448,22 +421,54 @@ static int stream(struct session *se, struct mesh_err *err)
         return mesh_err_set(err, MESH_E_API, 0, "gRPC refused to start the call to %s", o->target);
     }
     se->send_pending = true;
-    bool first = true;
+    return 0;
+}
+
+/* The message just received: applied to the store, counted, and the
+ * caller told when the records changed. 0 or the refusal's code. */
+static int take_message(struct session *se, bool first, struct mesh_err *err)
+{
+    const struct mesh_relay_client_opts *o = se->o;
+    size_t len = 0;
+    uint8_t *buf =
+        mesh_grpc_util_copy_message(se->msg, mesh_relay_max_message(o->max_pods), &len, NULL);
+    grpc_byte_buffer_destroy(se->msg);
+    se->msg = NULL;
+    bool changed = false;
+    int rc = buf != NULL ? mesh_relay_store_apply(se->s, buf, len, first, o->lag_ms, &changed, err)
+                         : mesh_err_set(err, MESH_E_PARSE, 0, "unreadable message");
+    mesh_free(buf);
+    pthread_mutex_lock(&se->s->mu);
+    se->s->st.messages++;
+    se->s->st.bytes += len;
+    se->s->st.refused += rc < 0 ? 1 : 0;
+    se->s->st.connected = se->s->st.connected || rc == 0;
+    pthread_mutex_unlock(&se->s->mu);
+    if (rc == 0 && changed && o->notify != NULL) {
+        o->notify(o->ctx);
+    }
+    return rc;
+}
+
+static int stream(struct session *se, struct mesh_err *err)
+{
+    if (send_request(se, err) < 0) {
+        return -MESH_E_API;
+    }
     int64_t since = mesh_sys_now_ms();
-    for (;;) {
+    for (bool first = true;; first = false) {
         grpc_op r[2];
         memset(r, 0, sizeof(r));
         size_t n = 0;
         if (first) {
             r[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-            r[n].data.recv_initial_metadata.recv_initial_metadata = &se->md;
-            n++;
+            r[n++].data.recv_initial_metadata.recv_initial_metadata = &se->md;
         }
         r[n].op = GRPC_OP_RECV_MESSAGE;
-        r[n].data.recv_message.recv_message = &se->msg;
-        n++;
+        r[n++].data.recv_message.recv_message = &se->msg;
         if (grpc_call_start_batch(se->call, r, n, &se->tag_recv, NULL) != GRPC_CALL_OK) {
-            return mesh_err_set(err, MESH_E_API, 0, "gRPC refused to receive from %s", o->target);
+            return mesh_err_set(err, MESH_E_API, 0, "gRPC refused to receive from %s",
+                                se->o->target);
         }
         se->recv_pending = true;
         bool ok = false;
@@ -479,52 +484,21 @@ static int stream(struct session *se, struct mesh_err *err)
         if (!ok || se->msg == NULL) {
             char why[512];
             finish_call(se, false, why, sizeof(why));
-            return mesh_err_set(err, MESH_E_API, 0, "relay %s ended the stream (%s)", o->target,
+            return mesh_err_set(err, MESH_E_API, 0, "relay %s ended the stream (%s)", se->o->target,
                                 why);
         }
-        size_t len = 0;
-        uint8_t *buf =
-            mesh_grpc_util_copy_message(se->msg, mesh_relay_max_message(o->max_pods), &len, NULL);
-        grpc_byte_buffer_destroy(se->msg);
-        se->msg = NULL;
-        bool changed = false;
-        int rc = buf != NULL
-                     ? mesh_relay_store_apply(se->s, buf, len, first, o->lag_ms, &changed, err)
-                     : mesh_err_set(err, MESH_E_PARSE, 0, "unreadable message");
-        mesh_free(buf);
-        pthread_mutex_lock(&se->s->mu);
-        se->s->st.messages++;
-        se->s->st.bytes += len;
-        if (rc < 0) {
-            se->s->st.refused++;
-        }
-        pthread_mutex_unlock(&se->s->mu);
+        int rc = take_message(se, first, err);
         if (rc < 0) {
             return rc;
         }
-        if (first) {
-            set_state(se->s, true, NULL);
-        }
-        first = false;
         since = mesh_sys_now_ms();
-        if (changed && o->notify != NULL) {
-            o->notify(o->ctx);
-        }
     }
 }
 
-int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_relay_store *s,
-                          struct mesh_err *err)
+/* The session's channel: one connection of its own, bounded to what the
+ * job can need. */
+static grpc_channel *open_channel(const struct mesh_relay_client_opts *o)
 {
-    grpc_init();
-    pthread_mutex_lock(&s->mu);
-    s->st.sessions++;
-    snprintf(s->st.target, sizeof(s->st.target), "%s", o->target);
-    pthread_mutex_unlock(&s->mu);
-    mesh_relay_store_set_limits(s, o->max_pods, o->check, o->check_ctx);
-    struct session se = {.o = o, .s = s};
-    grpc_metadata_array_init(&se.md);
-    grpc_metadata_array_init(&se.trailing);
     grpc_arg args[11];
     int n = 0;
     /* gRPC 1.51 buffers a whole message before its receive limit applies,
@@ -543,8 +517,7 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     args[n].type = GRPC_ARG_POINTER;
     args[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
     args[n].value.pointer.p = quota;
-    args[n].value.pointer.vtable = grpc_resource_quota_arg_vtable();
-    n++;
+    args[n++].value.pointer.vtable = grpc_resource_quota_arg_vtable();
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     args[n++] = mesh_grpc_util_int_arg(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 65536);
     /* Nothing larger than the job can need is even received. */
@@ -565,22 +538,33 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     }
     grpc_channel_args cargs = {(size_t)n, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    se.ch = grpc_channel_create(o->target, creds, &cargs);
+    grpc_channel *ch = grpc_channel_create(o->target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     grpc_resource_quota_unref(quota);
+    return ch;
+}
+
+int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_relay_store *s,
+                          struct mesh_err *err)
+{
+    grpc_init();
+    pthread_mutex_lock(&s->mu);
+    s->st.sessions++;
+    snprintf(s->st.target, sizeof(s->st.target), "%s", o->target);
+    pthread_mutex_unlock(&s->mu);
+    mesh_relay_store_set_limits(s, o->max_pods, o->check, o->check_ctx);
+    struct session se = {.o = o, .s = s, .ch = open_channel(o)};
+    grpc_metadata_array_init(&se.md);
+    grpc_metadata_array_init(&se.trailing);
     se.cq = grpc_completion_queue_create_for_pluck(NULL);
     se.call = grpc_channel_create_call(se.ch, NULL, GRPC_PROPAGATE_DEFAULTS, se.cq,
                                        grpc_slice_from_static_string("/tpumesh.v1.Topology/Watch"),
                                        NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    int rc;
-    if (se.call == NULL) {
-        rc = mesh_err_set(err, MESH_E_API, 0, "gRPC could not create a call to %s", o->target);
-    } else {
-        se.status_done = false;
-        rc = stream(&se, err);
-        if (!se.status_done) {
-            finish_call(&se, true, NULL, 0);
-        }
+    int rc = se.call == NULL
+                 ? mesh_err_set(err, MESH_E_API, 0, "gRPC could not create a call to %s", o->target)
+                 : stream(&se, err);
+    if (se.call != NULL && !se.status_done) {
+        finish_call(&se, true, NULL, 0);
     }
     set_state(s, false, rc < 0 ? err->msg : "stopped");
     if (se.msg != NULL) {
@@ -596,13 +580,10 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     grpc_metadata_array_destroy(&se.trailing);
     grpc_channel_destroy(se.ch);
     grpc_completion_queue_shutdown(se.cq);
-    for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_pluck(se.cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
-            break;
-        }
-    }
+    grpc_event ev;
+    do {
+        ev = grpc_completion_queue_pluck(se.cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    } while (ev.type != GRPC_QUEUE_SHUTDOWN);
     grpc_completion_queue_destroy(se.cq);
     grpc_shutdown();
     return rc;

@@ -57,8 +57,8 @@ struct mesh_sidecar_relay {
     char refused_why[MESH_ERR_MSG_MAX]; /* relay thread: last refusal logged */
     struct mesh_sidecar_verify verify;  /* relay thread: records checked against the API */
     struct mesh_k8s_pod relay_pod;      /* relay thread: the relay pod as the API last gave it */
-    struct mesh_k8s_pod coord; /* relay thread: the coordinator pod, running, as the wait's */
-    bool have_coord;           /* watch last showed it (when the relay is not the coordinator) */
+    struct mesh_k8s_pod coord; /* relay thread: the coordinator pod, running, as the LIST or */
+    bool have_coord; /* the wait's watch last showed it (when the relay is not the coordinator) */
     struct mesh_relay_store *store;
     pthread_t thread;
     bool running;
@@ -67,6 +67,7 @@ struct mesh_sidecar_relay {
     char selector[MESH_SIDECAR_SELECTOR_MAX + 128];      /* matches only the relay pod */
     char wait_selector[MESH_SIDECAR_SELECTOR_MAX + 160]; /* the relay pod and the coordinator */
     int grpc_port;
+    long rank;           /* the relay's rank: (own rank - 1) / fan-out */
     int64_t fallback_ms; /* this sidecar's jittered delay */
     /* main thread */
     int64_t waiting_since;      /* when the relay stopped being good (or start-up) */
@@ -153,37 +154,26 @@ int mesh_sidecar_relay_plan(struct mesh_sidecar *ctx)
     return 0;
 }
 
-/* The label selector matching only the pod of rank r. */
-static void relay_selector(const struct mesh_sidecar *ctx, long r, char *out, size_t cap)
+/* The label selector matching only the pod of rank r; with coord (and r
+ * > 0), also the coordinator's index ("in" sets: at most the two pods,
+ * four for a JobSet's two labels): the one a waiting subscriber watches,
+ * so that the coordinator's record is known from the API by the time the
+ * relay sends it, without a GET from every subscriber at the moment the
+ * relays start. */
+static void relay_selector(const struct mesh_sidecar *ctx, long r, bool coord, char *out,
+                           size_t cap)
 {
-    if (strcmp(ctx->relay_kind, "sts") == 0) {
-        snprintf(out, cap, "%s,%s=%ld", ctx->selector, MESH_K8S_KEY_POD_INDEX, r);
-    } else if (strcmp(ctx->relay_kind, "jobset") == 0) {
-        snprintf(out, cap, "%s,%s=%ld,%s=%ld", ctx->selector, MESH_K8S_KEY_JOB_GLOBAL_INDEX,
-                 r / ctx->relay_per_slice, MESH_K8S_KEY_COMPLETION_INDEX, r % ctx->relay_per_slice);
-    } else {
-        snprintf(out, cap, "%s,%s=%ld", ctx->selector, MESH_K8S_KEY_COMPLETION_INDEX, r);
+    bool in = coord && r > 0;
+    const char *key = strcmp(ctx->relay_kind, "sts") == 0 ? MESH_K8S_KEY_POD_INDEX
+                                                          : MESH_K8S_KEY_COMPLETION_INDEX;
+    char head[MESH_SIDECAR_SELECTOR_MAX + 64];
+    snprintf(head, sizeof(head), "%s", ctx->selector);
+    if (strcmp(ctx->relay_kind, "jobset") == 0) {
+        snprintf(head, sizeof(head), in ? "%s,%s in (0,%ld)" : "%s,%s=%ld", ctx->selector,
+                 MESH_K8S_KEY_JOB_GLOBAL_INDEX, r / ctx->relay_per_slice);
+        r %= ctx->relay_per_slice;
     }
-}
-
-/* The selector a waiting subscriber watches: the relay pod's, and when the
- * relay is not the coordinator also the coordinator's index ("in" sets:
- * at most the two pods, four for a JobSet's two labels), so that the
- * coordinator's record is known from the API by the time the relay sends
- * it, without a GET from every subscriber at the moment the relays start. */
-static void wait_selector(const struct mesh_sidecar *ctx, long r, char *out, size_t cap)
-{
-    if (r == 0) {
-        relay_selector(ctx, r, out, cap);
-    } else if (strcmp(ctx->relay_kind, "sts") == 0) {
-        snprintf(out, cap, "%s,%s in (0,%ld)", ctx->selector, MESH_K8S_KEY_POD_INDEX, r);
-    } else if (strcmp(ctx->relay_kind, "jobset") == 0) {
-        snprintf(out, cap, "%s,%s in (0,%ld),%s in (0,%ld)", ctx->selector,
-                 MESH_K8S_KEY_JOB_GLOBAL_INDEX, r / ctx->relay_per_slice,
-                 MESH_K8S_KEY_COMPLETION_INDEX, r % ctx->relay_per_slice);
-    } else {
-        snprintf(out, cap, "%s,%s in (0,%ld)", ctx->selector, MESH_K8S_KEY_COMPLETION_INDEX, r);
-    }
+    snprintf(out, cap, in ? "%s,%s in (0,%ld)" : "%s,%s=%ld", head, key, r);
 }
 
 static void nap(struct mesh_sidecar_relay *r, int64_t ms)
@@ -203,6 +193,18 @@ static void nap(struct mesh_sidecar_relay *r, int64_t ms)
  * own API watch would buy nothing. It watches that one pod (the relay's
  * label selector, plus a metadata.name field selector once the pod exists:
  * O(1) events, no polling LIST) and subscribes the moment it runs. */
+
+/* A pod with these indexes is at rank `want` of the tree (rank_of). */
+static bool at_rank(const struct mesh_sidecar *ctx, long want, long ci, long pi, long jgi)
+{
+    if (strcmp(ctx->relay_kind, "sts") == 0) {
+        return pi == want;
+    }
+    if (strcmp(ctx->relay_kind, "jobset") == 0) {
+        return jgi == want / ctx->relay_per_slice && ci == want % ctx->relay_per_slice;
+    }
+    return ci == want;
+}
 
 #define PICK_MAX 8 /* a handful at most: the old and the new pod of a replaced relay */
 
@@ -250,14 +252,16 @@ static void take(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod *p, cha
     snprintf(target, cap, p->ip_v6 ? "[%s]:%d" : "%s:%d", p->ip, r->grpc_port);
 }
 
-/* One LIST of the relay's selector. 0 with the running relay's target, or
+/* One LIST of the relay's selector, with the coordinator's index when the
+ * relay is not the coordinator. 0 with the running relay's target, or
  * MESH_E_NOTREADY with *waiting = the name of the job's pod at that index
  * that does not run yet ("" = none), *rv = the LIST's resourceVersion. */
 static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, char *waiting, char *rv,
                    struct mesh_err *err)
 {
     struct mesh_sidecar *ctx = r->ctx;
-    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods", .label_selector = r->selector};
+    struct mesh_k8s_query q = {
+        .ns = ctx->ns, .resource = "pods", .label_selector = r->wait_selector};
     struct pick *pk = mesh_calloc(1, sizeof(*pk));
     struct mesh_k8s_list_meta meta;
     memset(&meta, 0, sizeof(meta));
@@ -272,8 +276,22 @@ static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, char 
         return mesh_err_prefix(err, "cannot list the relay pod");
     }
     const struct mesh_k8s_pod *run = NULL;
-    for (int i = 0; i < pk->n && run == NULL; i++) {
+    r->have_coord = false;
+    for (int i = 0; i < pk->n; i++) {
         const struct mesh_k8s_pod *p = &pk->pods[i];
+        if (!at_rank(ctx, r->rank, p->completion_index, p->pod_index, p->job_global_index)) {
+            /* The coordinator, listed along: what the API says of it is
+             * what check_one compares the relay's record with. */
+            if (at_rank(ctx, 0, p->completion_index, p->pod_index, p->job_global_index) &&
+                is_running(p)) {
+                r->coord = *p;
+                r->have_coord = true;
+            }
+            continue;
+        }
+        if (run != NULL) {
+            continue;
+        }
         char why[MESH_ERR_MSG_MAX];
         int same = mesh_sidecar_job_same(ctx, r->client, p, why, sizeof(why));
         if (same == -MESH_E_INVAL) {
@@ -309,33 +327,6 @@ struct waiter {
     struct mesh_k8s_pod *pod;
 };
 
-/* p is at the coordinator's index (rank 0). */
-static bool pod_rank0(const struct mesh_sidecar *ctx, const struct mesh_k8s_pod *p)
-{
-    if (strcmp(ctx->relay_kind, "sts") == 0) {
-        return p->pod_index == 0;
-    }
-    if (strcmp(ctx->relay_kind, "jobset") == 0) {
-        return p->completion_index == 0 && p->job_global_index == 0;
-    }
-    return p->completion_index == 0;
-}
-
-/* p is at the relay's index. */
-static bool pod_is_relay_index(const struct mesh_sidecar_relay *r, const struct mesh_k8s_pod *p)
-{
-    const struct mesh_sidecar *ctx = r->ctx;
-    long want = (ctx->rank - 1) / ctx->opts.relay_fanout;
-    if (strcmp(ctx->relay_kind, "sts") == 0) {
-        return p->pod_index == want;
-    }
-    if (strcmp(ctx->relay_kind, "jobset") == 0) {
-        return p->job_global_index == want / ctx->relay_per_slice &&
-               p->completion_index == want % ctx->relay_per_slice;
-    }
-    return p->completion_index == want;
-}
-
 /* A watch event of the relay pod: end the watch when the pod may now run
  * (the caller follows it from the event itself: the API just said it, and
  * a LIST from each of the relay's subscribers at that moment is what a
@@ -352,10 +343,12 @@ static int wait_event(void *vw, const struct mesh_k8s_watch_event *ev, struct me
                             ev->status.code);
     }
     struct mesh_sidecar_relay *r = w->r;
-    if (mesh_k8s_pod_extract(ev->object, w->pod, NULL) == 0 && !pod_is_relay_index(r, w->pod)) {
+    const struct mesh_k8s_pod *p = w->pod;
+    if (mesh_k8s_pod_extract(ev->object, w->pod, NULL) == 0 &&
+        !at_rank(r->ctx, r->rank, p->completion_index, p->pod_index, p->job_global_index)) {
         /* The coordinator (watched along when it is not the relay): kept
          * while it runs; checked to be of this job when it is used. */
-        if (pod_rank0(r->ctx, w->pod)) {
+        if (at_rank(r->ctx, 0, p->completion_index, p->pod_index, p->job_global_index)) {
             r->have_coord = ev->type != MESH_K8S_EV_DELETED && is_running(w->pod);
             if (r->have_coord) {
                 r->coord = *w->pod;
@@ -432,17 +425,6 @@ static int take_event_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_po
  * subdomain, the indexes, an IP once assigned) and its job (the
  * controller) must not. A pod the API does not have is refused unless the
  * relay itself says it is leaving. */
-
-static bool rank0(const struct mesh_sidecar *ctx, const struct mesh_k8s_pod_rec *x)
-{
-    if (strcmp(ctx->relay_kind, "sts") == 0) {
-        return x->pod_index == 0;
-    }
-    if (strcmp(ctx->relay_kind, "jobset") == 0) {
-        return x->completion_index == 0 && x->job_global_index == 0;
-    }
-    return x->completion_index == 0;
-}
 
 /* x was found right before, or differs from a record found right only in
  * what may change without a new GET proving anything (ready, terminating,
@@ -608,7 +590,8 @@ int mesh_sidecar_relay_check(void *vr, struct mesh_k8s_pod_rec *const *up, size_
     for (size_t i = 0; i < n; i++) {
         const struct mesh_k8s_pod_rec *x = up[i];
         bool own = strcmp(mesh_k8s_pod_rec_name(x), ctx->pod_name) == 0;
-        if ((x->flags & MESH_K8S_REC_INVALID) != 0 || (!own && !rank0(ctx, x)) ||
+        if ((x->flags & MESH_K8S_REC_INVALID) != 0 ||
+            (!own && !at_rank(ctx, 0, x->completion_index, x->pod_index, x->job_global_index)) ||
             verified(&r->verify, x)) {
             continue;
         }
@@ -778,9 +761,9 @@ int mesh_sidecar_relay_start(struct mesh_sidecar *ctx, int grpc_port, struct mes
     r->grpc_port = grpc_port;
     pthread_mutex_init(&r->mu, NULL);
     r->store = mesh_relay_store_new();
-    relay_selector(ctx, (ctx->rank - 1) / ctx->opts.relay_fanout, r->selector, sizeof(r->selector));
-    wait_selector(ctx, (ctx->rank - 1) / ctx->opts.relay_fanout, r->wait_selector,
-                  sizeof(r->wait_selector));
+    r->rank = (ctx->rank - 1) / ctx->opts.relay_fanout;
+    relay_selector(ctx, r->rank, false, r->selector, sizeof(r->selector));
+    relay_selector(ctx, r->rank, true, r->wait_selector, sizeof(r->wait_selector));
     int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
     r->fallback_ms = f / 2 + (int64_t)(random() % (f / 2 + 1));
     r->waiting_since = mesh_sys_now_ms();

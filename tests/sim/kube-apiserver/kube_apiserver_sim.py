@@ -574,6 +574,9 @@ class State:
                       "watches_total": 0, "bytes_sent": 0, "events_sent": 0, "bookmarks_sent": 0,
                       "started": time.time()}
         self.stats_lock = threading.Lock()
+        # The last requests of the core API as (verb, path, labelSelector, fieldSelector): which
+        # sidecar asked what, for tests that must tell one client's requests from another's.
+        self.request_log = collections.deque(maxlen=4096)
         self.churn = {"running": False, "done": 0, "target": 0, "started": None, "finished": None}
         self.churn_stop = threading.Event()
         self.restarts = 0
@@ -1416,6 +1419,9 @@ class Handler(BaseHTTPRequestHandler):
                             or path.startswith("/openapi")):
             verb = "discovery"
         st.count(verb)
+        with st.stats_lock:
+            st.request_log.append((verb, path, (q.get("labelSelector") or [""])[0],
+                                   (q.get("fieldSelector") or [""])[0]))
         user = self._authenticate(self.headers.get("Authorization") or ws_bearer(self.headers),
                                   self.server.anonymous)
         if user is None:
@@ -2858,6 +2864,8 @@ class Control:
                  "watchesTotal": st.stats["watches_total"], "bytesSent": st.stats["bytes_sent"],
                  "eventsSent": st.stats["events_sent"], "bookmarksSent": st.stats["bookmarks_sent"],
                  "uptime": time.time() - st.stats["started"]}
+            if str(a.get("log", "")).lower() in ("1", "true"):
+                s["log"] = [list(x) for x in st.request_log]
         with st.cond:
             s["watchesActive"] = len(st.watchers)
             s["watchers"] = [dict(w.desc, id=w.id, bytes=w.bytes, events=w.events, rv=w.cursor,
@@ -2874,6 +2882,7 @@ class Control:
             st.stats.update({"requests": collections.Counter(), "codes": collections.Counter(),
                              "watches_total": 0, "bytes_sent": 0, "events_sent": 0, "bookmarks_sent": 0,
                              "started": time.time()})
+            st.request_log.clear()
         return {}
 
     def v_bookmark(self, a):
@@ -3203,7 +3212,7 @@ def make_tls(state_dir):
 
 HELP_EPILOG = """
 control API (unauthenticated, same port, see README.md):
-  GET  /_sim/state | /_sim/stats | /_sim/pods[?namespace=NS]
+  GET  /_sim/state | /_sim/stats[?log=true: also the last 4096 API requests] | /_sim/pods[?namespace=NS]
   POST /_sim/<verb> with a JSON object of arguments (query parameters also work):
     make        name namespace index job hostname subdomain ip ready phase node labels annotations
                 managed_fields=true (JobSet pod: jobset rjob slice index slices per_slice; StatefulSet pod:

@@ -112,8 +112,8 @@ class SimClient:
     def restart(self, rv=None, unavailable=None, down=None):
         return self.call("restart", rv=rv, unavailable=unavailable, down=down)
 
-    def stats(self):
-        return self.call("stats")
+    def stats(self, log=None):
+        return self.call("stats", log=log)
 
     def bulk_create(self, count, **kw):
         return self.call("bulk-create", count=count, **kw)

@@ -205,7 +205,17 @@ def run_one(args, mode, n, tmp, kill=None):
 
     t_last_ip = None
     t_first_ip = time.monotonic()
-    for i, at in start_plan(args, n):
+    plan = start_plan(args, n)
+    perf = []
+    if args.perf and mode in args.perf_modes.split(","):
+        # perf record -a over the same window as --late's figures: from 2 s before the last IP to
+        # the last ready (stopped below), every process on the machine, for `perf report`.
+        def perf_start():
+            perf.append(subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o",
+                                          "%s.%s.%d" % (args.perf, mode, n)],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        threading.Timer(max(0.0, plan[-1][1] - 2.0), perf_start).start()
+    for i, at in plan:
         # Each pod gets its IP at its time in the plan, and its sidecar starts then, as in a pod
         # whose containers start once the pod has its IP.
         left = t_first_ip + at - time.monotonic()
@@ -228,6 +238,9 @@ def run_one(args, mode, n, tmp, kill=None):
     while time.monotonic() < deadline and not all(car.complete_at for car in alive):
         time.sleep(0.05)
     last_ready = max((car.complete_at or float("inf")) for car in alive)
+    for p in perf:
+        p.send_signal(2)
+        p.wait()
     while time.monotonic() < deadline and not all(files_ok(car, n, want_jobs) for car in alive):
         time.sleep(0.1)
     correct = sum(files_ok(car, n, want_jobs) for car in alive)
@@ -394,6 +407,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--last-ready-slack", type=float, default=1.0,
                     help="goal: relay last ready <= direct + this many seconds")
+    ap.add_argument("--perf", metavar="PREFIX",
+                    help="perf record -a -g from 2 s before the last IP to the last ready into "
+                         "PREFIX.MODE.N (for perf report --comm tpumesh-sidecar)")
+    ap.add_argument("--perf-modes", default="direct,relay", help="the modes --perf records")
     ap.add_argument("--json")
     args = ap.parse_args()
     orders = args.order.split(",")

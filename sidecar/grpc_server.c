@@ -6,7 +6,8 @@
  * batch started on it is tagged with one of its struct tag members, so a
  * completion names the call and the operation. A call is freed when none
  * of its batches is outstanding. Streams (Health/Watch, Topology/Watch)
- * are on a list the thread walks every tick (opts.tick_ms): that walk
+ * are on a list the thread walks every tick (opts.tick_ms; no tick while
+ * the list is empty, the thread then sleeps until a call comes): that walk
  * sends what changed since a stream's last message, at most one message in
  * flight per stream, and cancels streams whose message has been in flight
  * longer than opts.send_timeout_ms. Nothing is queued per stream: a stream
@@ -122,7 +123,6 @@ struct mesh_grpc_server {
     grpc_completion_queue *cq;
     pthread_t thread;
     atomic_int stop;
-    bool running;
     struct call *streams; /* list head (server thread) */
     size_t live_calls;    /* server thread */
     pthread_mutex_t mu;   /* guards topo, topo_stale, topo_wanters, pods, progress_ms, st */
@@ -133,6 +133,7 @@ struct mesh_grpc_server {
     uint64_t versions;
     int64_t progress_ms;
     struct mesh_grpc_server_stats st;
+    struct tag shut;             /* {OP_SHUTDOWN}: the server has shut down */
     char refused_peer[PEER_MAX]; /* server thread: the last address refused, for the log */
 };
 
@@ -947,42 +948,47 @@ static void on_event(struct mesh_grpc_server *s, struct tag *t, bool success)
 
 /* ---- thread, start, stop ---- */
 
+/* The thread: events as they come; every tick_ms, while a stream is listed,
+ * a pump. With no stream (a subscriber sidecar, or any sidecar without
+ * relay subscribers or watchers) there is nothing to pump, and the thread
+ * sleeps until a call arrives: a tick there would be 20 wake-ups a second
+ * in each of a job's sidecars for nothing. mesh_grpc_server_stop begins the
+ * shutdown (its tag ends this loop once every call is freed). */
 static void *server_thread(void *arg)
 {
     struct mesh_grpc_server *s = arg;
     int64_t last_pump = 0;
-    while (!atomic_load(&s->stop)) {
-        gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                       gpr_time_from_millis(s->o.tick_ms, GPR_TIMESPAN));
+    bool shut_done = false;
+    while (!shut_done || s->live_calls > 0) {
+        gpr_timespec dl = s->streams == NULL
+                              ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                              : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                             gpr_time_from_millis(s->o.tick_ms, GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(s->cq, dl, NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            break;
+        }
         if (ev.type == GRPC_OP_COMPLETE) {
-            on_event(s, ev.tag, ev.success != 0);
+            struct tag *t = ev.tag;
+            shut_done = shut_done || t->op == OP_SHUTDOWN;
+            on_event(s, t, ev.success != 0);
         }
         int64_t now = mesh_sys_now_ms();
-        if (now - last_pump >= s->o.tick_ms) {
+        if (!atomic_load(&s->stop) && now - last_pump >= s->o.tick_ms) {
             last_pump = now;
             pump(s);
         }
     }
-    /* Stop: no new calls, cancel the open ones, wait until every call has
-     * completed its batches and is freed, then the queue. */
-    struct tag shut = {OP_SHUTDOWN, NULL};
-    grpc_server_shutdown_and_notify(s->server, s->cq, &shut);
-    grpc_server_cancel_all_calls(s->server);
-    bool shut_done = false;
-    while (!shut_done || s->live_calls > 0) {
-        grpc_event ev =
-            grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-        if (ev.type != GRPC_OP_COMPLETE) {
-            break;
-        }
-        if (ev.tag == &shut) {
-            shut_done = true;
-            continue;
-        }
-        on_event(s, ev.tag, ev.success != 0);
-    }
     return NULL;
+}
+
+/* No new calls, cancel the open ones; the thread ends once every call has
+ * completed its batches and is freed. */
+static void begin_shutdown(struct mesh_grpc_server *s)
+{
+    atomic_store(&s->stop, 1);
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shut);
+    grpc_server_cancel_all_calls(s->server);
 }
 
 /* ":9432" listens on every interface ("[::]:9432", dual stack); other
@@ -1047,6 +1053,7 @@ struct mesh_grpc_server *mesh_grpc_server_start(const struct mesh_grpc_server_op
     grpc_init();
     struct mesh_grpc_server *s = mesh_calloc(1, sizeof(*s));
     s->o = *opts;
+    s->shut.op = OP_SHUTDOWN;
     fill_defaults(&s->o);
     pthread_mutex_init(&s->mu, NULL);
 
@@ -1094,12 +1101,11 @@ struct mesh_grpc_server *mesh_grpc_server_start(const struct mesh_grpc_server_op
     request_new(s);
     if (pthread_create(&s->thread, NULL, server_thread, s) != 0) {
         mesh_err_set(err, MESH_E_IO, 0, "cannot start the gRPC thread");
-        atomic_store(&s->stop, 1);
+        begin_shutdown(s);
         server_thread(s);
         server_free(s);
         return NULL;
     }
-    s->running = true;
     *out_port = port;
     return s;
 }
@@ -1109,9 +1115,7 @@ void mesh_grpc_server_stop(struct mesh_grpc_server *s)
     if (s == NULL) {
         return;
     }
-    atomic_store(&s->stop, 1);
-    if (s->running) {
-        pthread_join(s->thread, NULL);
-    }
+    begin_shutdown(s);
+    pthread_join(s->thread, NULL);
     server_free(s);
 }

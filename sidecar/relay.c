@@ -793,6 +793,7 @@ void mesh_sidecar_relay_stop(struct mesh_sidecar *ctx)
     }
     atomic_store(&r->stop, 1);
     mesh_k8s_client_cancel(r->client);
+    mesh_relay_store_cancel(r->store);
     if (r->running) {
         pthread_join(r->thread, NULL);
     }

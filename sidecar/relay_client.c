@@ -9,9 +9,10 @@
  *
  * The session is one server-streaming call on a pluck completion queue:
  * batch 1 sends the request and half-closes, batch 2 receives the initial
- * metadata and the first message, every later batch one message. Between
- * batches the thread plucks in 100 ms slices to watch *stop and the
- * silence limit; ending early is grpc_call_cancel and then the status.
+ * metadata and the first message, every later batch one message. The
+ * thread plucks each with the silence limit as its deadline; ending early
+ * (silent, or a stop: mesh_relay_store_cancel) is grpc_call_cancel and
+ * then the status.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -30,8 +31,6 @@
 #include "relay_client.h"
 #include "io/sys.h"
 
-#define SLICE_MS 100
-
 struct mesh_relay_store {
     pthread_mutex_t mu;
     struct mesh_k8s_pod_rec **recs; /* sorted by name, owned */
@@ -40,6 +39,7 @@ struct mesh_relay_store {
     size_t max_records; /* per message (mesh_relay_store_set_limits) */
     mesh_relay_check_fn check;
     void *check_ctx;
+    grpc_call *call; /* the running session's, for mesh_relay_store_cancel */
 };
 
 size_t mesh_relay_max_records(int expected)
@@ -112,6 +112,15 @@ size_t mesh_relay_store_count(const struct mesh_relay_store *s)
 const struct mesh_k8s_pod_rec *mesh_relay_store_at(const struct mesh_relay_store *s, size_t i)
 {
     return i < s->n ? s->recs[i] : NULL;
+}
+
+void mesh_relay_store_cancel(struct mesh_relay_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->call != NULL) {
+        grpc_call_cancel(s->call, NULL);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 void mesh_relay_store_status(struct mesh_relay_store *s, struct mesh_relay_status *out)
@@ -332,27 +341,23 @@ struct session {
     bool status_done; /* the call's status was received (finish_call ran) */
 };
 
-/* Wait for tag; false when stopped or silent first (then the call is
- * cancelled and the tag still has to be plucked). */
+/* Wait for tag until the relay has been silent for silence_ms since
+ * `since`: 0 with *out_success, or -MESH_E_TIMEOUT (the call is then
+ * cancelled and the tag still has to be plucked). A stop cancels the call
+ * (mesh_relay_store_cancel), which completes the tag: no polling. */
 static int wait_tag(struct session *se, void *tag, int64_t since, bool *out_success,
                     struct mesh_err *err)
 {
     int silence = se->o->silence_ms > 0 ? se->o->silence_ms : 6000;
-    for (;;) {
-        grpc_event ev = grpc_completion_queue_pluck(se->cq, tag, in_ms(SLICE_MS), NULL);
-        if (ev.type == GRPC_OP_COMPLETE) {
-            *out_success = ev.success != 0;
-            return 0;
-        }
-        if (atomic_load(se->o->stop)) {
-            return 1;
-        }
-        if (mesh_sys_now_ms() - since > silence) {
-            return mesh_err_set(err, MESH_E_TIMEOUT, 0,
-                                "relay %s sent nothing for %d ms (it heartbeats every 2 s)",
-                                se->o->target, silence);
-        }
+    grpc_event ev =
+        grpc_completion_queue_pluck(se->cq, tag, in_ms(since + silence - mesh_sys_now_ms()), NULL);
+    if (ev.type == GRPC_OP_COMPLETE) {
+        *out_success = ev.success != 0;
+        return 0;
     }
+    return mesh_err_set(err, MESH_E_TIMEOUT, 0,
+                        "relay %s sent nothing for %d ms (it heartbeats every 2 s)", se->o->target,
+                        silence);
 }
 
 /* Receive the call's status (cancel: end it first, when it may still be
@@ -472,11 +477,13 @@ static int stream(struct session *se, struct mesh_err *err)
         }
         se->recv_pending = true;
         bool ok = false;
-        int w = wait_tag(se, &se->tag_recv, since, &ok, err);
-        if (w != 0) {
-            return w > 0 ? 0 : -MESH_E_TIMEOUT;
+        if (wait_tag(se, &se->tag_recv, since, &ok, err) < 0) {
+            return -MESH_E_TIMEOUT;
         }
         se->recv_pending = false;
+        if (atomic_load(se->o->stop)) {
+            return 0;
+        }
         if (se->send_pending) {
             grpc_event e = grpc_completion_queue_pluck(se->cq, &se->tag_send, in_ms(0), NULL);
             se->send_pending = e.type != GRPC_OP_COMPLETE;
@@ -560,9 +567,16 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     se.call = grpc_channel_create_call(se.ch, NULL, GRPC_PROPAGATE_DEFAULTS, se.cq,
                                        grpc_slice_from_static_string("/tpumesh.v1.Topology/Watch"),
                                        NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    /* The call is published before *stop is read, and a stop is set before
+     * the call is cancelled: a session never misses a stop. */
+    pthread_mutex_lock(&s->mu);
+    s->call = se.call;
+    bool stopped = atomic_load(o->stop) != 0;
+    pthread_mutex_unlock(&s->mu);
     int rc = se.call == NULL
                  ? mesh_err_set(err, MESH_E_API, 0, "gRPC could not create a call to %s", o->target)
-                 : stream(&se, err);
+             : stopped ? 0
+                       : stream(&se, err);
     if (se.call != NULL && !se.status_done) {
         finish_call(&se, true, NULL, 0);
     }
@@ -573,6 +587,9 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     if (se.req != NULL) {
         grpc_byte_buffer_destroy(se.req);
     }
+    pthread_mutex_lock(&s->mu);
+    s->call = NULL;
+    pthread_mutex_unlock(&s->mu);
     if (se.call != NULL) {
         grpc_call_unref(se.call);
     }

@@ -57,6 +57,9 @@ void mesh_relay_store_unlock(struct mesh_relay_store *s);
 /* Records (lock held; borrowed until the lock is released). */
 size_t mesh_relay_store_count(const struct mesh_relay_store *s);
 const struct mesh_k8s_pod_rec *mesh_relay_store_at(const struct mesh_relay_store *s, size_t i);
+/* End the session running on s now (thread-safe; after setting its
+ * opts' *stop): its call is cancelled. */
+void mesh_relay_store_cancel(struct mesh_relay_store *s);
 /* Copy of the status (thread-safe). */
 void mesh_relay_store_status(struct mesh_relay_store *s, struct mesh_relay_status *out);
 /* Apply one packed WatchResponse (buf borrowed) as a session does: 0, or
@@ -95,7 +98,8 @@ struct mesh_relay_client_opts {
                                   the session (every 100-300 ms) until silence_ms, not an end */
     mesh_relay_check_fn check; /* optional, see mesh_relay_store_set_limits */
     void *check_ctx;
-    atomic_int *stop;          /* non-zero: end the session (checked every 100 ms) */
+    atomic_int *stop;          /* non-zero: end the session (set it, then
+                                  mesh_relay_store_cancel) */
     void (*notify)(void *ctx); /* after every message that changed the records */
     void *ctx;
 };

@@ -43,12 +43,14 @@
 #include "grpc_server.h"
 #include "io/log.h"
 #include "io/sys.h"
+#include "relay_client.h"
 
 #define MOD "grpc"
 #define REQUEST_MAX 4096
 #define SERVICE_MAX 128
 #define PEER_MAX 64         /* an IP address as text */
 #define PODS_PER_PEER_MAX 4 /* VIEW_PODS streams per peer address (a pod needs one) */
+#define READY_BATCH_MS 1000 /* a stream gets readiness-only changes at most this often */
 
 #define M_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define M_HEALTH_WATCH "/grpc.health.v1.Health/Watch"
@@ -78,6 +80,7 @@ struct blob {
 struct podset {
     int refs;
     uint64_t version;
+    uint64_t shape; /* the version of the last set that changed more than Ready flags */
     struct mesh_k8s_pod_rec **recs;
     size_t n;
     char rv[MESH_TOPO_MSG_RV_MAX];
@@ -239,6 +242,13 @@ void mesh_grpc_server_set_pods(struct mesh_grpc_server *s,
     p->depth = depth;
     pthread_mutex_lock(&s->mu);
     p->version = ++s->versions;
+    const struct podset *o = s->pods;
+    bool ready_only = o != NULL && o->n == p->n && o->synced == p->synced;
+    for (size_t i = 0; ready_only && i < p->n; i++) {
+        ready_only = mesh_k8s_pod_rec_equal(o->recs[i], p->recs[i]) ||
+                     mesh_relay_rec_ready_flip(o->recs[i], p->recs[i]);
+    }
+    p->shape = ready_only ? o->shape : p->version;
     podset_unref(s->pods);
     s->pods = p;
     pthread_mutex_unlock(&s->mu);
@@ -536,8 +546,15 @@ static void pump_one(struct call *c, struct blob *topo, bool stale, struct podse
             return;
         }
     }
+    /* Readiness-only changes (peers turning Ready as their sidecars
+     * complete: a burst of up to N at every start) wait until
+     * READY_BATCH_MS after the stream's last message; subscribers pace
+     * such publishes to 1 s and more anyway. Anything else goes out at the
+     * next tick, with the readiness changes held so far. */
     bool hb = !c->md_sent || now - c->last_msg >= s->o.heartbeat_ms;
-    if (c->pods_sent != NULL && c->pods_sent->version == pods->version && !hb) {
+    if (c->pods_sent != NULL && !hb &&
+        (c->pods_sent->version == pods->version ||
+         (c->pods_sent->shape == pods->shape && now - c->last_msg < READY_BATCH_MS))) {
         return;
     }
     uint8_t *buf = NULL;

@@ -194,9 +194,7 @@ static struct mesh_k8s_pod_rec **check_delta(struct mesh_relay_store *s,
     return up;
 }
 
-/* a and b differ, and only in the Ready flag (pack() zeroes every byte it
- * does not write, so the rest compares exactly). */
-static bool ready_flip_only(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
+bool mesh_relay_rec_ready_flip(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
 {
     if (a->size != b->size || (a->flags ^ b->flags) != MESH_K8S_REC_READY) {
         return false;
@@ -239,7 +237,7 @@ static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nol
             *changed = *other = true;
         } else if (!mesh_k8s_pod_rec_equal(old[i], up[j])) {
             *changed = true;
-            *other = *other || !ready_flip_only(old[i], up[j]);
+            *other = *other || !mesh_relay_rec_ready_flip(old[i], up[j]);
         }
         if (c == 0) {
             mesh_free(old[i++]);

@@ -49,10 +49,8 @@ enum { POD_UNKNOWN, POD_WAITING, POD_RUNNING };
 
 struct mesh_sidecar_relay {
     struct mesh_sidecar *ctx;
-    atomic_int pod_state;                    /* POD_*: only a running relay pod's silence counts */
-    atomic_int_fast64_t running_since;       /* CLOCK_MONOTONIC ms it was first seen running */
-    atomic_uint_fast64_t candidates_refused; /* pods at the index of another job */
-    uint64_t lists, watches;            /* relay thread: API requests spent finding the relay */
+    atomic_int pod_state;               /* POD_*: only a running relay pod's silence counts */
+    atomic_int_fast64_t running_since;  /* CLOCK_MONOTONIC ms it was first seen running */
     uint64_t ready_applied_seen;        /* relay thread: store's ready_applied at the last notify */
     char refused_why[MESH_ERR_MSG_MAX]; /* relay thread: last refusal logged */
     struct mesh_sidecar_verify verify;  /* relay thread: records checked against the API */
@@ -235,7 +233,6 @@ static void refuse_candidate(struct mesh_sidecar_relay *r, const char *why)
         mesh_warn(MOD, "not following a pod as relay: %s (only a pod of this job is a relay)", why);
         snprintf(r->refused_why, sizeof(r->refused_why), "%s", why);
     }
-    atomic_fetch_add(&r->candidates_refused, 1);
 }
 
 /* Follow p, a running pod of this job the API just gave (a LIST or the
@@ -270,7 +267,6 @@ static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, char 
                                   &meta, err);
     snprintf(rv, MESH_K8S_RV_MAX, "%s", meta.rv);
     mesh_k8s_list_meta_cleanup(&meta);
-    r->lists++;
     if (rc < 0) {
         mesh_free(pk);
         return mesh_err_prefix(err, "cannot list the relay pod");
@@ -388,7 +384,6 @@ static bool wait_for_pod(struct mesh_sidecar_relay *r, const char *name, const c
     struct waiter w = {.r = r, .name = name, .pod = out};
     struct mesh_err err;
     mesh_err_clear(&err);
-    r->watches++;
     int rc = mesh_k8s_client_watch(r->client, &q, &wo, wait_event, &w, &err);
     if (rc < 0 && rc != -MESH_E_INCOMPLETE && !atomic_load(&r->stop)) {
         mesh_debug(MOD, "watching the relay pod: %s", err.msg);
@@ -556,7 +551,6 @@ static int get_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *
     cJSON *obj = NULL;
     struct mesh_err e;
     mesh_err_clear(&e);
-    r->verify.gets++;
     int rc = mesh_k8s_client_get(r->client, &q, name, &obj, &e);
     if (rc == -MESH_E_NOTFOUND) {
         if ((x->flags & (MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED)) != 0) {
@@ -602,7 +596,6 @@ int mesh_sidecar_relay_check(void *vr, struct mesh_k8s_pod_rec *const *up, size_
         }
         int rc = check_one(r, x, err);
         if (rc < 0) {
-            r->verify.mismatches += rc == -MESH_E_INVAL ? 1 : 0;
             return rc;
         }
     }

@@ -149,7 +149,6 @@ struct mesh_sidecar_job {
 struct mesh_sidecar_verify {
     struct mesh_k8s_pod_rec *ok[MESH_SIDECAR_VERIFY_MAX]; /* owned */
     size_t n, next;
-    uint64_t gets, mismatches;
 };
 
 /* Process context (docs/STYLE.md R7): one per process, created by main. */

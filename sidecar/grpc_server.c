@@ -603,24 +603,19 @@ static void pump(struct mesh_grpc_server *s)
 static bool peer_ip(grpc_call *call, char *out, size_t cap)
 {
     char *peer = grpc_call_get_peer(call);
-    char host[PEER_MAX] = "";
-    bool ok = false;
-    if (peer != NULL && strncmp(peer, "ipv4:", 5) == 0) {
-        const char *colon = strrchr(peer + 5, ':');
-        size_t n = colon != NULL ? (size_t)(colon - (peer + 5)) : 0;
-        if (n > 0 && n < sizeof(host)) {
-            memcpy(host, peer + 5, n);
-            struct in_addr a;
-            ok = inet_pton(AF_INET, host, &a) == 1 && inet_ntop(AF_INET, &a, out, cap) != NULL;
-        }
-    } else if (peer != NULL && strncmp(peer, "ipv6:[", 6) == 0) {
-        const char *close = strchr(peer + 6, ']');
-        size_t n = close != NULL ? (size_t)(close - (peer + 6)) : 0;
-        if (n > 0 && n < sizeof(host)) {
-            memcpy(host, peer + 6, n);
-            struct in6_addr a;
-            ok = inet_pton(AF_INET6, host, &a) == 1 && inet_ntop(AF_INET6, &a, out, cap) != NULL;
-        }
+    bool v4 = peer != NULL && strncmp(peer, "ipv4:", 5) == 0;
+    bool v6 = peer != NULL && strncmp(peer, "ipv6:[", 6) == 0;
+    const char *host = v4 ? peer + 5 : (v6 ? peer + 6 : NULL);
+    const char *end = v4 ? strrchr(host, ':') : (v6 ? strchr(host, ']') : NULL);
+    size_t n = end != NULL ? (size_t)(end - host) : 0;
+    char txt[PEER_MAX];
+    unsigned char addr[sizeof(struct in6_addr)];
+    bool ok = n > 0 && n < sizeof(txt);
+    if (ok) {
+        memcpy(txt, host, n);
+        txt[n] = '\0';
+        ok = inet_pton(v6 ? AF_INET6 : AF_INET, txt, addr) == 1 &&
+             inet_ntop(v6 ? AF_INET6 : AF_INET, addr, out, cap) != NULL;
     }
     gpr_free(peer);
     return ok;

@@ -44,13 +44,6 @@
     "tpumesh.dev/tpu): 'local' on a TPU VM, a Cloud TPU name, or grpc://IP:8470; or run on a "     \
     "GKE TPU node pool, which sets TPU_WORKER_ID and TPU_WORKER_HOSTNAMES"
 
-/* The value of an environment variable, or NULL when it is not present.
- * An empty value is returned as "" (presence matters). */
-static const char *env_get(const char *name)
-{
-    return getenv(name);
-}
-
 static void set_source(struct mesh_init *ctx, const char *src)
 {
     mesh_free(ctx->tpu_source);
@@ -67,7 +60,7 @@ static bool have_tpu_vm_env(const struct mesh_init *ctx)
     static const char *const names[] = {"TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID",
                                         "TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (env_get(names[i]) != NULL) {
+        if (getenv(names[i]) != NULL) {
             return true;
         }
     }
@@ -80,7 +73,7 @@ static bool have_tpu_vm_env(const struct mesh_init *ctx)
  * WORKER_ID, MEGASCALE_*). *used names where the value came from. */
 static const char *vm_get(const struct mesh_tpuenv *tenv, const char *name, const char **used)
 {
-    const char *v = env_get(name);
+    const char *v = getenv(name);
     *used = name;
     if (v == NULL && tenv != NULL) {
         const char *key = strncmp(name, "TPU_", 4) == 0 ? name + 4 : name;
@@ -116,7 +109,7 @@ static int env_bounds(const struct mesh_tpuenv *tenv, const char *name, const ch
                       bool *found, int out[3], struct mesh_err *err)
 {
     const char *used;
-    const char *v = env_get(name);
+    const char *v = getenv(name);
     used = name;
     if (v == NULL && alt != NULL) {
         v = vm_get(tenv, alt, &used);
@@ -489,7 +482,7 @@ static int vm_from_metadata(struct mesh_init *ctx, struct mesh_gce_tpu_vm *out,
 static int resolve_vm_workers(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
                               struct mesh_err *err)
 {
-    const char *hosts = env_get("TPU_WORKER_HOSTNAMES");
+    const char *hosts = getenv("TPU_WORKER_HOSTNAMES");
     if (hosts != NULL) {
         int rc = mesh_tpuenv_parse_hostnames(hosts, strlen(hosts), MESH_INIT_MAX_WORKERS,
                                              &ctx->workers, &ctx->nworkers, err);
@@ -513,13 +506,13 @@ static int resolve_vm(struct mesh_init *ctx, struct mesh_err *err)
     int rc = 0;
     /* The TPU device plugin sets TPU_SKIP_MDS_QUERY=true: the GCE metadata
      * server is not the pod's to ask. */
-    const char *skip = env_get("TPU_SKIP_MDS_QUERY");
+    const char *skip = getenv("TPU_SKIP_MDS_QUERY");
     bool skip_mds = skip != NULL && (strcasecmp(skip, "true") == 0 || strcmp(skip, "1") == 0);
-    if (env_get("TPU_WORKER_HOSTNAMES") == NULL && skip_mds) {
+    if (getenv("TPU_WORKER_HOSTNAMES") == NULL && skip_mds) {
         mesh_info(MOD, "TPU_SKIP_MDS_QUERY is set: not asking the metadata server for the worker "
                        "list");
     }
-    if (env_get("TPU_WORKER_HOSTNAMES") == NULL && !skip_mds) {
+    if (getenv("TPU_WORKER_HOSTNAMES") == NULL && !skip_mds) {
         rc = vm_from_metadata(ctx, &mdv, err);
         if (rc < 0) {
             return rc;
@@ -736,7 +729,7 @@ static int api_session_open(struct mesh_init *ctx, struct api_session *s, struct
         }
     }
     if (rc == 0) {
-        rc = mesh_tpu_api_endpoint(ctx->opts.tpu_api_endpoint, env_get("TPU_API_DISCOVERY_URL"),
+        rc = mesh_tpu_api_endpoint(ctx->opts.tpu_api_endpoint, getenv("TPU_API_DISCOVERY_URL"),
                                    &s->endpoint, err);
     }
     if (rc == -MESH_E_TOOBIG) {
@@ -903,25 +896,25 @@ static int pick_tpu(struct mesh_init *ctx, char **out_tpu, struct mesh_err *err)
         *out_tpu = mesh_strdup(ctx->opts.tpu);
         return 0;
     }
-    if ((v = env_get("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")) != NULL) {
+    if ((v = getenv("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")) != NULL) {
         set_source(ctx, "env KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS");
         *out_tpu = mesh_strdup(v);
         return 0;
     }
     if (have_tpu_vm_env(ctx)) {
         set_source(ctx, "GKE TPU VM environment (TPU_WORKER_*, TPU_ACCELERATOR_TYPE)");
-        if (env_get("TPU_NAME") != NULL) {
+        if (getenv("TPU_NAME") != NULL) {
             mesh_info(MOD, "TPU_NAME is ignored on a TPU VM (GKE webhooks set it to a pod name)");
         }
         *out_tpu = mesh_strdup("local");
         return 0;
     }
-    if ((v = env_get("TPU_NAME")) != NULL) {
+    if ((v = getenv("TPU_NAME")) != NULL) {
         set_source(ctx, "env TPU_NAME");
         *out_tpu = mesh_strdup(v);
         return 0;
     }
-    if ((v = env_get("TPU_CONFIG")) != NULL) {
+    if ((v = getenv("TPU_CONFIG")) != NULL) {
         set_source(ctx, "env TPU_CONFIG");
         int rc = read_tpu_config(ctx, v, out_tpu, err);
         if (rc < 0) {

@@ -51,8 +51,8 @@ static int show_len(size_t len)
 
 /* One item (number idx) of a worker list checked: the text to keep for the
  * worker (a host name or an IP address; borrowed from item) or an error. */
-typedef int (*worker_item_fn)(const char *item, size_t ilen, size_t idx, size_t max,
-                              const char **out_val, size_t *out_vlen, struct mesh_err *err);
+typedef int (*worker_item_fn)(const char *item, size_t ilen, size_t idx, const char **out_val,
+                              size_t *out_vlen, struct mesh_err *err);
 
 /* A comma-separated worker list of at most max items (what names it in
  * errors). Pass 0 checks and counts, pass 1 fills one block (model.h); a
@@ -78,9 +78,12 @@ static int parse_workers(const char *what, worker_item_fn check, const char *s, 
             n = 0;
         }
         while (next_item(s, len, &pos, &done, &item, &ilen)) {
+            if (n >= max) {
+                return mesh_err_set(err, MESH_E_TOOBIG, 0, "%s: more than %zu workers", what, max);
+            }
             const char *v;
             size_t vlen;
-            int rc = check(item, ilen, n, max, &v, &vlen, err);
+            int rc = check(item, ilen, n, &v, &vlen, err);
             if (rc < 0) {
                 return rc; /* pass 0: nothing allocated yet */
             }
@@ -98,12 +101,9 @@ static int parse_workers(const char *what, worker_item_fn check, const char *s, 
     return 0;
 }
 
-static int host_item(const char *item, size_t ilen, size_t idx, size_t max, const char **out_val,
+static int host_item(const char *item, size_t ilen, size_t idx, const char **out_val,
                      size_t *out_vlen, struct mesh_err *err)
 {
-    if (idx >= max) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0, "more than %zu workers listed", max);
-    }
     if (!mesh_names_is_host(item, ilen)) {
         if (ilen == 0) {
             return mesh_err_set(err, MESH_E_CONFIG, 0,
@@ -448,17 +448,13 @@ int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
 }
 
 /* hostname:uid:ip - keep field [2]. */
-static int endpoint_item(const char *item, size_t ilen, size_t idx, size_t max,
-                         const char **out_val, size_t *out_vlen, struct mesh_err *err)
+static int endpoint_item(const char *item, size_t ilen, size_t idx, const char **out_val,
+                         size_t *out_vlen, struct mesh_err *err)
 {
     const char *c1 = memchr(item, ':', ilen);
     const char *c2 = c1 ? memchr(c1 + 1, ':', ilen - (size_t)(c1 + 1 - item)) : NULL;
     const char *ip = c2 ? c2 + 1 : NULL;
     size_t iplen = ip ? ilen - (size_t)(ip - item) : 0;
-    if (idx >= max) {
-        return mesh_err_set(err, MESH_E_TOOBIG, 0,
-                            "worker-network-endpoints lists more than %zu workers", max);
-    }
     if (ip == NULL || !mesh_names_is_ip(ip, iplen, NULL)) {
         return mesh_err_set(err, MESH_E_PARSE, 0,
                             "worker-network-endpoints entry %zu '%.*s' is not hostname:uid:IP", idx,

@@ -268,7 +268,7 @@ void mesh_gce_metadata_tpu_vm_cleanup(struct mesh_gce_tpu_vm *vm)
         return;
     }
     mesh_free(vm->accelerator_type);
-    mesh_tpuenv_cleanup(&vm->env);
+    mesh_annotations_cleanup(&vm->env);
     mesh_free(vm->workers);
     memset(vm, 0, sizeof(*vm));
     vm->worker_number = -1;

@@ -72,7 +72,7 @@ int mesh_gce_metadata_token(const struct mesh_gce_metadata *md, char **out_value
  * NULL / empty. */
 struct mesh_gce_tpu_vm {
     char *accelerator_type;      /* accelerator-type */
-    struct mesh_tpuenv env;      /* tpu-env, parsed */
+    struct mesh_annotations env; /* tpu-env, parsed */
     struct mesh_worker *workers; /* worker-network-endpoints field [2] per entry; one
                                     block with its strings (model.h) */
     size_t nworkers;

@@ -71,13 +71,13 @@ static bool have_tpu_vm_env(const struct mesh_init *ctx)
  * server's tpu-env was read) its tpu-env key - name without a "TPU_" prefix
  * (HOST_BOUNDS, CHIPS_PER_HOST_BOUNDS, ACCELERATOR_TYPE,
  * WORKER_ID, MEGASCALE_*). *used names where the value came from. */
-static const char *vm_get(const struct mesh_tpuenv *tenv, const char *name, const char **used)
+static const char *vm_get(const struct mesh_annotations *tenv, const char *name, const char **used)
 {
     const char *v = getenv(name);
     *used = name;
     if (v == NULL && tenv != NULL) {
         const char *key = strncmp(name, "TPU_", 4) == 0 ? name + 4 : name;
-        v = mesh_tpuenv_get(tenv, key);
+        v = mesh_annotations_get(tenv, key);
         *used = "metadata tpu-env key";
     }
     return v;
@@ -85,8 +85,8 @@ static const char *vm_get(const struct mesh_tpuenv *tenv, const char *name, cons
 
 /* Parse an integer TPU VM value within [min, max]. Returns 0 and *found =
  * false when absent. */
-static int env_int(const struct mesh_tpuenv *tenv, const char *name, long long min, long long max,
-                   bool *found, long long *out, struct mesh_err *err)
+static int env_int(const struct mesh_annotations *tenv, const char *name, long long min,
+                   long long max, bool *found, long long *out, struct mesh_err *err)
 {
     const char *used;
     const char *v = vm_get(tenv, name, &used);
@@ -105,7 +105,7 @@ static int env_int(const struct mesh_tpuenv *tenv, const char *name, long long m
 
 /* Bounds from the first present of two variable names (TPU_HOST_BOUNDS or
  * HOST_BOUNDS). */
-static int env_bounds(const struct mesh_tpuenv *tenv, const char *name, const char *alt,
+static int env_bounds(const struct mesh_annotations *tenv, const char *name, const char *alt,
                       bool *found, int out[3], struct mesh_err *err)
 {
     const char *used;
@@ -160,7 +160,7 @@ static int take_coordinator(struct mesh_init *ctx, const char *used, const char 
 
 /* MEGASCALE_PORT: the tpumesh.dev/megascale-port annotation wins over the
  * variable GKE sets; 0 = the default (8080, render.h). */
-static int take_megascale_port(struct mesh_init *ctx, const struct mesh_tpuenv *tenv,
+static int take_megascale_port(struct mesh_init *ctx, const struct mesh_annotations *tenv,
                                struct mesh_err *err)
 {
     if (ctx->opts.megascale_port > 0) {
@@ -180,7 +180,7 @@ static int take_megascale_port(struct mesh_init *ctx, const struct mesh_tpuenv *
  * MEGASCALE_PORT (multislice, set by GKE for JobSets): validated, logged and
  * kept in ctx. *out_slices = the number of slices (1 when unset):
  * TPU_WORKER_HOSTNAMES then names only this slice's VMs. */
-static int check_megascale(struct mesh_init *ctx, const struct mesh_tpuenv *tenv,
+static int check_megascale(struct mesh_init *ctx, const struct mesh_annotations *tenv,
                            long long *out_slices, struct mesh_err *err)
 {
     bool have_n = false, have_id = false;
@@ -239,7 +239,7 @@ static int check_megascale(struct mesh_init *ctx, const struct mesh_tpuenv *tenv
 static int resolve_vm_slice(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
                             size_t nhosts_listed, struct mesh_err *err)
 {
-    const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
+    const struct mesh_annotations *tenv = md ? &md->env : NULL;
     const char *used;
     const char *type = ctx->opts.accelerator_type ? ctx->opts.accelerator_type
                                                   : vm_get(tenv, "TPU_ACCELERATOR_TYPE", &used);
@@ -302,7 +302,7 @@ static int resolve_vm_slice(struct mesh_init *ctx, const struct mesh_gce_tpu_vm 
 static int vm_worker_id(const struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
                         long long *out_id, struct mesh_err *err)
 {
-    const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
+    const struct mesh_annotations *tenv = md ? &md->env : NULL;
     bool have_id = false, have_jci = false;
     long long id = -1, jci = -1;
     int rc = env_int(tenv, "TPU_WORKER_ID", 0, MESH_INIT_MAX_WORKERS - 1, &have_id, &id, err);
@@ -376,7 +376,7 @@ static void check_self_host(const struct mesh_init *ctx)
 static int resolve_vm_checked(struct mesh_init *ctx, const struct mesh_gce_tpu_vm *md,
                               struct mesh_err *err)
 {
-    const struct mesh_tpuenv *tenv = md ? &md->env : NULL;
+    const struct mesh_annotations *tenv = md ? &md->env : NULL;
     long long id = -1;
     int rc = vm_worker_id(ctx, md, &id, err);
     if (rc < 0) {

@@ -30,6 +30,7 @@ struct mesh_annotation {
     char *value; /* owned, decoded; never contains NUL */
 };
 
+/* Also the list of a TPU VM's tpu-env keys (core/tpuenv.h). */
 struct mesh_annotations {
     struct mesh_annotation *items; /* owned, file order */
     size_t n;

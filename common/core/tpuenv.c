@@ -230,33 +230,6 @@ int mesh_tpuenv_parse_endpoints(const char *s, size_t len, size_t max,
 
 /* ---- tpu-env ------------------------------------------------------------ */
 
-void mesh_tpuenv_cleanup(struct mesh_tpuenv *env)
-{
-    if (env == NULL) {
-        return;
-    }
-    for (size_t i = 0; i < env->n; i++) {
-        mesh_free(env->items[i].key);
-        mesh_free(env->items[i].value);
-    }
-    mesh_free(env->items);
-    env->items = NULL;
-    env->n = 0;
-}
-
-const char *mesh_tpuenv_get(const struct mesh_tpuenv *env, const char *key)
-{
-    if (env == NULL || key == NULL) {
-        return NULL;
-    }
-    for (size_t i = 0; i < env->n; i++) {
-        if (strcmp(env->items[i].key, key) == 0) {
-            return env->items[i].value;
-        }
-    }
-    return NULL;
-}
-
 static bool is_blank(char c)
 {
     return c == ' ' || c == '\t' || c == '\r';
@@ -366,8 +339,8 @@ static int decode_value(const char *v, size_t vlen, size_t lineno, char **out, s
     return 0;
 }
 
-static int parse_tpuenv_line(const char *line, size_t llen, size_t lineno, struct mesh_tpuenv *env,
-                             size_t *cap, struct mesh_err *err)
+static int parse_tpuenv_line(const char *line, size_t llen, size_t lineno,
+                             struct mesh_annotations *env, size_t *cap, struct mesh_err *err)
 {
     size_t i = 0;
     while (i < llen && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) {
@@ -419,10 +392,10 @@ static int parse_tpuenv_line(const char *line, size_t llen, size_t lineno, struc
     return 0;
 }
 
-int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
+int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_annotations *out_env,
                       struct mesh_err *err)
 {
-    struct mesh_tpuenv env = {0};
+    struct mesh_annotations env = {0};
     size_t cap = 0, pos = 0, lineno = 1;
     if (len > MESH_TPUENV_MAX_INPUT) {
         return mesh_err_set(err, MESH_E_TOOBIG, 0, "tpu-env is larger than %d bytes",
@@ -437,7 +410,7 @@ int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
         size_t llen = nl ? (size_t)(nl - line) : len - pos;
         int rc = parse_tpuenv_line(line, llen, lineno, &env, &cap, err);
         if (rc < 0) {
-            mesh_tpuenv_cleanup(&env);
+            mesh_annotations_cleanup(&env);
             return rc;
         }
         pos += llen + (nl ? 1 : 0);

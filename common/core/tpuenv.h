@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/annotations.h"
 #include "core/err.h"
 #include "core/model.h"
 
@@ -63,29 +64,17 @@ int mesh_tpuenv_parse_endpoints(const char *s, size_t len, size_t max,
 /* True when s[0..len) starts with "grpc://" (TensorFlow's _use_api test). */
 bool mesh_tpuenv_is_grpc(const char *s, size_t len);
 
-/* A parsed `tpu-env` metadata value: YAML-ish lines `KEY: 'value'`.
- * Values may be single-quoted ('' is a quote), double-quoted (\\, \",
- * \n, \t escapes) or bare (trailing spaces dropped). Blank lines and lines
- * starting with '#' are skipped. */
-struct mesh_tpuenv_kv {
-    char *key;   /* owned */
-    char *value; /* owned */
-};
-struct mesh_tpuenv {
-    struct mesh_tpuenv_kv *items; /* owned, file order */
-    size_t n;
-};
-
-/* Parse buf[0..len) into out_env (written only on success, then owned by
- * the caller: mesh_tpuenv_cleanup). Keys must be [A-Za-z0-9_]+, unique; at
- * most MESH_TPUENV_MAX_KEYS; input at most MESH_TPUENV_MAX_INPUT bytes; NUL
- * bytes are rejected. Errors: -MESH_E_PARSE naming the line, -MESH_E_TOOBIG. */
-int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_tpuenv *out_env,
+/* A `tpu-env` metadata value: YAML-ish lines `KEY: 'value'`. Values may be
+ * single-quoted ('' is a quote), double-quoted (\\, \", \n, \t escapes) or
+ * bare (trailing spaces dropped). Blank lines and lines starting with '#'
+ * are skipped. Parse buf[0..len) into out_env, the key/value list the pod's
+ * annotations use too (written only on success, then owned by the caller:
+ * mesh_annotations_get reads it, mesh_annotations_cleanup frees it). Keys
+ * must be [A-Za-z0-9_]+, unique; at most MESH_TPUENV_MAX_KEYS; input at most
+ * MESH_TPUENV_MAX_INPUT bytes; NUL bytes are rejected. Errors: -MESH_E_PARSE naming the line,
+ * -MESH_E_TOOBIG. */
+int mesh_tpuenv_parse(const char *buf, size_t len, struct mesh_annotations *out_env,
                       struct mesh_err *err);
-/* The value of key, or NULL. Borrowed from env. */
-const char *mesh_tpuenv_get(const struct mesh_tpuenv *env, const char *key);
-/* Free everything env owns; env is empty afterwards. NULL is fine. */
-void mesh_tpuenv_cleanup(struct mesh_tpuenv *env);
 
 /* Parse the metadata attribute `worker-network-endpoints`: a comma list of
  * `hostname:uid:ip` where consumers take field [2]; list order =

@@ -25,12 +25,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_env_round_trip(const struct mesh_tpuenv *env)
+static void check_env_round_trip(const struct mesh_annotations *env)
 {
     struct mesh_buf b;
     mesh_buf_init(&b, SIZE_MAX);
     for (size_t i = 0; i < env->n; i++) {
-        FUZZ_CHECK(mesh_tpuenv_get(env, env->items[i].key) == env->items[i].value);
+        FUZZ_CHECK(mesh_annotations_get(env, env->items[i].key) == env->items[i].value);
         (void)mesh_buf_printf(&b, NULL, "%s: \"", env->items[i].key);
         for (const char *p = env->items[i].value; *p; p++) {
             const char *e = *p == '\n' ? "\\n" : *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : NULL;
@@ -38,7 +38,7 @@ static void check_env_round_trip(const struct mesh_tpuenv *env)
         }
         (void)mesh_buf_puts(&b, "\"\n", NULL);
     }
-    struct mesh_tpuenv again = {0};
+    struct mesh_annotations again = {0};
     struct mesh_err err;
     int rc = mesh_tpuenv_parse(b.data ? b.data : "", b.len, &again, &err);
     FUZZ_CHECK(rc == 0 || (rc == -MESH_E_TOOBIG && b.len > MESH_TPUENV_MAX_INPUT));
@@ -48,7 +48,7 @@ static void check_env_round_trip(const struct mesh_tpuenv *env)
             FUZZ_CHECK(strcmp(again.items[i].key, env->items[i].key) == 0);
             FUZZ_CHECK(strcmp(again.items[i].value, env->items[i].value) == 0);
         }
-        mesh_tpuenv_cleanup(&again);
+        mesh_annotations_cleanup(&again);
     }
     mesh_buf_cleanup(&b);
 }
@@ -94,11 +94,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *s = (const char *)data;
     struct mesh_err err;
-    struct mesh_tpuenv env = {0};
+    struct mesh_annotations env = {0};
     if (mesh_tpuenv_parse(s, size, &env, &err) == 0) {
         FUZZ_CHECK(env.n <= MESH_TPUENV_MAX_KEYS);
         check_env_round_trip(&env);
-        mesh_tpuenv_cleanup(&env);
+        mesh_annotations_cleanup(&env);
     }
     struct mesh_worker *w = NULL;
     size_t n = 0;

@@ -49,7 +49,7 @@ static int get_tpu_vm(const struct mesh_gce_metadata *md, struct mesh_err *err)
     if (rc < 0) {
         return rc;
     }
-    const char *hb = mesh_tpuenv_get(&vm.env, "HOST_BOUNDS");
+    const char *hb = mesh_annotations_get(&vm.env, "HOST_BOUNDS");
     printf("type=%s workers=%zu number=%d first=%s HOST_BOUNDS=%s\n",
            vm.accelerator_type ? vm.accelerator_type : "-", vm.nworkers, vm.worker_number,
            vm.nworkers > 0 ? vm.workers[0].ip : "-", hb ? hb : "-");

@@ -174,7 +174,7 @@ static void test_tpu_env_doc(void **state)
         {": 'x'", -MESH_E_PARSE, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        struct mesh_tpuenv env = {0};
+        struct mesh_annotations env = {0};
         struct mesh_err err = {0};
         int rc = mesh_tpuenv_parse(rows[i].in, strlen(rows[i].in), &env, &err);
         if (rc != rows[i].rc) {
@@ -185,14 +185,14 @@ static void test_tpu_env_doc(void **state)
             assert_int_equal(env.n, 0);
             continue;
         }
-        const char *v = mesh_tpuenv_get(&env, rows[i].key);
+        const char *v = mesh_annotations_get(&env, rows[i].key);
         assert_non_null(v);
         assert_string_equal(v, rows[i].want);
-        assert_null(mesh_tpuenv_get(&env, "NOPE"));
-        mesh_tpuenv_cleanup(&env);
+        assert_null(mesh_annotations_get(&env, "NOPE"));
+        mesh_annotations_cleanup(&env);
     }
     static const char nul[] = "A: 'x\0'";
-    struct mesh_tpuenv env = {0};
+    struct mesh_annotations env = {0};
     assert_int_equal(mesh_tpuenv_parse(nul, sizeof(nul) - 1, &env, NULL), -MESH_E_PARSE);
 }
 

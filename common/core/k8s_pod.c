@@ -385,13 +385,6 @@ int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, st
     return mesh_k8s_pod_extract(j, out, err);
 }
 
-bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod *b)
-{
-    /* Records are memset before filling and strings written with snprintf,
-     * so padding and the bytes after each terminator are zero: memcmp is exact. */
-    return memcmp(a, b, sizeof(*a)) == 0;
-}
-
 struct mesh_k8s_pod_rec *mesh_k8s_pod_pack(const struct mesh_k8s_pod *p)
 {
     /* Each source string is NUL-terminated within its array, so every

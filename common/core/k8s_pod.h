@@ -26,7 +26,8 @@
  *   status.podIP (else status.podIPs[0].ip), status.phase,
  *   status.conditions[type=Ready].status
  *
- * A record is a plain value: copy it, compare it with mesh_k8s_pod_equal.
+ * A record is a plain value: copy it, compare it with memcmp (it is zeroed
+ * before it is filled, padding and the bytes after each string included).
  * A pod with a value we cannot use safely (a name that is not RFC 1123, an
  * index that is not a non-negative integer, an IP that does not parse) is
  * still returned, with `invalid` set and a reason, so the caller can leave it
@@ -112,10 +113,6 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
 /* Parse len bytes of JSON (no NUL needed, at most MESH_K8S_POD_JSON_MAX) and
  * extract as above. -MESH_E_PARSE / -MESH_E_TOOBIG / -MESH_E_INVAL. */
 int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, struct mesh_err *err);
-
-/* True when a and b (borrowed) are field-for-field identical: an update whose
- * record is equal to the stored one cannot change any output. */
-bool mesh_k8s_pod_equal(const struct mesh_k8s_pod *a, const struct mesh_k8s_pod *b);
 
 /* ---- compact records (what a store keeps per pod) ----
  *

@@ -5,7 +5,7 @@
  * --pods pods and then a WATCH of --events MODIFIED events (a pod's IP and
  * resourceVersion change, one chunk per event, as fast as the socket
  * takes them). The informer runs as the sidecar runs it: extract =
- * mesh_k8s_pod_extract, equal = mesh_k8s_pod_equal, a main thread woken by
+ * mesh_k8s_pod_extract, equal = memcmp of the records, a main thread woken by
  * the notify fd. Prints one line:
  *
  *   EVENTS n=<events> pods=<pods> bytes=<avg event bytes> cpu_us=<per event>
@@ -212,7 +212,7 @@ static void rec_free(void *ctx, void *rec)
 static bool equal(void *ctx, const void *a, const void *b)
 {
     (void)ctx;
-    return mesh_k8s_pod_equal(a, b);
+    return memcmp(a, b, sizeof(struct mesh_k8s_pod)) == 0;
 }
 
 static void on_update(void *ctx, const char *key, const void *o, const void *n)

@@ -671,7 +671,7 @@ static int post_begin(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
 static int on_body(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const char *in,
                    size_t len)
 {
-    if (!c->posting) {
+    if (c == NULL || c->state != C_WAIT || !c->posting) {
         return 0; /* a refused request's body: discarded */
     }
     if (len > c->req_cap - c->req_len) {
@@ -695,7 +695,20 @@ static int on_body(struct mesh_httpd *h, struct lws *wsi, struct conn *c, const 
 
 static int on_body_done(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
 {
-    if (!c->posting) {
+    if (c != NULL && c->state == C_SEND) {
+        /* Offered again while the answer is being written: the client
+         * sent bytes behind this POST (lws offers the ended body on every
+         * service pass until the transaction ends). The connection ends
+         * with the answer; one whose answer takes more than 1000 passes
+         * ends now. */
+        c->close_after = true;
+        if (++c->recalls > 1000) {
+            conn_kill(h, c);
+            return -1;
+        }
+        return 0;
+    }
+    if (c == NULL || c->state != C_WAIT || !c->posting) {
         return 0;
     }
     if (c->req_len != c->req_cap) {
@@ -779,7 +792,7 @@ static int on_request(struct mesh_httpd *h, struct lws *wsi, struct conn *c, con
 
 static int on_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
 {
-    if (c->state != C_SEND || c->data == NULL) {
+    if (c == NULL || c->state != C_SEND || c->data == NULL) {
         return 0;
     }
     size_t n = c->no_body ? 0 : c->len - c->off < CHUNK ? c->len - c->off : CHUNK;
@@ -851,6 +864,9 @@ static void ws_close_all(struct mesh_httpd *h)
 
 static int ws_writable(struct mesh_httpd *h, struct lws *wsi, struct conn *c)
 {
+    if (c == NULL || c->state != C_WS) {
+        return 0;
+    }
     if (c->ws_closing) {
         return -1; /* lws sends the close frame set by lws_close_reason */
     }
@@ -1045,9 +1061,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         lws_callback_on_writable(wsi);
         return 0;
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        if (c == NULL || c->state != C_WS) {
-            return 0;
-        }
         return ws_writable(h, wsi, c);
     case LWS_CALLBACK_RECEIVE:
         /* The stream is one-way: a client that sends a data frame (of any
@@ -1076,35 +1089,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         release_response(h, c);
         return on_request(h, wsi, c, in, len);
     case LWS_CALLBACK_HTTP_WRITEABLE:
-        if (c == NULL) {
-            return 0;
-        }
         return on_writable(h, wsi, c);
     case LWS_CALLBACK_HTTP_BODY:
         /* A POST on post_path is kept (bounded, pre-scanned); other
          * requests with a body were answered and closed. The header
          * timeout bounds how long a client may keep sending one. */
-        if (c == NULL || c->state != C_WAIT) {
-            return 0;
-        }
         return on_body(h, wsi, c, in, len);
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (c != NULL && c->state == C_SEND) {
-            /* Offered again while the answer is being written: the client
-             * sent bytes behind this POST (lws offers the ended body on every
-             * service pass until the transaction ends). The connection ends
-             * with the answer; one whose answer takes more than 1000 passes
-             * ends now. */
-            c->close_after = true;
-            if (++c->recalls > 1000) {
-                conn_kill(h, c);
-                return -1;
-            }
-            return 0;
-        }
-        if (c == NULL || c->state != C_WAIT) {
-            return 0;
-        }
         return on_body_done(h, wsi, c);
     case LWS_CALLBACK_CLOSED_HTTP:
     case LWS_CALLBACK_CLOSED:

@@ -8,9 +8,9 @@
  * so no sidecar serves more than F subscribers and the API sees one watch
  * per job however large it is, plus those of sidecars that fell back.
  * A subscriber finds its relay's pod IP with one LIST whose label selector
- * matches only that pod (the job's selector plus the index label), never
- * through DNS, and resolves it again after every failed session, so a
- * replaced relay pod (new IP) is found.
+ * matches only that pod and the coordinator (the job's selector plus the
+ * index labels), never through DNS, and resolves it again after every
+ * failed session, so a replaced relay pod (new IP) is found.
  *
  * Threads: one relay thread per subscriber sidecar resolves and runs the
  * gRPC sessions (relay_client.h), writing the received records into a
@@ -61,9 +61,8 @@ struct mesh_sidecar_relay {
     pthread_t thread;
     bool running;
     atomic_int stop;
-    struct mesh_k8s_client *client;                      /* the relay thread's, for resolving */
-    char selector[MESH_SIDECAR_SELECTOR_MAX + 128];      /* matches only the relay pod */
-    char wait_selector[MESH_SIDECAR_SELECTOR_MAX + 160]; /* the relay pod and the coordinator */
+    struct mesh_k8s_client *client;                 /* the relay thread's, for resolving */
+    char selector[MESH_SIDECAR_SELECTOR_MAX + 160]; /* the relay pod and the coordinator */
     int grpc_port;
     long rank;           /* the relay's rank: (own rank - 1) / fan-out */
     int64_t fallback_ms; /* this sidecar's jittered delay */
@@ -152,16 +151,15 @@ int mesh_sidecar_relay_plan(struct mesh_sidecar *ctx)
     return 0;
 }
 
-/* The label selector matching only the pod of rank r; with coord (and r
- * > 0), also the coordinator's index ("in" sets: at most the two pods,
- * four for a JobSet's two labels): the one a waiting subscriber watches,
- * so that the coordinator's record is known from the API by the time the
- * relay sends it, without a GET from every subscriber at the moment the
- * relays start. */
-static void relay_selector(const struct mesh_sidecar *ctx, long r, bool coord, char *out,
-                           size_t cap)
+/* The label selector of the pod of rank r and, when r > 0, of the
+ * coordinator ("in" sets: at most the two pods, four for a JobSet's two
+ * labels): what a subscriber lists and, while it waits, watches, so that
+ * the coordinator's record is known from the API by the time the relay
+ * sends it, without a GET from every subscriber at the moment the relays
+ * start. */
+static void relay_selector(const struct mesh_sidecar *ctx, long r, char *out, size_t cap)
 {
-    bool in = coord && r > 0;
+    bool in = r > 0;
     const char *key = strcmp(ctx->relay_kind, "sts") == 0 ? MESH_K8S_KEY_POD_INDEX
                                                           : MESH_K8S_KEY_COMPLETION_INDEX;
     char head[MESH_SIDECAR_SELECTOR_MAX + 64];
@@ -257,8 +255,7 @@ static int resolve(struct mesh_sidecar_relay *r, char *target, size_t cap, char 
                    struct mesh_err *err)
 {
     struct mesh_sidecar *ctx = r->ctx;
-    struct mesh_k8s_query q = {
-        .ns = ctx->ns, .resource = "pods", .label_selector = r->wait_selector};
+    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods", .label_selector = r->selector};
     struct pick *pk = mesh_calloc(1, sizeof(*pk));
     struct mesh_k8s_list_meta meta;
     memset(&meta, 0, sizeof(meta));
@@ -371,13 +368,13 @@ static bool wait_for_pod(struct mesh_sidecar_relay *r, const char *name, const c
                          struct mesh_k8s_pod *out)
 {
     char field[MESH_POD_MAX + 32] = "";
-    bool with_coord = strcmp(r->wait_selector, r->selector) != 0;
+    bool with_coord = r->rank > 0;
     if (name[0] != '\0' && !with_coord) {
         snprintf(field, sizeof(field), "metadata.name=%s", name);
     }
     struct mesh_k8s_query q = {.ns = r->ctx->ns,
                                .resource = "pods",
-                               .label_selector = r->wait_selector,
+                               .label_selector = r->selector,
                                .field_selector = field[0] ? field : NULL};
     struct mesh_k8s_watch_opts wo = {
         .rv = rv, .timeout_s = 120, .stall_ms = 150000, .bookmarks = true};
@@ -494,8 +491,37 @@ static int compare(const char *name, const struct mesh_k8s_pod_rec *x, const str
     return 0;
 }
 
+/* GET pod name into *a: 0, 1 when the API does not have it and the relay's
+ * record says it is leaving (nothing to check), or an error. */
 static int get_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x, const char *name,
-                   struct mesh_k8s_pod *a, struct mesh_err *err);
+                   struct mesh_k8s_pod *a, struct mesh_err *err)
+{
+    struct mesh_sidecar *ctx = r->ctx;
+    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
+    cJSON *obj = NULL;
+    struct mesh_err e;
+    mesh_err_clear(&e);
+    int rc = mesh_k8s_client_get(r->client, &q, name, &obj, &e);
+    if (rc == -MESH_E_NOTFOUND) {
+        if ((x->flags & (MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED)) != 0) {
+            return 1; /* leaving: the relay lags behind its deletion */
+        }
+        return mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod %s, which the API does not have",
+                            name);
+    }
+    if (rc < 0) {
+        /* The API cannot answer now: not the relay's fault, but nothing
+         * unchecked is applied; the session ends and is tried again. */
+        return mesh_err_set(err, MESH_E_API, 0, "cannot check relay's record of %s: %s", name,
+                            e.msg);
+    }
+    rc = mesh_k8s_pod_extract(obj, a, NULL);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        return mesh_err_set(err, MESH_E_INVAL, 0, "the API's pod %s is unreadable", name);
+    }
+    return 0;
+}
 
 static int check_one(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x,
                      struct mesh_err *err)
@@ -539,38 +565,6 @@ static int check_one(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec
         remember(&r->verify, x);
     }
     return rc;
-}
-
-/* GET pod name into *a: 0, 1 when the API does not have it and the relay's
- * record says it is leaving (nothing to check), or an error. */
-static int get_pod(struct mesh_sidecar_relay *r, const struct mesh_k8s_pod_rec *x, const char *name,
-                   struct mesh_k8s_pod *a, struct mesh_err *err)
-{
-    struct mesh_sidecar *ctx = r->ctx;
-    struct mesh_k8s_query q = {.ns = ctx->ns, .resource = "pods"};
-    cJSON *obj = NULL;
-    struct mesh_err e;
-    mesh_err_clear(&e);
-    int rc = mesh_k8s_client_get(r->client, &q, name, &obj, &e);
-    if (rc == -MESH_E_NOTFOUND) {
-        if ((x->flags & (MESH_K8S_REC_TERMINATING | MESH_K8S_REC_FINISHED)) != 0) {
-            return 1; /* leaving: the relay lags behind its deletion */
-        }
-        return mesh_err_set(err, MESH_E_INVAL, 0, "relay sent pod %s, which the API does not have",
-                            name);
-    }
-    if (rc < 0) {
-        /* The API cannot answer now: not the relay's fault, but nothing
-         * unchecked is applied; the session ends and is tried again. */
-        return mesh_err_set(err, MESH_E_API, 0, "cannot check relay's record of %s: %s", name,
-                            e.msg);
-    }
-    rc = mesh_k8s_pod_extract(obj, a, NULL);
-    cJSON_Delete(obj);
-    if (rc < 0) {
-        return mesh_err_set(err, MESH_E_INVAL, 0, "the API's pod %s is unreadable", name);
-    }
-    return 0;
 }
 
 /* The store's check (relay_client.h): the records a message upserts, before
@@ -755,8 +749,7 @@ int mesh_sidecar_relay_start(struct mesh_sidecar *ctx, int grpc_port, struct mes
     pthread_mutex_init(&r->mu, NULL);
     r->store = mesh_relay_store_new();
     r->rank = (ctx->rank - 1) / ctx->opts.relay_fanout;
-    relay_selector(ctx, r->rank, false, r->selector, sizeof(r->selector));
-    relay_selector(ctx, r->rank, true, r->wait_selector, sizeof(r->wait_selector));
+    relay_selector(ctx, r->rank, r->selector, sizeof(r->selector));
     int64_t f = (int64_t)ctx->opts.relay_fallback_s * 1000;
     r->fallback_ms = f / 2 + (int64_t)(random() % (f / 2 + 1));
     r->waiting_since = mesh_sys_now_ms();

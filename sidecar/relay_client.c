@@ -316,16 +316,6 @@ static gpr_timespec in_ms(int64_t ms)
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
-static void set_state(struct mesh_relay_store *s, bool connected, const char *error)
-{
-    pthread_mutex_lock(&s->mu);
-    s->st.connected = connected;
-    if (error != NULL) {
-        snprintf(s->st.error, sizeof(s->st.error), "%s", error);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
 struct session {
     const struct mesh_relay_client_opts *o;
     struct mesh_relay_store *s;
@@ -578,16 +568,17 @@ int mesh_relay_client_run(const struct mesh_relay_client_opts *o, struct mesh_re
     if (se.call != NULL && !se.status_done) {
         finish_call(&se, true, NULL, 0);
     }
-    set_state(s, false, rc < 0 ? err->msg : "stopped");
+    pthread_mutex_lock(&s->mu);
+    s->call = NULL;
+    s->st.connected = false;
+    snprintf(s->st.error, sizeof(s->st.error), "%s", rc < 0 ? err->msg : "stopped");
+    pthread_mutex_unlock(&s->mu);
     if (se.msg != NULL) {
         grpc_byte_buffer_destroy(se.msg);
     }
     if (se.req != NULL) {
         grpc_byte_buffer_destroy(se.req);
     }
-    pthread_mutex_lock(&s->mu);
-    s->call = NULL;
-    pthread_mutex_unlock(&s->mu);
     if (se.call != NULL) {
         grpc_call_unref(se.call);
     }

@@ -228,10 +228,9 @@ void mesh_sidecar_status_reason(struct mesh_sidecar *ctx, const char *fmt, ...)
     va_end(ap);
 }
 
-static int count_item(void *arg, const char *item, size_t len, struct mesh_err *err)
+static int count_item(void *arg, const cJSON *item, struct mesh_err *err)
 {
     (void)item;
-    (void)len;
     (void)err;
     ++*(size_t *)arg;
     return 0;

@@ -178,7 +178,6 @@ struct mesh_k8s_informer {
     struct mesh_k8s_watch_backoff backoff;
     _Atomic int64_t event_us;               /* mesh_k8s_informer_event_time_us */
     enum mesh_k8s_watch_reason next_reason; /* why the next watch starts */
-    struct mesh_buf scratch;                /* an object's text without its managedFields */
     /* per-watch state */
     uint64_t watch_events;
     bool notify_pending; /* changes applied since the last notify */
@@ -252,8 +251,6 @@ struct mesh_k8s_informer *mesh_k8s_informer_new(struct mesh_k8s_client *client,
     }
     o->stall_timeout_s = o->stall_timeout_s ? o->stall_timeout_s : 90;
     o->retry_after_cap_s = o->retry_after_cap_s ? o->retry_after_cap_s : 30;
-    mesh_buf_init(&inf->scratch,
-                  o->max_event_bytes ? o->max_event_bytes : MESH_K8S_EVENT_MAX_DEFAULT);
     mesh_k8s_watch_backoff_init(&inf->backoff, o->backoff_initial_ms, o->backoff_max_ms,
                                 o->backoff_reset_ms);
     pthread_mutexattr_t ma;
@@ -297,7 +294,6 @@ void mesh_k8s_informer_free(struct mesh_k8s_informer *inf)
     }
     table_free(inf, &inf->store);
     table_free(inf, &inf->fresh);
-    mesh_buf_cleanup(&inf->scratch);
     if (inf->notify_fd >= 0) {
         close(inf->notify_fd);
     }
@@ -518,27 +514,18 @@ static void apply_list(struct mesh_k8s_informer *inf, struct table *fresh)
 
 /* ---- LIST ------------------------------------------------------------------------ */
 
-/* One LIST item (its JSON bytes, from the page being streamed): parse it
- * alone, extract the caller's record, keep it in `fresh`, drop the tree. */
+/* One LIST item (parsed by the splitter, borrowed for the call): extract the
+ * caller's record and keep it in `fresh`. */
 struct list_ctx {
     struct mesh_k8s_informer *inf;
     struct table *fresh;
 };
 
-static int list_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
+static int list_item(void *ctx, const cJSON *obj, struct mesh_err *err)
 {
+    (void)err;
     struct list_ctx *lc = ctx;
     struct mesh_k8s_informer *inf = lc->inf;
-    if (!inf->o.keep_managed_fields) {
-        item = mesh_k8s_watch_strip_managed_fields(item, len, false, &inf->scratch, &len);
-    }
-    struct mesh_json_arena arena = {0};
-    cJSON *obj = mesh_json_parse_arena(item, len, len, &arena, err);
-    if (obj == NULL) {
-        mesh_json_arena_free(&arena);
-        mesh_err_prefix(err, "list item");
-        return -MESH_E_PARSE;
-    }
     char key[MESH_K8S_KEY_MAX], rv[MESH_K8S_RV_MAX];
     struct mesh_err e2;
     void *rec = NULL;
@@ -547,7 +534,6 @@ static int list_item(void *ctx, const char *item, size_t len, struct mesh_err *e
     } else {
         rec = inf->o.extract(inf->o.ctx, obj);
     }
-    mesh_json_arena_free(&arena);
     if (rec == NULL) {
         return 0;
     }

@@ -97,8 +97,9 @@ struct mesh_k8s_informer_opts {
      * to LIST for good when the server rejects it (HTTP 4xx, e.g. 422 WatchList off). */
     bool streaming_list;
     /* false (default): metadata.managedFields (server-side-apply bookkeeping, often half
-     * of a Pod's JSON) is cut from every object's text before it is parsed, so extract
-     * never sees it and each event costs half the parse. true: objects as sent. */
+     * of a Pod's JSON) is cut from every watch event's text before it is parsed, which
+     * then costs half as much. A LIST item is parsed whole, once (the splitter's parse
+     * checks it), so extract may see it there. true: events as sent. */
     bool keep_managed_fields;
     mesh_k8s_extract_fn extract;         /* required */
     mesh_k8s_record_free_fn record_free; /* required */

@@ -209,11 +209,11 @@ struct pick {
     int n, seen;
 };
 
-static int pick_item(void *vp, const char *item, size_t len, struct mesh_err *err)
+static int pick_item(void *vp, const cJSON *item, struct mesh_err *err)
 {
     struct pick *pk = vp;
     pk->seen++;
-    if (pk->n < PICK_MAX && mesh_k8s_pod_parse(item, len, &pk->pods[pk->n], err) == 0) {
+    if (pk->n < PICK_MAX && mesh_k8s_pod_extract(item, &pk->pods[pk->n], err) == 0) {
         pk->n++;
     }
     return 0;

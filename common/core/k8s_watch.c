@@ -438,7 +438,7 @@ static int ls_item_too_big(struct mesh_k8s_list_scanner *s, struct mesh_err *err
 }
 
 /* The item ended before data[e] (e may be 0: it ended with the previous
- * block). cJSON checks it, then it goes to the caller. */
+ * block). cJSON parses it, the caller reads the tree, the tree goes. */
 static int ls_item_done(struct mesh_k8s_list_scanner *s, const char *data, size_t e,
                         struct mesh_err *err)
 {
@@ -459,7 +459,6 @@ static int ls_item_done(struct mesh_k8s_list_scanner *s, const char *data, size_
         return ls_item_too_big(s, err);
     }
     cJSON *j = mesh_json_parse_arena(p, n, n, &s->arena, NULL);
-    mesh_json_arena_free(&s->arena);
     int rc;
     if (j == NULL) {
         /* Where cJSON stops, in the page (a second parse, on this path only). */
@@ -471,8 +470,9 @@ static int ls_item_done(struct mesh_k8s_list_scanner *s, const char *data, size_
                           s->meta.items + 1, s->item_start_abs);
     } else {
         s->meta.items++;
-        rc = s->fn(s->ctx, p, n, err);
+        rc = s->fn(s->ctx, j, err);
     }
+    mesh_json_arena_free(&s->arena);
     mesh_buf_reset(&s->item);
     s->state = rc < 0 ? LS_FAILED : LS_ITEMS_NEXT;
     return rc;
@@ -861,8 +861,11 @@ static size_t skip_value(const char *json, size_t len, size_t i)
     return len;
 }
 
-bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const *path, size_t npath,
-                                size_t *out_start, size_t *out_end)
+/* The byte span [*out_start, *out_end) of `"name":value` at an object-key
+ * path (path[0] a member of the top-level object, path[1] of its object
+ * value, ...) in the first object on the path. */
+static bool find_member(const char *json, size_t len, const char *const *path, size_t npath,
+                        size_t *out_start, size_t *out_end)
 {
     size_t depth = 0, matched = 0, i = 0;
     bool expect_open = false; /* the value of a matched path element must open an object */
@@ -909,14 +912,13 @@ bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const 
     return false;
 }
 
-const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len, bool in_event,
+const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len,
                                                 struct mesh_buf *scratch, size_t *out_len)
 {
-    static const char *const event_path[] = {"object", "metadata", "managedFields"};
-    const char *const *path = in_event ? event_path : event_path + 1;
+    static const char *const path[] = {"object", "metadata", "managedFields"};
     size_t start, end;
     *out_len = len;
-    if (!mesh_k8s_watch_find_member(json, len, path, in_event ? 3 : 2, &start, &end)) {
+    if (!find_member(json, len, path, 3, &start, &end)) {
         return json;
     }
     /* Take one comma with the member: the one after it, else the one before. */

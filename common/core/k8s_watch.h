@@ -141,11 +141,11 @@ bool mesh_k8s_watch_status_is_expired(const struct mesh_k8s_watch_status *st);
 /* A LIST page is one JSON object whose "items" array may be megabytes long.
  * The splitter reads it as it arrives, in chunks split anywhere, following
  * only strings, escapes and nesting, and hands out each element of the
- * top-level "items" array as its exact bytes the moment its last byte
- * arrives, once cJSON has parsed it (into an arena, dropped at once), so
- * the caller parses and drops one object at a time: memory is bounded by
- * one item (and the text outside items, up to MESH_K8S_LIST_OUTSIDE_MAX), never
- * the page. At the end cJSON parses the text outside items (the page with
+ * top-level "items" array the moment its last byte arrives, as cJSON's
+ * tree of it (parsed once, into the splitter's arena, freed when the
+ * caller's function returns): memory is bounded by one item's text and tree
+ * (and the text outside items, up to MESH_K8S_LIST_OUTSIDE_MAX), never the
+ * page. At the end cJSON parses the text outside items (the page with
  * `"items":[]`) for kind, metadata.resourceVersion, metadata.continue and
  * metadata.remainingItemCount, wherever they appear (before or after
  * items). JSON is cJSON's grammar (which also takes leading zeros and a
@@ -162,7 +162,11 @@ bool mesh_k8s_watch_status_is_expired(const struct mesh_k8s_watch_status *st);
  * real Pods) would be 82 LISTs per sidecar at 4,096 pods instead of 9, from every pod of the
  * job, and the unpaginated LIST after expired continue tokens (client-go's FullListIfExpired)
  * would be one tree of the whole list (~165 MB at 4,096 real Pods). Here one item's tree
- * exists at a time. */
+ * exists at a time, and it is the only parse of the item: LIST of 4,096 Pods, the informer's
+ * mesh_k8s_client_list under callgrind (tests/tools/k8s_event_bench), 229M -> 157M
+ * instructions for a 1 KB Pod, 1,365M -> 874M for the simulator's 3.4 KB Pod, 2,300M ->
+ * 1,717M for its 6.8 KB one with managedFields, when the splitter's check and the caller's
+ * parse were two. */
 
 #define MESH_K8S_LIST_DEPTH_MAX 512                  /* containers open at once, whole document */
 #define MESH_K8S_LIST_KIND_MAX 64                    /* "PodList" */
@@ -181,11 +185,11 @@ struct mesh_k8s_list_meta {
 };
 
 /* Called once per element of the top-level "items" array, in order, with
- * its exact bytes (first to last byte of the JSON value, no surrounding
- * whitespace, NOT NUL-terminated, borrowed for the call). The bytes are a
- * syntactically valid JSON value. Return 0 to go on or a negative
- * -MESH_E_* to stop (that code is returned by feed). */
-typedef int (*mesh_k8s_list_item_fn)(void *ctx, const char *item, size_t len, struct mesh_err *err);
+ * cJSON's tree of it, borrowed for the call: it lives in the splitter's
+ * arena, which is freed when fn returns (never cJSON_Delete it or keep a
+ * pointer into it; copy what outlives the call). Return 0 to go on or a
+ * negative -MESH_E_* to stop (that code is returned by feed). */
+typedef int (*mesh_k8s_list_item_fn)(void *ctx, const cJSON *item, struct mesh_err *err);
 
 /* Splitter state; the fields are private to k8s_watch.c. */
 struct mesh_k8s_list_scanner {
@@ -206,7 +210,7 @@ struct mesh_k8s_list_scanner {
     size_t key_at;                  /* outside.len just after the quote of a member name, or 0 */
     struct mesh_buf item;           /* owned: bytes of an item spanning chunks */
     struct mesh_buf outside;        /* owned: the page without the elements of items */
-    struct mesh_json_arena arena;   /* owned: the tree of the item being checked */
+    struct mesh_json_arena arena;   /* owned: the tree of the item being handed out */
     struct mesh_k8s_list_meta meta; /* filled by finish; moved out on success */
 };
 
@@ -248,33 +252,25 @@ void mesh_k8s_list_meta_cleanup(struct mesh_k8s_list_meta *m);
 /* Server-side-apply bookkeeping (metadata.managedFields) is often half of a
  * Pod's JSON ("large; candidates for client-side stripping") and
  * nothing here reads it; client-go informers drop
- * it too (TransformStripManagedFields). These find and cut it out of the
+ * it too (TransformStripManagedFields). This cuts it out of a watch event's
  * text before the full parse, which then costs half as much. Measured
  * 2026-11-28 (callgrind, tests/tools/k8s_event_bench, the simulator's Pod with
  * its managedFields, 6.8 KB, parsed into an arena): 168k instructions per
  * watch event from the line to the extracted record, the cut included (28k),
- * against 264k when the event is parsed as sent. */
+ * against 264k when the event is parsed as sent. (A LIST item is parsed whole:
+ * the splitter's one parse is also its check.) */
 
-/* Find the member at an object-key path: path[0] a member of the top-level
- * object, path[1] a member of its object value, ... (e.g. {"object",
- * "metadata", "managedFields"} in a watch event). On success stores the
- * byte span [*out_start, *out_end) of `"name":value` and returns true.
- * Only the first object on the path is searched (the one cJSON_GetObjectItem
- * returns): the scan stops when it leaves it, usually early. A light scan
- * (strings, escapes, nesting): on text that is not valid JSON it may find
- * nothing or a span that a full parse would reject, but never reads
- * outside json[0..len). Escaped member names are not matched. */
-bool mesh_k8s_watch_find_member(const char *json, size_t len, const char *const *path, size_t npath,
-                                size_t *out_start, size_t *out_end);
-
-/* json (len bytes, borrowed) without metadata.managedFields: of a watch
- * event line (path object.metadata.managedFields) when in_event, else of an
- * object (metadata.managedFields). Returns json itself when there is none,
+/* json (len bytes, borrowed), a watch event line, without
+ * object.metadata.managedFields. Returns json itself when there is none,
  * else scratch's data holding the copy without the member and its comma
  * (scratch is reset first; a copy larger than scratch's bound returns json
  * unchanged). *out_len receives the length of what is returned. The result
- * is valid JSON exactly when json is, apart from the dropped value. */
-const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len, bool in_event,
+ * is valid JSON exactly when json is, apart from the dropped value. A light
+ * scan (strings, escapes, nesting) of the first "object" and its first
+ * "metadata" (those cJSON_GetObjectItem returns), stopping when it leaves
+ * them; escaped member names are not matched; on text that is not valid JSON
+ * it never reads outside json[0..len). */
+const char *mesh_k8s_watch_strip_managed_fields(const char *json, size_t len,
                                                 struct mesh_buf *scratch, size_t *out_len);
 
 /* "namespace/name" and resourceVersion of an object (borrowed). Either

@@ -729,7 +729,7 @@ static int on_line(void *ctx, const char *line, size_t len, struct mesh_err *err
     struct xfer *x = ctx;
     struct mesh_k8s_watch_event ev;
     if (x->strip) {
-        line = mesh_k8s_watch_strip_managed_fields(line, len, true, &x->scratch, &len);
+        line = mesh_k8s_watch_strip_managed_fields(line, len, &x->scratch, &len);
     }
     int rc = mesh_k8s_watch_decode_event(line, len, x->max_event, &ev, err);
     if (rc < 0) {

@@ -144,8 +144,8 @@ int mesh_k8s_client_create(struct mesh_k8s_client *c, const char *path, const ch
                            cJSON **out_obj, struct mesh_err *err);
 
 /* LIST one page, streamed: every element of the page's "items" goes to fn
- * as its exact JSON bytes (mesh_k8s_list_item_fn, borrowed for the call)
- * while the body arrives, so memory holds one item, not the page. limit 0
+ * as its parsed tree (mesh_k8s_list_item_fn, borrowed for the call) while
+ * the body arrives, so memory holds one item, not the page. limit 0
  * = no limit; cont = continue token or NULL; rv = resourceVersion ("0" =
  * any, NULL = most recent), only sent when cont is NULL.
  * max_bytes bounds the page (0 = MESH_K8S_LIST_MAX_DEFAULT), max_item_bytes

@@ -310,12 +310,10 @@ static int do_get(struct mesh_k8s_client *c, const struct args *a)
 }
 
 /* --list: count the items and check each is a JSON object with a key. */
-static int count_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
+static int count_item(void *ctx, const cJSON *obj, struct mesh_err *err)
 {
     long *n = ctx;
-    cJSON *obj = mesh_json_parse(item, len, len, err);
-    int rc = obj ? mesh_k8s_watch_object_key(obj, NULL, NULL, err) : -MESH_E_PARSE;
-    cJSON_Delete(obj);
+    int rc = mesh_k8s_watch_object_key(obj, NULL, NULL, err);
     if (rc == 0) {
         ++*n;
     }

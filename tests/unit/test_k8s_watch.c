@@ -233,13 +233,14 @@ static void test_decode_status(void **state)
 struct scan_out {
     int rc;
     char msg[256];
-    struct mesh_buf items; /* items joined by '|' */
+    struct mesh_buf items; /* the items' compact prints, joined by '|' */
     struct mesh_k8s_list_meta meta;
     int stop_after; /* item callback fails after this many (0 = never) */
     int seen;
 };
 
-static int scan_item(void *ctx, const char *item, size_t len, struct mesh_err *err)
+/* Items are kept as cJSON's compact print of the tree handed out. */
+static int scan_item(void *ctx, const cJSON *item, struct mesh_err *err)
 {
     struct scan_out *o = ctx;
     if (o->stop_after > 0 && o->seen == o->stop_after) {
@@ -249,7 +250,11 @@ static int scan_item(void *ctx, const char *item, size_t len, struct mesh_err *e
     if (o->items.len > 0) {
         mesh_buf_puts(&o->items, "|", NULL);
     }
-    return mesh_buf_append(&o->items, item, len, NULL);
+    char *text = cJSON_PrintUnformatted(item);
+    assert_non_null(text);
+    int rc = mesh_buf_puts(&o->items, text, NULL);
+    cJSON_free(text);
+    return rc;
 }
 
 /* Scan body cut at the offsets cuts[0..ncuts) (ascending). */
@@ -378,7 +383,7 @@ static void test_list_scanner(void **state)
         /* whitespace everywhere, every kind of item value */
         {" \n{ \"kind\" : \"PodList\" ,\t\"metadata\" : { \"resourceVersion\" : \"5\" } , "
          "\"items\" : [ 1 , \"s\" , true , null , -0.5e+3 , [ ] , { } , 0 ] } \r\n",
-         0, 0, 0, NULL, "1|\"s\"|true|null|-0.5e+3|[ ]|{ }|0", "5", NULL, "PodList", -1},
+         0, 0, 0, NULL, "1|\"s\"|true|null|-500|[]|{}|0", "5", NULL, "PodList", -1},
         /* the same names deeper down are not the list's */
         {"{\"metadata\":{\"resourceVersion\":\"5\",\"x\":{\"continue\":\"no\"}},\"items\":[{"
          "\"metadata\":{\"resourceVersion\":\"999\",\"continue\":\"zz\"},\"items\":[1]}]}",
@@ -419,8 +424,8 @@ static void test_list_scanner(void **state)
         {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"a\tb\"]}", 0, 0, -MESH_E_PARSE,
          "byte 47: raw control character", "", NULL, NULL, NULL, 0},
         /* items are cJSON's grammar, as watch events: leading zeros and a bare '.' pass */
-        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[01,1.]}", 0, 0, 0, NULL, "01|1.",
-         "1", NULL, "", -1},
+        {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[01,1.]}", 0, 0, 0, NULL, "1|1", "1",
+         NULL, "", -1},
         {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[-]}", 0, 0, -MESH_E_PARSE,
          "byte 45: item 1 (from byte 45) is not valid JSON", "", NULL, NULL, NULL, 0},
         {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\x\"]}", 0, 0, -MESH_E_PARSE,
@@ -429,7 +434,7 @@ static void test_list_scanner(void **state)
          "byte 50: expected a hex digit of a \\u escape", "", NULL, NULL, NULL, 0},
         /* UTF-16 surrogate escapes pair up (cJSON rejects lone ones) */
         {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ud83d\\ude00\"]}", 0, 0, 0, NULL,
-         "\"\\ud83d\\ude00\"", "1", NULL, "", -1},
+         "\"\xf0\x9f\x98\x80\"", "1", NULL, "", -1},
         {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ude00\"]}", 0, 0, -MESH_E_PARSE,
          "byte 46: item 1 (from byte 45) is not valid JSON", "", NULL, NULL, NULL, 0},
         {"{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[\"\\ud83dx\"]}", 0, 0, -MESH_E_PARSE,
@@ -579,53 +584,50 @@ static void test_list_scanner_stop_and_depth(void **state)
     mesh_buf_cleanup(&deep);
 }
 
-/* metadata.managedFields is cut out with one comma; nothing else changes. */
+/* metadata.managedFields is cut out of an event with one comma; nothing else changes. */
+#define EV "{\"type\":\"ADDED\",\"object\":"
 static void test_strip_managed_fields(void **state)
 {
     (void)state;
     static const struct {
         const char *in;
-        bool event;
         const char *want; /* NULL = returned unchanged (the same pointer) */
     } rows[] = {
         {"{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"managedFields\":[{"
          "\"f:x\":{\"}\":\"]\\\"\"}}],\"uid\":\"u\"},\"spec\":{}}}",
-         true,
          "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"uid\":\"u\"},"
          "\"spec\":{}}}"},
         /* last member: the comma before it goes */
-        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\" , \"managedFields\" : [ ] "
-         "}}}",
-         true, "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"  }}}"},
+        {EV "{\"metadata\":{\"name\":\"a\" , \"managedFields\" : [ ] }}}",
+         EV "{\"metadata\":{\"name\":\"a\"  }}}"},
         /* only member */
-        {"{\"metadata\":{\"managedFields\":null}}", false, "{\"metadata\":{}}"},
-        {"{\"metadata\":{\"managedFields\":[1],\"name\":\"n\"},\"x\":1}", false,
-         "{\"metadata\":{\"name\":\"n\"},\"x\":1}"},
+        {EV "{\"metadata\":{\"managedFields\":null}}}", EV "{\"metadata\":{}}}"},
+        {EV "{\"metadata\":{\"managedFields\":[1],\"name\":\"n\"},\"x\":1}}",
+         EV "{\"metadata\":{\"name\":\"n\"},\"x\":1}}"},
         /* backslash runs: an escaped backslash ends before the quote, an escaped quote not */
-        {"{\"metadata\":{\"a\":\"x\\\\\",\"managedFields\":1}}", false,
-         "{\"metadata\":{\"a\":\"x\\\\\"}}"},
-        {"{\"metadata\":{\"a\":\"q\\\",\\\"managedFields\\\":1\"}}", false, NULL},
+        {EV "{\"metadata\":{\"a\":\"x\\\\\",\"managedFields\":1}}}",
+         EV "{\"metadata\":{\"a\":\"x\\\\\"}}}"},
+        {EV "{\"metadata\":{\"a\":\"q\\\",\\\"managedFields\\\":1\"}}}", NULL},
         /* the same name elsewhere stays */
-        {"{\"managedFields\":1,\"metadata\":{\"name\":\"n\"}}", false, NULL},
-        {"{\"spec\":{\"metadata\":{\"managedFields\":1}},\"metadata\":{\"a\":\"managedFields\"}}",
-         false, NULL},
-        {"{\"type\":\"MODIFIED\",\"object\":{\"spec\":{\"metadata\":{\"managedFields\":1}}}}", true,
+        {EV "{\"managedFields\":1,\"metadata\":{\"name\":\"n\"}}}", NULL},
+        {"{\"metadata\":{\"managedFields\":1},\"object\":{}}", NULL},
+        {EV
+         "{\"spec\":{\"metadata\":{\"managedFields\":1}},\"metadata\":{\"a\":\"managedFields\"}}}",
          NULL},
-        {"{\"metadata\":{\"name\":\"n\"}}", false, NULL},
-        /* an object item's path is not an event's */
-        {"{\"metadata\":{\"managedFields\":1}}", true, NULL},
+        {EV "{\"metadata\":{\"name\":\"n\"}}}", NULL},
+        /* an object alone is not an event */
+        {"{\"metadata\":{\"managedFields\":1}}", NULL},
         /* broken text: nothing found, nothing read out of bounds */
-        {"{\"metadata\":{\"managedFields\":", false, NULL},
-        {"{\"metadata\":{\"managedFields\":[1,", false, "{\"metadata\":{"},
-        {"\"", false, NULL},
-        {"}}]]{\"metadata\":{\"managedFields\":1}}", false, NULL},
+        {EV "{\"metadata\":{\"managedFields\":", NULL},
+        {EV "{\"metadata\":{\"managedFields\":[1,", EV "{\"metadata\":{"},
+        {"\"", NULL},
+        {"}}]]" EV "{\"metadata\":{\"managedFields\":1}}}", NULL},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
         struct mesh_buf scratch;
         mesh_buf_init(&scratch, 1 << 16);
         size_t len = strlen(rows[i].in), n = 0;
-        const char *out =
-            mesh_k8s_watch_strip_managed_fields(rows[i].in, len, rows[i].event, &scratch, &n);
+        const char *out = mesh_k8s_watch_strip_managed_fields(rows[i].in, len, &scratch, &n);
         if (rows[i].want == NULL) {
             assert_ptr_equal(out, rows[i].in);
             assert_int_equal(n, len);
@@ -636,6 +638,7 @@ static void test_strip_managed_fields(void **state)
         mesh_buf_cleanup(&scratch);
     }
 }
+#undef EV
 
 static void test_rv_cmp(void **state)
 {

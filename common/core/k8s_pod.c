@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "core/annotations.h"
-#include "core/cleanup.h"
 #include "core/json.h"
 #include "core/mem.h"
 #include "core/names.h"
@@ -372,17 +371,6 @@ int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh
     read_spec(out, cJSON_GetObjectItemCaseSensitive(pod, "spec"));
     read_status(out, cJSON_GetObjectItemCaseSensitive(pod, "status"));
     return 0;
-}
-
-int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, struct mesh_err *err)
-{
-    mesh_autocjson cJSON *j = mesh_json_parse(buf, len, MESH_K8S_POD_JSON_MAX, err);
-    if (j == NULL) {
-        memset(out, 0, sizeof(*out));
-        out->invalid = true;
-        return mesh_err_prefix(err, "pod JSON");
-    }
-    return mesh_k8s_pod_extract(j, out, err);
 }
 
 struct mesh_k8s_pod_rec *mesh_k8s_pod_pack(const struct mesh_k8s_pod *p)

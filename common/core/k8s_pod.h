@@ -45,13 +45,12 @@
 #include "core/err.h"
 #include "core/model.h"
 
-#define MESH_K8S_NS_MAX 64               /* RFC 1123 label (63) + NUL */
-#define MESH_K8S_LABEL_MAX 64            /* label values and DNS labels: <= 63 + NUL */
-#define MESH_K8S_UID_MAX 40              /* UUID text (36) + NUL */
-#define MESH_K8S_REASON_MAX 256          /* why a pod is invalid */
-#define MESH_K8S_KIND_MAX 24             /* owner kind ("StatefulSet") */
-#define MESH_K8S_INDEX_MAX 1048575       /* largest index accepted (far above any slice) */
-#define MESH_K8S_POD_JSON_MAX (4u << 20) /* bytes of one Pod object, mesh_k8s_pod_parse */
+#define MESH_K8S_NS_MAX 64         /* RFC 1123 label (63) + NUL */
+#define MESH_K8S_LABEL_MAX 64      /* label values and DNS labels: <= 63 + NUL */
+#define MESH_K8S_UID_MAX 40        /* UUID text (36) + NUL */
+#define MESH_K8S_REASON_MAX 256    /* why a pod is invalid */
+#define MESH_K8S_KIND_MAX 24       /* owner kind ("StatefulSet") */
+#define MESH_K8S_INDEX_MAX 1048575 /* largest index accepted (far above any slice) */
 
 /* Label and annotation keys (exact strings). */
 #define MESH_K8S_KEY_COMPLETION_INDEX "batch.kubernetes.io/job-completion-index"
@@ -109,10 +108,6 @@ struct mesh_k8s_pod {
  * a JSON object or has no string metadata.name (nothing to key or log it by);
  * *out is then left zeroed with invalid set. */
 int mesh_k8s_pod_extract(const cJSON *pod, struct mesh_k8s_pod *out, struct mesh_err *err);
-
-/* Parse len bytes of JSON (no NUL needed, at most MESH_K8S_POD_JSON_MAX) and
- * extract as above. -MESH_E_PARSE / -MESH_E_TOOBIG / -MESH_E_INVAL. */
-int mesh_k8s_pod_parse(const char *buf, size_t len, struct mesh_k8s_pod *out, struct mesh_err *err);
 
 /* ---- compact records (what a store keeps per pod) ----
  *

@@ -8,7 +8,7 @@
  *             mesh_annotations_config, initcontainer/opts.c);
  *   injector  an AdmissionReview of a labelled pod carrying the annotation,
  *             decided by mesh_inject_decide (tpumesh-injector);
- *   sidecar   the pod JSON read by mesh_k8s_pod_parse (tpumesh-sidecar's
+ *   sidecar   the pod JSON read by mesh_k8s_pod_extract (tpumesh-sidecar's
  *             own pod), for the keys the sidecar reads.
  *
  * Same verdict, and a refusal in the same words: what init or the sidecar
@@ -28,6 +28,7 @@
 #include "core/annotations.h"
 #include "core/inject.h"
 #include "core/k8s_pod.h"
+#include "tests/pod_parse.h"
 #include "core/mem.h"
 
 struct row {
@@ -195,7 +196,7 @@ static bool sidecar_refuses(const struct row *r, char *msg, size_t cap)
     char pod[1024];
     pod_json(r, pod, sizeof(pod));
     struct mesh_k8s_pod p;
-    assert_int_equal(mesh_k8s_pod_parse(pod, strlen(pod), &p, NULL), 0);
+    assert_int_equal(test_pod_parse(pod, strlen(pod), &p, NULL), 0);
     snprintf(msg, cap, "%s", p.reason);
     return p.invalid;
 }

@@ -13,6 +13,7 @@
 
 #include "core/cleanup.h"
 #include "core/k8s_pod.h"
+#include "tests/pod_parse.h"
 #include "core/mem.h"
 
 /* Read a fixture relative to $ROOT (tests/run.sh exports it) or the cwd. */
@@ -85,7 +86,7 @@ static void test_fixtures(void **state)
         struct mesh_k8s_pod p;
         struct mesh_err err;
         mesh_err_clear(&err);
-        int rc = mesh_k8s_pod_parse(buf, len, &p, &err);
+        int rc = test_pod_parse(buf, len, &p, &err);
         print_message("fixture %s: rc=%d invalid=%d reason=%s\n", r->fixture, rc, p.invalid,
                       p.reason);
         assert_int_equal(rc, r->rc);
@@ -110,7 +111,7 @@ static void test_fixtures(void **state)
         }
         /* Extraction is deterministic: the same bytes give an equal record. */
         struct mesh_k8s_pod q;
-        (void)mesh_k8s_pod_parse(buf, len, &q, NULL);
+        (void)test_pod_parse(buf, len, &q, NULL);
         assert_memory_equal(&p, &q, sizeof(p));
     }
 }
@@ -142,8 +143,8 @@ static void test_equal_ignores_irrelevant(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mesh_k8s_pod a, b;
-        assert_int_equal(mesh_k8s_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
-        assert_int_equal(mesh_k8s_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
+        assert_int_equal(test_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
+        assert_int_equal(test_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
         assert_int_equal(memcmp(&a, &b, sizeof(a)) == 0, cases[i].equal);
     }
 }
@@ -159,7 +160,7 @@ static void test_pack_fixtures(void **state)
         size_t len = 0;
         mesh_autofree char *buf = read_fixture(rows[i].fixture, &len);
         struct mesh_k8s_pod p;
-        (void)mesh_k8s_pod_parse(buf, len, &p, NULL);
+        (void)test_pod_parse(buf, len, &p, NULL);
         mesh_autofree struct mesh_k8s_pod_rec *r = mesh_k8s_pod_pack(&p);
         print_message("fixture %s: packed %u bytes\n", rows[i].fixture, r->size);
         assert_string_equal(mesh_k8s_pod_rec_name(r), p.name);
@@ -230,8 +231,8 @@ static void test_pack_equal(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mesh_k8s_pod a, b;
-        assert_int_equal(mesh_k8s_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
-        assert_int_equal(mesh_k8s_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
+        assert_int_equal(test_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
+        assert_int_equal(test_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
         mesh_autofree struct mesh_k8s_pod_rec *ra = mesh_k8s_pod_pack(&a);
         mesh_autofree struct mesh_k8s_pod_rec *rb = mesh_k8s_pod_pack(&b);
         print_message("case %zu: want equal=%d\n", i, cases[i].equal);
@@ -259,8 +260,7 @@ static void test_malformed(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mesh_k8s_pod p;
         struct mesh_err err;
-        assert_int_equal(mesh_k8s_pod_parse(cases[i].in, strlen(cases[i].in), &p, &err),
-                         cases[i].rc);
+        assert_int_equal(test_pod_parse(cases[i].in, strlen(cases[i].in), &p, &err), cases[i].rc);
         assert_true(cases[i].rc != 0 || p.invalid); /* the numeric label is rejected */
     }
 }
@@ -293,7 +293,7 @@ static void test_tpumesh_annotations(void **state)
         snprintf(doc, sizeof(doc), "{\"metadata\":{\"name\":\"w-0\",\"annotations\":%s}}",
                  cases[i].annos);
         struct mesh_k8s_pod p;
-        assert_int_equal(mesh_k8s_pod_parse(doc, strlen(doc), &p, NULL), 0);
+        assert_int_equal(test_pod_parse(doc, strlen(doc), &p, NULL), 0);
         assert_int_equal(p.invalid, cases[i].invalid);
         if (!cases[i].invalid) {
             assert_int_equal(p.port, cases[i].port);
@@ -327,7 +327,7 @@ static void test_multislice_keys(void **state)
                  "{\"metadata\":{\"name\":\"w-0\",\"labels\":%s,\"annotations\":%s}}",
                  cases[i].labels, cases[i].annos);
         struct mesh_k8s_pod p;
-        assert_int_equal(mesh_k8s_pod_parse(doc, strlen(doc), &p, NULL), 0);
+        assert_int_equal(test_pod_parse(doc, strlen(doc), &p, NULL), 0);
         assert_int_equal(p.invalid, cases[i].invalid);
         if (!cases[i].invalid) {
             assert_int_equal(p.megascale_port, cases[i].mport);
@@ -370,7 +370,7 @@ static void test_jax_port(void **state)
         snprintf(doc, sizeof(doc), "{\"metadata\":{\"name\":\"w-0\"},\"spec\":{\"containers\":%s}}",
                  cases[i].containers);
         struct mesh_k8s_pod p;
-        assert_int_equal(mesh_k8s_pod_parse(doc, strlen(doc), &p, NULL), 0);
+        assert_int_equal(test_pod_parse(doc, strlen(doc), &p, NULL), 0);
         print_message("row %zu: invalid %d port %d reason '%s'\n", i, p.invalid, p.jax_port,
                       p.reason);
         assert_int_equal(p.invalid, cases[i].invalid);
@@ -399,7 +399,7 @@ static void test_nul_escape_rejected(void **state)
     for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
         struct mesh_k8s_pod p;
         memset(&p, 0, sizeof(p));
-        int rc = mesh_k8s_pod_parse(docs[i], strlen(docs[i]), &p, NULL);
+        int rc = test_pod_parse(docs[i], strlen(docs[i]), &p, NULL);
         print_message("row %zu: rc %d invalid %d name '%s' reason '%s'\n", i, rc, p.invalid, p.name,
                       p.reason);
         assert_true(rc < 0 || p.invalid);

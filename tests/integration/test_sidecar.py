@@ -255,9 +255,20 @@ def run(sim, tmp, sc_tok, sim_tok, cars):
     check("stalled stream: detected well before the stall ends", time.monotonic() - t0 < scaled(30),
           "%.1f s" % (time.monotonic() - t0))
     c.call("stall", seconds=0)
-    c.call("malformed")
+    def inject_until_counted(what, reason, **kw):
+        """The simulator injects into the watches open at that moment; A may be between a relist
+        and its next watch (after the previous fault), so inject again until A counts it."""
+        key = 'tpumesh_watch_restarts_total{reason="%s"}' % reason
+        n0 = a.metric(key) or 0
+
+        def once():
+            c.call(what, **kw)
+            return wait(lambda: (a.metric(key) or 0) > n0, 2)
+        return wait(once, 30, interval=0)
+
+    inject_until_counted("malformed", "malformed")
     converges("malformed line: relists and converges", "10.99.0.14")
-    c.call("oversize", mib=20)
+    inject_until_counted("oversize", "oversized", mib=20)
     converges("oversized object: relists and converges", "10.99.0.15", 30)
     check("sidecar alive after every failure", a.proc.poll() is None and a.http("/healthz")[0] == 200)
     check("still complete after every failure", wait(lambda: a.readyz()[0] == 200), a.readyz())

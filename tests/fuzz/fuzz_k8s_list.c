@@ -22,6 +22,7 @@
 #include "core/json.h"
 #include "core/k8s_watch.h"
 #include "core/mem.h"
+#include "fuzz_tree.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,29 +34,6 @@ struct result {
     cJSON *items; /* owned: every item parsed alone, in order */
     struct mesh_k8s_list_meta meta;
 };
-
-/* Members named key in o, counted (cJSON keeps duplicates). */
-static int count_key(const cJSON *o, const char *key)
-{
-    int n = 0;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, o)
-    {
-        n += c->string != NULL && strcmp(c->string, key) == 0;
-    }
-    return n;
-}
-
-/* Same trees, compared as their compact prints (cJSON_Compare calls two
- * infinities from "1e999" different). */
-static bool same_tree(const cJSON *a, const cJSON *b)
-{
-    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
-    bool same = x != NULL && y != NULL && strcmp(x, y) == 0;
-    cJSON_free(x);
-    cJSON_free(y);
-    return same;
-}
 
 static int on_item(void *ctx, const cJSON *item, struct mesh_err *err)
 {
@@ -125,7 +103,7 @@ static void check_against_cjson(const char *p, size_t n, const struct result *r)
     }
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(doc, "items");
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
-    if (!cJSON_IsArray(items) || !same_tree(items, r->items) ||
+    if (!cJSON_IsArray(items) || !fuzz_same_tree(items, r->items) ||
         strcmp(str_or_empty(md, "resourceVersion"), r->meta.rv) != 0 ||
         strcmp(str_or_empty(md, "continue"), r->meta.cont ? r->meta.cont : "") != 0 ||
         strcmp(str_or_empty(doc, "kind"), r->meta.kind) != 0) {
@@ -170,9 +148,9 @@ static void check_reprint(const char *p, size_t n, uint32_t seed)
           (kl == 0 || (kl >= 4 && strcmp(kind->valuestring + kl - 4, "List") == 0)))) &&
         (cont == NULL || cJSON_IsNull(cont) ||
          (cJSON_IsString(cont) && strlen(cont->valuestring) < MESH_K8S_LIST_CONT_MAX / 6)) &&
-        count_key(doc, "items") == 1 && count_key(doc, "metadata") == 1 &&
-        count_key(doc, "kind") <= 1 && count_key(md, "resourceVersion") == 1 &&
-        count_key(md, "continue") <= 1 && count_key(md, "remainingItemCount") <= 1;
+        fuzz_count_key(doc, "items") == 1 && fuzz_count_key(doc, "metadata") == 1 &&
+        fuzz_count_key(doc, "kind") <= 1 && fuzz_count_key(md, "resourceVersion") == 1 &&
+        fuzz_count_key(md, "continue") <= 1 && fuzz_count_key(md, "remainingItemCount") <= 1;
     char *text = listy ? cJSON_PrintUnformatted(doc) : NULL;
     cJSON_Delete(doc);
     if (text == NULL) {
@@ -200,7 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     scan(p, n, 0, &whole);
     scan(p, n, seed, &chunked);
     if (whole.rc != chunked.rc || strcmp(whole.err.msg, chunked.err.msg) != 0 ||
-        !same_tree(whole.items, chunked.items)) {
+        !fuzz_same_tree(whole.items, chunked.items)) {
         abort(); /* the chunking changed the result */
     }
     if (whole.rc == 0) {

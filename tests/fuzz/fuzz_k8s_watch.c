@@ -14,6 +14,7 @@
 #include "core/buf.h"
 #include "core/k8s_watch.h"
 #include "core/mem.h"
+#include "fuzz_tree.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,36 +25,14 @@ struct sink {
     size_t events;
 };
 
-/* Members named key in o, counted (cJSON keeps duplicates). */
-static int count_key(const cJSON *o, const char *key)
-{
-    int n = 0;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, o)
-    {
-        n += c->string != NULL && strcmp(c->string, key) == 0;
-    }
-    return n;
-}
-
-/* Same trees, compared as their compact prints. */
-static bool same_tree(const cJSON *a, const cJSON *b)
-{
-    char *x = cJSON_PrintUnformatted(a), *y = cJSON_PrintUnformatted(b);
-    bool same = x != NULL && y != NULL && strcmp(x, y) == 0;
-    cJSON_free(x);
-    cJSON_free(y);
-    return same;
-}
-
 /* Cutting object.metadata.managedFields out of the event's text must give
  * the same event, its object the tree cJSON gives once that member is
  * deleted from the parsed one (when names are not escaped and object and
  * metadata are not duplicated, which the text scan does not interpret). */
 static void check_strip(const char *line, size_t len, const struct mesh_k8s_watch_event *ev)
 {
-    if (memchr(line, '\\', len) != NULL || count_key(ev->root, "object") > 1 ||
-        count_key(ev->object, "metadata") > 1) {
+    if (memchr(line, '\\', len) != NULL || fuzz_count_key(ev->root, "object") > 1 ||
+        fuzz_count_key(ev->object, "metadata") > 1) {
         return;
     }
     struct mesh_buf scratch;
@@ -73,7 +52,7 @@ static void check_strip(const char *line, size_t len, const struct mesh_k8s_watc
         abort(); /* the text cut and the tree edit disagree, or the cut broke the event */
     }
     if (ev2.type != ev->type || strcmp(ev2.key, ev->key) != 0 || strcmp(ev2.rv, ev->rv) != 0 ||
-        !same_tree(ev2.object, want)) {
+        !fuzz_same_tree(ev2.object, want)) {
         abort();
     }
     mesh_k8s_watch_event_cleanup(&ev2);

@@ -7,6 +7,7 @@ Also a Sidecar process helper shared by the gRPC and relay tests."""
 import importlib.util
 import os
 import signal
+import socket
 
 import grpc
 
@@ -70,6 +71,15 @@ class Client:
 
     def close(self):
         self.channel.close()
+
+
+def free_port(host):
+    """A TCP port free on host now (a sidecar binds it next)."""
+    s = socket.socket()
+    s.bind((host, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
 
 
 def snapshot_as_json(s):

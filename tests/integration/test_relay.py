@@ -7,14 +7,13 @@ back to the API and return when it is back), a relay pod replaced under a new IP
 the one-pod LIST), and a relay that sends an invalid pod name (refused, logged, fallback)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, topo_pb2  # noqa: E402
+from meshgrpc import ROOT, Sidecar, free_port, topo_pb2  # noqa: E402
 from tap import check, done, scaled, wait  # noqa: E402
 
 # --relay-fallback: seconds without a relay's answer before the API is watched instead; a
@@ -29,14 +28,6 @@ from simctl import start_sim  # noqa: E402
 
 N = 7
 FILES = ("dtensor.env", "tf_config.json", "tpu.env", "jax.env")
-
-
-def free_port(host):
-    s = socket.socket()
-    s.bind((host, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def ip_of(i):

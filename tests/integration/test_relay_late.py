@@ -16,13 +16,12 @@ selectors):
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar  # noqa: E402
+from meshgrpc import ROOT, Sidecar, free_port  # noqa: E402
 from tap import check, done, scaled, wait  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
@@ -34,14 +33,6 @@ N = 7
 FALLBACK = str(int(scaled(20)))
 # The relay selector of ranks 3 and 4 (pod 1's index), alone or with the coordinator's.
 RELAY1 = re.compile(r"job-completion-index(=1$|=1,| in \(0,1\))")
-
-
-def free_port(host):
-    s = socket.socket()
-    s.bind((host, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def ip_of(i):

@@ -27,7 +27,7 @@ import time
 from concurrent import futures
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, topo_pb2  # noqa: E402
+from meshgrpc import ROOT, Sidecar, free_port, topo_pb2  # noqa: E402
 from tap import check, done, scaled, skip, wait  # noqa: E402
 
 import grpc  # noqa: E402
@@ -36,14 +36,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 from simctl import start_sim  # noqa: E402
 
 FALLBACK = str(int(scaled(2)))
-
-
-def free_port(host):
-    s = socket.socket()
-    s.bind((host, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class EvilRelay:

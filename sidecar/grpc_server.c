@@ -246,7 +246,7 @@ void mesh_grpc_server_set_pods(struct mesh_grpc_server *s,
     bool ready_only = o != NULL && o->n == p->n && o->synced == p->synced;
     for (size_t i = 0; ready_only && i < p->n; i++) {
         ready_only = mesh_k8s_pod_rec_equal(o->recs[i], p->recs[i]) ||
-                     mesh_relay_rec_ready_flip(o->recs[i], p->recs[i]);
+                     mesh_k8s_pod_rec_ready_flip(o->recs[i], p->recs[i]);
     }
     p->shape = ready_only ? o->shape : p->version;
     podset_unref(s->pods);

@@ -194,17 +194,6 @@ static struct mesh_k8s_pod_rec **check_delta(struct mesh_relay_store *s,
     return up;
 }
 
-bool mesh_relay_rec_ready_flip(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
-{
-    if (a->size != b->size || (a->flags ^ b->flags) != MESH_K8S_REC_READY) {
-        return false;
-    }
-    struct mesh_k8s_pod_rec ha = *a, hb = *b;
-    ha.flags = hb.flags = 0;
-    size_t hdr = offsetof(struct mesh_k8s_pod_rec, s);
-    return memcmp(&ha, &hb, hdr) == 0 && memcmp(a->s, b->s, a->size - hdr) == 0;
-}
-
 /* old (sorted) + upserts (sorted, taken) - deleted (sorted names) -> new
  * array (owned); a full set (reset) deletes every old record it does not
  * carry. The records of old that are kept move over, the others are
@@ -237,7 +226,7 @@ static struct mesh_k8s_pod_rec **merge(struct mesh_k8s_pod_rec **old, size_t nol
             *changed = *other = true;
         } else if (!mesh_k8s_pod_rec_equal(old[i], up[j])) {
             *changed = true;
-            *other = *other || !mesh_relay_rec_ready_flip(old[i], up[j]);
+            *other = *other || !mesh_k8s_pod_rec_ready_flip(old[i], up[j]);
         }
         if (c == 0) {
             mesh_free(old[i++]);

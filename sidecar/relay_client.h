@@ -81,9 +81,6 @@ typedef int (*mesh_relay_check_fn)(void *ctx, struct mesh_k8s_pod_rec *const *up
  * check above (NULL = none). max_pods 0 = MESH_TOPO_MSG_PODS_MAX. */
 void mesh_relay_store_set_limits(struct mesh_relay_store *s, int max_pods,
                                  mesh_relay_check_fn check, void *check_ctx);
-/* a and b differ, and only in the Ready flag (pack() zeroes every byte it
- * does not write, so the rest compares exactly). */
-bool mesh_relay_rec_ready_flip(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b);
 /* The most records a message may carry for a job of `expected` workers
  * (0 = unknown), and the gRPC receive limit that follows from it. */
 size_t mesh_relay_max_records(int expected);

@@ -113,16 +113,6 @@ static void note_change(struct mesh_sidecar *ctx, bool readiness_only)
     pthread_mutex_unlock(&ctx->chg_mu);
 }
 
-/* The records differ in the Ready condition alone (k8s_pod.h: pack() zeroes
- * every byte it does not write, so the bytes compare exactly). */
-static bool ready_flip_only(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
-{
-    size_t head = offsetof(struct mesh_k8s_pod_rec, flags);
-    return a->size == b->size && (a->flags ^ b->flags) == MESH_K8S_REC_READY &&
-           memcmp(a, b, head) == 0 &&
-           memcmp(a->s, b->s, a->size - offsetof(struct mesh_k8s_pod_rec, s)) == 0;
-}
-
 void mesh_sidecar_on_add(void *vctx, const char *key, const void *rec)
 {
     struct mesh_sidecar *ctx = vctx;
@@ -138,7 +128,7 @@ void mesh_sidecar_on_update(void *vctx, const char *key, const void *old_rec, co
     (void)key;
     atomic_fetch_add(&ctx->ev_modified, 1);
     if (!mesh_k8s_pod_rec_equal(old_rec, new_rec)) {
-        note_change(ctx, ready_flip_only(old_rec, new_rec));
+        note_change(ctx, mesh_k8s_pod_rec_ready_flip(old_rec, new_rec));
     }
 }
 

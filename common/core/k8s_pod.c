@@ -433,3 +433,13 @@ bool mesh_k8s_pod_rec_equal(const struct mesh_k8s_pod_rec *a, const struct mesh_
     /* pack() callocs and writes every byte up to size: memcmp is exact. */
     return a->size == b->size && memcmp(a, b, a->size) == 0;
 }
+
+bool mesh_k8s_pod_rec_ready_flip(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b)
+{
+    /* The header before flags, then the strings (the padding between is
+     * zeroed by pack's calloc, but need not be compared). */
+    size_t head = offsetof(struct mesh_k8s_pod_rec, flags);
+    return a->size == b->size && (a->flags ^ b->flags) == MESH_K8S_REC_READY &&
+           memcmp(a, b, head) == 0 &&
+           memcmp(a->s, b->s, a->size - offsetof(struct mesh_k8s_pod_rec, s)) == 0;
+}

@@ -152,6 +152,11 @@ void mesh_k8s_pod_unpack(const struct mesh_k8s_pod_rec *r, struct mesh_k8s_pod *
  * equals the stored one cannot change any output. */
 bool mesh_k8s_pod_rec_equal(const struct mesh_k8s_pod_rec *a, const struct mesh_k8s_pod_rec *b);
 
+/* True when a and b (borrowed) differ in the Ready flag alone: a change
+ * that only readiness pacing cares about. */
+bool mesh_k8s_pod_rec_ready_flip(const struct mesh_k8s_pod_rec *a,
+                                 const struct mesh_k8s_pod_rec *b);
+
 /* Accessors; strings borrowed from r, never NULL, "" = absent. */
 static inline const char *mesh_k8s_pod_rec_name(const struct mesh_k8s_pod_rec *r)
 {

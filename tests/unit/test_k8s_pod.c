@@ -243,6 +243,41 @@ static void test_pack_equal(void **state)
     }
 }
 
+/* A record pair differing in Ready alone is a flip; Ready plus anything
+ * else, or anything else alone, or nothing, is not. */
+static void test_ready_flip(void **state)
+{
+    (void)state;
+#define READY(v) "{\"type\":\"Ready\",\"status\":\"" v "\"}"
+    static const struct {
+        const char *a, *b;
+        bool flip;
+    } cases[] = {
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"conditions\":[" READY("False") "]}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"conditions\":[" READY("True") "]}}", true},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\",\"conditions\":[" READY(
+             "True") "]}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\"}}", true},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\",\"conditions\":[" READY(
+             "True") "]}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.2\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.1\"}}",
+         "{\"metadata\":{\"name\":\"a\"},\"status\":{\"podIP\":\"10.0.0.2\"}}", false},
+        {"{\"metadata\":{\"name\":\"a\"}}", "{\"metadata\":{\"name\":\"a\"}}", false},
+    };
+#undef READY
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mesh_k8s_pod a, b;
+        assert_int_equal(test_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
+        assert_int_equal(test_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
+        mesh_autofree struct mesh_k8s_pod_rec *ra = mesh_k8s_pod_pack(&a);
+        mesh_autofree struct mesh_k8s_pod_rec *rb = mesh_k8s_pod_pack(&b);
+        print_message("case %zu: want flip=%d\n", i, cases[i].flip);
+        assert_int_equal(mesh_k8s_pod_rec_ready_flip(ra, rb), cases[i].flip);
+        assert_int_equal(mesh_k8s_pod_rec_ready_flip(rb, ra), cases[i].flip);
+    }
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -412,15 +447,11 @@ static void test_nul_escape_rejected(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixtures),
-        cmocka_unit_test(test_equal_ignores_irrelevant),
-        cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_tpumesh_annotations),
-        cmocka_unit_test(test_pack_fixtures),
-        cmocka_unit_test(test_pack_equal),
-        cmocka_unit_test(test_multislice_keys),
-        cmocka_unit_test(test_jax_port),
-        cmocka_unit_test(test_nul_escape_rejected),
+        cmocka_unit_test(test_fixtures),      cmocka_unit_test(test_equal_ignores_irrelevant),
+        cmocka_unit_test(test_malformed),     cmocka_unit_test(test_tpumesh_annotations),
+        cmocka_unit_test(test_pack_fixtures), cmocka_unit_test(test_pack_equal),
+        cmocka_unit_test(test_ready_flip),    cmocka_unit_test(test_multislice_keys),
+        cmocka_unit_test(test_jax_port),      cmocka_unit_test(test_nul_escape_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -384,13 +385,33 @@ class ControlPlane:
                 return r.status == 200
         if not self._wait(ready, 60):
             raise StartError("jobset-controller not ready:\n%s" % self.procs["jobset-controller"].tail())
+        with open(os.path.join(cfgdir, "webhook-manifests.yaml")) as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d]
+        paths = sorted({w["clientConfig"]["service"]["path"] for d in docs for w in d["webhooks"]})
+        # Its /readyz turns ready when the webhook server listens, but the webhook handlers are
+        # registered by another goroutine (main.go: go setupControllers, after the controllers):
+        # until then every path is a 404, which the API server reports as "failed calling
+        # webhook ... could not find the requested resource". Wait until each path answers.
+        tls = ssl.create_default_context(cafile=pki.ca)
+
+        def handlers():
+            for path in paths:
+                req = urllib.request.Request("https://127.0.0.1:%d%s" % (wport, path), data=b"{}", method="POST",
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    urllib.request.urlopen(req, timeout=2, context=tls).close()
+                except urllib.error.HTTPError as e:
+                    if e.code == 404:
+                        return False
+            return True
+        if not self._wait(handlers, 60):
+            raise StartError("jobset-controller's webhook paths %s still answer 404 60 s after /readyz:\n%s"
+                             % (", ".join(paths), self.procs["jobset-controller"].tail()))
         # Its webhooks as config/components/webhook declares them (with the kustomize patch
         # that limits the pod webhooks to JobSet pods), reached by URL with our CA.
         import base64
         with open(pki.ca, "rb") as f:
             ca_b64 = base64.b64encode(f.read()).decode()
-        with open(os.path.join(cfgdir, "webhook-manifests.yaml")) as fh:
-            docs = [d for d in yaml.safe_load_all(fh) if d]
         for d in docs:
             d["metadata"]["name"] = "jobset-" + d["metadata"]["name"]
             for w in d["webhooks"]:

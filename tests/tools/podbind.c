@@ -21,6 +21,14 @@
  * alone. An AF_INET6 wildcard becomes the IPv4-mapped pod IP (::ffff:127.64.x.y),
  * with IPV6_V6ONLY cleared so the dual-stack socket accepts it.
  *
+ * Outgoing TCP connections leave from the pod IP too, as a pod's do: connect()
+ * of a socket not yet bound, to an IPv4 loopback address (or its IPv4-mapped
+ * form on a dual-stack socket), first binds the socket to the pod IP, port 0.
+ * Without this every connection on the test host leaves from 127.0.0.1, and a
+ * server that admits peers by pod IP (the sidecar's relay) would never see one.
+ * A socket the program bound itself, or a destination outside 127.0.0.0/8, is
+ * left alone.
+ *
  * Built by the Makefile as a shared object ($(BUILD)/tests/podbind.so); links
  * only libc and libdl. Not part of any shipped program.
  */
@@ -36,6 +44,7 @@
 
 /* Declared here (not in a header): the symbols a preloaded library exports. */
 int bind(int fd, const struct sockaddr *addr, socklen_t len);
+int connect(int fd, const struct sockaddr *addr, socklen_t len);
 
 typedef int (*bind_fn)(int, const struct sockaddr *, socklen_t);
 
@@ -77,15 +86,101 @@ __attribute__((constructor)) static void podbind_init(void)
     have_pod_ip = 1;
 }
 
+/* bind and connect have the same type. */
+static bind_fn next_fn(const char *name)
+{
+    bind_fn fn;
+    /* dlsym returns a data pointer; POSIX guarantees it converts. */
+    void *p = dlsym(RTLD_NEXT, name);
+    memcpy(&fn, &p, sizeof(fn));
+    return fn;
+}
+
 static bind_fn real_bind(void)
 {
     static bind_fn fn;
     if (fn == NULL) {
-        /* dlsym returns a data pointer; POSIX guarantees it converts. */
-        void *p = dlsym(RTLD_NEXT, "bind");
-        memcpy(&fn, &p, sizeof(fn));
+        fn = next_fn("bind");
     }
     return fn;
+}
+
+static bind_fn real_connect(void)
+{
+    static bind_fn fn;
+    if (fn == NULL) {
+        fn = next_fn("connect");
+    }
+    return fn;
+}
+
+static const unsigned char v4mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+/* The IPv4 destination of addr (plain or IPv4-mapped), or 0 when it has none. */
+static uint32_t dest_v4(const struct sockaddr *addr, socklen_t len)
+{
+    if (addr->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+        struct sockaddr_in sin;
+        memcpy(&sin, addr, sizeof(sin));
+        return ntohl(sin.sin_addr.s_addr);
+    }
+    if (addr->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+        struct sockaddr_in6 sin6;
+        memcpy(&sin6, addr, sizeof(sin6));
+        if (memcmp(&sin6.sin6_addr, v4mapped_prefix, sizeof(v4mapped_prefix)) == 0) {
+            uint32_t a;
+            memcpy(&a, (const unsigned char *)&sin6.sin6_addr + 12, 4);
+            return ntohl(a);
+        }
+    }
+    return 0;
+}
+
+/* Bind an unbound TCP socket fd of family fam to the pod IP, port 0; a socket
+ * that is bound already, or any failure, leaves it as it was. */
+static void bind_source(int fd, sa_family_t fam)
+{
+    int type = 0;
+    socklen_t tl = sizeof(type);
+    struct sockaddr_storage cur;
+    socklen_t cl = sizeof(cur);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
+        getsockname(fd, (struct sockaddr *)&cur, &cl) != 0 || cur.ss_family != fam) {
+        return;
+    }
+    if (fam == AF_INET) {
+        struct sockaddr_in sin;
+        memcpy(&sin, &cur, sizeof(sin));
+        if (sin.sin_port != 0 || sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
+            return;
+        }
+        sin.sin_addr = pod_ip;
+        (void)real_bind()(fd, (const struct sockaddr *)&sin, sizeof(sin));
+        return;
+    }
+    struct sockaddr_in6 sin6;
+    memcpy(&sin6, &cur, sizeof(sin6));
+    if (sin6.sin6_port != 0 || memcmp(&sin6.sin6_addr, &in6addr_any, sizeof(sin6.sin6_addr)) != 0) {
+        return;
+    }
+    memcpy(&sin6.sin6_addr, v4mapped_prefix, sizeof(v4mapped_prefix));
+    memcpy((unsigned char *)&sin6.sin6_addr + 12, &pod_ip.s_addr, 4);
+    (void)real_bind()(fd, (const struct sockaddr *)&sin6, sizeof(sin6));
+}
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    bind_fn next = real_connect();
+    if (next == NULL || real_bind() == NULL) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (have_pod_ip && addr != NULL && (dest_v4(addr, len) >> 24) == 127u) {
+        int saved = errno;
+        bind_source(fd, addr->sa_family);
+        errno = saved;
+    }
+    return next(fd, addr, len);
 }
 
 int bind(int fd, const struct sockaddr *addr, socklen_t len)
@@ -112,9 +207,8 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len)
         if (memcmp(&sin6.sin6_addr, &in6addr_any, sizeof(sin6.sin6_addr)) == 0 ||
             memcmp(&sin6.sin6_addr, v4any_mapped, sizeof(v4any_mapped)) == 0) {
             /* ::ffff:a.b.c.d: the IPv4 pod IP on a dual-stack socket. */
-            unsigned char mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-            memcpy(mapped + 12, &pod_ip.s_addr, 4);
-            memcpy(&sin6.sin6_addr, mapped, sizeof(mapped));
+            memcpy(&sin6.sin6_addr, v4mapped_prefix, sizeof(v4mapped_prefix));
+            memcpy((unsigned char *)&sin6.sin6_addr + 12, &pod_ip.s_addr, 4);
             int off = 0;
             (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
             return next(fd, (const struct sockaddr *)&sin6, sizeof(sin6));

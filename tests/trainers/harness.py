@@ -13,7 +13,8 @@ A trainer process is started by `trainer()`: the env-loading lines of the README
 snippet (extracted from README.md at run time, /var/run/tpumesh replaced by the pod's out dir)
 run in sh, then the venv's python runs a program. Its environment is empty but for PATH, HOME,
 the variables the snippet exports and TPUMESH_POD_IP + LD_PRELOAD=podbind.so (a wildcard bind
-becomes a bind on the pod IP: one IP per pod, one port per job, as in the product) and
+becomes a bind on the pod IP: one IP per pod, one port per job, as in the product; connections
+leave from the pod IP) and
 GCE_METADATA_HOST/IP pointing at the metadata simulator (nothing may ask a real one).
 """
 import json

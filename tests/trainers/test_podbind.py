@@ -1,7 +1,9 @@
 """tests/tools/podbind.c, the LD_PRELOAD library that gives every trainer process of the
 real-runtime tests its pod IP: a wildcard bind (0.0.0.0 or ::) becomes a bind on
-TPUMESH_POD_IP, two "pods" then listen on one port, named binds are left alone, and an address
-outside 127.64.0.0/16 stops the process at load with a message. Needs only Debian's python3.
+TPUMESH_POD_IP, two "pods" then listen on one port, named binds are left alone, a connection to
+a loopback address leaves from the pod IP (IPv4 and IPv4-mapped; a socket bound by the program
+keeps its address), and an address outside 127.64.0.0/16 stops the process at load with a
+message. Needs only Debian's python3.
 """
 import os
 import subprocess
@@ -30,9 +32,25 @@ sys.stdin.read()
 '''
 
 
-def run(ip, port):
+# Three connections to the test's listener on 127.0.0.1: a plain IPv4 socket, a dual-stack
+# socket to the IPv4-mapped address, and a socket the program bound to 127.0.0.1 itself.
+CONNECT = r'''
+import socket, sys
+port = int(sys.argv[1])
+a = socket.create_connection(("127.0.0.1", port))
+b = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+b.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+b.connect(("::ffff:127.0.0.1", port))
+c = socket.socket()
+c.bind(("127.0.0.1", 0))
+c.connect(("127.0.0.1", port))
+print(a.getsockname()[0], b.getsockname()[0], c.getsockname()[0], flush=True)
+'''
+
+
+def run(ip, port, prog=PROG):
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": harness.PODBIND, "TPUMESH_POD_IP": ip}
-    return subprocess.Popen(["/usr/bin/python3", "-c", PROG, str(port)], env=env, stdin=subprocess.PIPE,
+    return subprocess.Popen(["/usr/bin/python3", "-c", prog, str(port)], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -63,6 +81,28 @@ def main():
         for p in (pa, pb):
             p.stdin.close()
             p.wait(scaled(10))
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    lst.settimeout(scaled(10))
+    pc = run(a, lst.getsockname()[1], CONNECT)
+    try:
+        peers = []
+        for _ in range(3):
+            conn, peer = lst.accept()
+            peers.append(peer[0])
+            conn.close()
+        local = pc.stdout.readline().split()
+        check("connections to loopback leave from the pod IP (IPv4 and IPv4-mapped); a socket the "
+              "program bound keeps its address",
+              sorted(peers) == sorted([a, a, "127.0.0.1"]) and local == [a, "::ffff:" + a, "127.0.0.1"],
+              (peers, local, pc.stderr.read() if pc.poll() is not None else ""))
+    except OSError as e:
+        fail("connections from a preloaded process: %s" % e)
+    finally:
+        lst.close()
+        pc.stdin.close()
+        pc.wait(scaled(10))
     for bad in ("10.0.0.1", "127.0.0.1", "127.65.0.1", "not-an-ip"):
         r = subprocess.run(["/usr/bin/python3", "-c", "print('ran')"], capture_output=True, text=True,
                            env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": harness.PODBIND,

@@ -189,8 +189,9 @@ $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(PROG_LIBS) $(IO_LIB) $(CO
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(PROG_LIBS) $(IO_LIB) $(CORE_LIB) $(IO_LIBS) $(CORE_LIBS)
 
-# LD_PRELOAD library of the real-runtime tests: a wildcard bind becomes a bind on the
-# process's pod IP (TPUMESH_POD_IP, 127.64.0.0/16), so trainers on one host keep one IP per pod.
+# LD_PRELOAD library of the real-runtime and end-to-end tests: a wildcard bind becomes a bind on
+# the process's pod IP (TPUMESH_POD_IP, 127.64.0.0/16) and connections leave from it, so
+# processes on one host keep one IP per pod.
 $(PODBIND): tests/tools/podbind.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(WARN) -O2 -g -fPIC -shared -o $@ $< -ldl
@@ -210,14 +211,14 @@ e2e-deps:
 
 # The end-to-end scenarios alone, against the real control plane.
 e2e: deps-base
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(PODBIND)
 	@BUILD=$(BUILD) nice -n 10 scripts/e2e-deps.sh
 	@BUILD=$(BUILD) PY=$(PY) ONLY=e2e tests/run.sh
 
 # The slow end-to-end scenarios (API server restart, etcd compaction and bookmarks; relay vs
 # direct at 64 pods): not in `make test`, which keeps its e2e part under 8 minutes.
 e2e-slow: deps-base
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(PODBIND)
 	@BUILD=$(BUILD) nice -n 10 scripts/e2e-deps.sh
 	@BUILD=$(BUILD) PY=$(PY) ONLY=e2e E2E_PATTERN='slow_e2e_*.py' tests/run.sh
 

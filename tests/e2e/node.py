@@ -12,6 +12,8 @@ What a pod gets, as from a kubelet:
     paths moved to those directories, the API server given as TPUMESH_APISERVER /
     TPUMESH_TOKEN_FILE / TPUMESH_CA_FILE (the in-cluster paths cannot be used by several pods
     on one host), and listen addresses (":9431") bound to the pod's IP;
+  - its own source address: every tpumesh process runs with $BUILD/tests/podbind.so preloaded
+    (tests/tools/podbind.c), so its TCP connections leave from the pod IP, not 127.0.0.1;
   - what GKE adds on a TPU node pool to containers requesting google.com/tpu (TPU_WORKER_ID,
     TPU_WORKER_HOSTNAMES, TPU_ACCELERATOR_TYPE, TPU_TOPOLOGY) and TPUMESH_SKIP_INIT=true for
     tpumesh-init (there is no TPU here);
@@ -38,6 +40,8 @@ import urllib.request
 import controlplane as cpmod
 import kube
 from tap import scaled
+
+PODBIND = os.path.join(cpmod.BUILD, "tests", "podbind.so")
 
 PROBE_PERIOD = 1.0
 TPU_PROGRAMS = ("tpumesh-init", "tpumesh-sidecar", "tpumesh-injector")
@@ -146,6 +150,12 @@ class PodRun:
             env.update(self.node.tpu_env(self))
         if program == "tpumesh-init":
             env["TPUMESH_SKIP_INIT"] = "true"
+        if os.path.exists(PODBIND):
+            # The pod's connections leave from its IP, as a pod's do (podbind.so): a relay
+            # admits its subscribers by pod IP, and from 127.0.0.1 every one would look like
+            # the relay's own pod.
+            env["LD_PRELOAD"] = PODBIND
+            env["TPUMESH_POD_IP"] = self.ip
         env.update(self.node.extra_env(self, c) or {})
         return env
 

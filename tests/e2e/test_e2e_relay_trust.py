@@ -16,12 +16,15 @@ refuse both pods (no controller; another controller) and follow the job's own po
 subscriber's /readyz names a relay at the IP of a pod of the job, never a forged pod's; every
 topology.json lists exactly the job's 4 pods: neither a relay nor the root's own API watch takes a
 forged pod as a worker, although the manifest gives the selector (TPUMESH_SELECTOR) instead of
-letting the sidecar derive it."""
+letting the sidecar derive it. Every tpumesh process connects from its pod IP (the node preloads
+podbind.so), so the relay admits ranks 1 and 2 by their pod IPs, found among the job's pods on
+the real API server, and refuses VIEW_PODS streams from a-forged's IP."""
 import json
 import os
 import urllib.request
 
 from e2e import apply_all, check, done, load_manifests, out_dir, pod_log, pods, setup, wait, is_ready
+from meshgrpc import raw_subscribers
 
 NAME = "relay mode: pods with the job's labels but not of the job are never followed (real API)"
 NS = "relay-trust"
@@ -66,6 +69,40 @@ def readyz(ip):
             return r.read().decode()
     except OSError as e:
         return "unreachable: %s" % e
+
+
+def metric(ip, name):
+    try:
+        with urllib.request.urlopen("http://%s:9431/metrics" % ip, timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def peers_of(ip, port):
+    """The remote addresses of the established TCP connections to ip:port, from /proc/net/tcp
+    and tcp6 (an IPv4-mapped address counts as its IPv4 address)."""
+    def v4(hexaddr):
+        b = bytes.fromhex(hexaddr[-8:])  # the last 32-bit word, in host (little-endian) order
+        return "%d.%d.%d.%d" % (b[3], b[2], b[1], b[0])
+    out = []
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(f) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for r in rows:
+            cols = r.split()
+            (la, lp), (ra, _), st = cols[1].split(":"), cols[2].split(":"), cols[3]
+            if len(la) == 32 and la[:24] != "0000000000000000FFFF0000":
+                continue
+            if st == "01" and v4(la) == ip and int(lp, 16) == port:
+                out.append(v4(ra))
+    return sorted(out)
 
 
 def main():
@@ -120,6 +157,33 @@ def main():
         check("rank %d follows the job's rank %d at %s (its /readyz), no forged pod" % (
             rank, (rank - 1) // 2, relay_ip), body and not any(ip in body for ip in forged.values()),
             readyz(ips[rank]))
+    # Admission by pod IP on the real API server: the node preloads podbind.so, so each
+    # subscriber connects from its pod's IP, which the relay finds among its job's pods.
+    peers = peers_of(ips[0], 9432)
+    check("the relay at rank 0 admitted its subscribers by pod IP: its connections come from "
+          "ranks 1 and 2's pod IPs, none from 127.0.0.1",
+          set(peers) >= {ips[1], ips[2]} and set(peers) <= set(ips), (peers, ips))
+    # (A subscriber that connects before the relay has seen its pod's IP is refused and tries
+    # again within a second: the refusal count before the stranger is not asserted.)
+    base = metric(ips[0], "tpumesh_grpc_streams_refused_total")
+    check("the relay at rank 0 serves 2 subscribers (tpumesh_grpc_relay_subscribers)",
+          base is not None and metric(ips[0], "tpumesh_grpc_relay_subscribers") == 2,
+          (base, metric(ips[0], "tpumesh_grpc_relay_subscribers")))
+    # A stranger at a forged pod's IP (labels of the job, not of it) asks the relay for the job.
+    sock = raw_subscribers(forged["a-forged"], ips[0], 9432, 3, SEL, namespace=NS)
+    try:
+        refused = wait(lambda: (metric(ips[0], "tpumesh_grpc_streams_refused_total") or 0) >= (base or 0) + 3,
+                       20, 0.5)
+        lg = pod_log(node, ps[0], "tpumesh-sidecar")
+        check("the relay refuses 3 streams from a-forged's IP %s, logs it, and keeps its 2 subscribers"
+              % forged["a-forged"],
+              refused and "refusing a relay stream from %s" % forged["a-forged"] in lg
+              and "not the IP of a pod of this job" in lg
+              and metric(ips[0], "tpumesh_grpc_relay_subscribers") == 2,
+              (metric(ips[0], "tpumesh_grpc_streams_refused_total"),
+               metric(ips[0], "tpumesh_grpc_relay_subscribers"), lg[-800:]))
+    finally:
+        sock.close()
     for i, p in enumerate(ps):
         d = out_dir(node, p)
         try:

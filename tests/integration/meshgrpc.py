@@ -8,6 +8,7 @@ import importlib.util
 import os
 import signal
 import socket
+import struct
 
 import grpc
 
@@ -80,6 +81,35 @@ def free_port(host):
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def h2_frame(ftype, flags, stream, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
+
+
+def hpack_literal(name, value):
+    n, v = name.encode(), value.encode()
+    return bytes([0, len(n)]) + n + bytes([len(v)]) + v
+
+
+def raw_subscribers(src, host, port, streams, selector, namespace="default"):
+    """HTTP/2 by hand from source address src (grpcio cannot choose one): `streams` VIEW_PODS
+    Watch calls on one connection, left open; the caller closes the socket."""
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(scaled(5))
+    s.connect((host, port))
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
+    body = topo_pb2.WatchRequest(view=topo_pb2.VIEW_PODS, namespace=namespace, selector=selector,
+                                 subscriber="stranger").SerializeToString()
+    for k in range(streams):
+        sid = 1 + 2 * k
+        hdrs = b"".join(hpack_literal(a, b) for a, b in [
+            (":method", "POST"), (":scheme", "http"), (":path", "/tpumesh.v1.Topology/Watch"),
+            (":authority", "%s:%d" % (host, port)), ("content-type", "application/grpc"), ("te", "trailers")])
+        s.sendall(h2_frame(1, 4, sid, hdrs))
+        s.sendall(h2_frame(0, 1, sid, b"\x00" + struct.pack(">I", len(body)) + body))
+    return s
 
 
 def snapshot_as_json(s):

@@ -18,8 +18,6 @@ against the kube-apiserver simulator, and hostile relays written with python3-gr
    a pod at rank 0 whose Job belongs to another JobSet is refused."""
 import json
 import os
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ import time
 from concurrent import futures
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, free_port, topo_pb2  # noqa: E402
+from meshgrpc import ROOT, Sidecar, free_port, raw_subscribers, topo_pb2  # noqa: E402
 from tap import check, done, scaled, skip, wait  # noqa: E402
 
 import grpc  # noqa: E402
@@ -91,34 +89,6 @@ def mem_kib(proc, key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return -1
-
-
-def h2_frame(ftype, flags, stream, payload):
-    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
-
-
-def hpack_literal(name, value):
-    n, v = name.encode(), value.encode()
-    return bytes([0, len(n)]) + n + bytes([len(v)]) + v
-
-
-def raw_subscribers(src, host, port, streams, selector):
-    """HTTP/2 by hand from source address src: `streams` VIEW_PODS Watch calls on one connection."""
-    s = socket.socket()
-    s.bind((src, 0))
-    s.settimeout(scaled(5))
-    s.connect((host, port))
-    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
-    body = topo_pb2.WatchRequest(view=topo_pb2.VIEW_PODS, namespace="default", selector=selector,
-                                 subscriber="stranger").SerializeToString()
-    for k in range(streams):
-        sid = 1 + 2 * k
-        hdrs = b"".join(hpack_literal(a, b) for a, b in [
-            (":method", "POST"), (":scheme", "http"), (":path", "/tpumesh.v1.Topology/Watch"),
-            (":authority", "%s:%d" % (host, port)), ("content-type", "application/grpc"), ("te", "trailers")])
-        s.sendall(h2_frame(1, 4, sid, hdrs))
-        s.sendall(h2_frame(0, 1, sid, b"\x00" + struct.pack(">I", len(body)) + body))
-    return s
 
 
 def main():

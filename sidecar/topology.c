@@ -512,6 +512,25 @@ static bool hold_ready(struct mesh_sidecar *ctx, bool ready_only)
     return true;
 }
 
+/* The line of a publish just made; a readiness-only publish is routine:
+ * debug level, not one info line per flip. */
+static void log_publish(const struct mesh_sidecar *ctx, size_t written, bool complete,
+                        bool ready_only)
+{
+    char held[96] = "";
+    if (ctx->held > 0) {
+        snprintf(held, sizeof(held), "; %llu recompute%s over %lld ms coalesced into it",
+                 (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s",
+                 (long long)(mesh_sys_now_us() / 1000 - ctx->held_since_ms));
+    }
+    mesh_log(ready_only && ctx->held == 0 ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
+             "published generation %llu (%zu file%s rewritten, %.1f ms after the %s%s): %s",
+             (unsigned long long)ctx->generation, written, written == 1 ? "" : "s",
+             (double)(ctx->renamed_us - ctx->publish_from_us) / 1000.0,
+             ctx->publish_from_event ? "change arrived" : "retry began", held,
+             complete ? "complete" : "incomplete, env files keep the last complete version");
+}
+
 /* Render the set for w at the current generation and compare each file
  * with the current version on disk; when one differs, publish the set at
  * generation + 1. On a publish, w moves into ctx->w (the published list)
@@ -578,20 +597,7 @@ static int render_and_publish(struct mesh_sidecar *ctx, struct mesh_workers *w, 
         ctx->have_pub = true;
     }
     if (published) {
-        /* A readiness-only publish is routine: debug level, not one info
-         * line per flip. */
-        char held[96] = "";
-        if (ctx->held > 0) {
-            snprintf(held, sizeof(held), "; %llu recompute%s over %lld ms coalesced into it",
-                     (unsigned long long)ctx->held, ctx->held == 1 ? "" : "s",
-                     (long long)(mesh_sys_now_us() / 1000 - ctx->held_since_ms));
-        }
-        mesh_log(ready_only && ctx->held == 0 ? MESH_LOG_DEBUG : MESH_LOG_INFO, MOD,
-                 "published generation %llu (%zu file%s rewritten, %.1f ms after the %s%s): %s",
-                 (unsigned long long)ctx->generation, written, written == 1 ? "" : "s",
-                 (double)(ctx->renamed_us - ctx->publish_from_us) / 1000.0,
-                 ctx->publish_from_event ? "change arrived" : "retry began", held,
-                 complete ? "complete" : "incomplete, env files keep the last complete version");
+        log_publish(ctx, written, complete, ready_only);
     }
 
     const struct mesh_workers *shown = w->workers != NULL ? w : &ctx->w;

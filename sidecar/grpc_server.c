@@ -43,7 +43,6 @@
 #include "grpc_server.h"
 #include "io/log.h"
 #include "io/sys.h"
-#include "relay_client.h"
 
 #define MOD "grpc"
 #define REQUEST_MAX 4096

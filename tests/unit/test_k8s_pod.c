@@ -197,6 +197,13 @@ static void test_pack_fixtures(void **state)
     }
 }
 
+/* The record of a Pod's JSON (which must parse), and the Pod in *p. */
+static struct mesh_k8s_pod_rec *pack_json(const char *json, struct mesh_k8s_pod *p)
+{
+    assert_int_equal(test_pod_parse(json, strlen(json), p, NULL), 0);
+    return mesh_k8s_pod_pack(p);
+}
+
 /* Packed equality on update pairs: a kept field differs -> not equal; only
  * fields the packed form leaves out differ -> equal (they never reach a
  * peer's worker entry, so no output can change). */
@@ -231,10 +238,8 @@ static void test_pack_equal(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mesh_k8s_pod a, b;
-        assert_int_equal(test_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
-        assert_int_equal(test_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
-        mesh_autofree struct mesh_k8s_pod_rec *ra = mesh_k8s_pod_pack(&a);
-        mesh_autofree struct mesh_k8s_pod_rec *rb = mesh_k8s_pod_pack(&b);
+        mesh_autofree struct mesh_k8s_pod_rec *ra = pack_json(cases[i].a, &a);
+        mesh_autofree struct mesh_k8s_pod_rec *rb = pack_json(cases[i].b, &b);
         print_message("case %zu: want equal=%d\n", i, cases[i].equal);
         assert_int_equal(mesh_k8s_pod_rec_equal(ra, rb), cases[i].equal);
         assert_true(mesh_k8s_pod_rec_equal(ra, ra));
@@ -268,10 +273,8 @@ static void test_ready_flip(void **state)
 #undef READY
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct mesh_k8s_pod a, b;
-        assert_int_equal(test_pod_parse(cases[i].a, strlen(cases[i].a), &a, NULL), 0);
-        assert_int_equal(test_pod_parse(cases[i].b, strlen(cases[i].b), &b, NULL), 0);
-        mesh_autofree struct mesh_k8s_pod_rec *ra = mesh_k8s_pod_pack(&a);
-        mesh_autofree struct mesh_k8s_pod_rec *rb = mesh_k8s_pod_pack(&b);
+        mesh_autofree struct mesh_k8s_pod_rec *ra = pack_json(cases[i].a, &a);
+        mesh_autofree struct mesh_k8s_pod_rec *rb = pack_json(cases[i].b, &b);
         print_message("case %zu: want flip=%d\n", i, cases[i].flip);
         assert_int_equal(mesh_k8s_pod_rec_ready_flip(ra, rb), cases[i].flip);
         assert_int_equal(mesh_k8s_pod_rec_ready_flip(rb, ra), cases[i].flip);

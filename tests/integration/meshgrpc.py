@@ -3,12 +3,16 @@ messages generated from proto/ by protoc --python_out (make gen-py). grpc_tools 
 package, so the methods are called with grpcio's generic channel.unary_unary / unary_stream and
 the generated message classes, which is what generated stubs do.
 
-Also a Sidecar process helper shared by the gRPC and relay tests."""
+Also what the gRPC and relay tests share: a Sidecar process, a simulator session (sim_session /
+end_session), and Topology/Watch calls written by hand where grpcio cannot go."""
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import struct
+import sys
+import tempfile
 
 import grpc
 
@@ -83,13 +87,29 @@ def free_port(host):
     return p
 
 
+# ---- gRPC by hand: what grpcio will not do (choose a source address, a zero window) ----
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
 def h2_frame(ftype, flags, stream, payload):
     return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
 
 
 def hpack_literal(name, value):
+    # Literal header field without indexing, new name, no Huffman (RFC 7541 6.2.2); names
+    # and values here are shorter than 127 bytes.
     n, v = name.encode(), value.encode()
     return bytes([0, len(n)]) + n + bytes([len(v)]) + v
+
+
+def watch_frames(host, port, sid, request):
+    """HEADERS and DATA (END_STREAM) of one Topology/Watch call on stream sid."""
+    hdrs = b"".join(hpack_literal(a, b) for a, b in [
+        (":method", "POST"), (":scheme", "http"), (":path", "/tpumesh.v1.Topology/Watch"),
+        (":authority", "%s:%d" % (host, port)), ("content-type", "application/grpc"), ("te", "trailers")])
+    body = request.SerializeToString()
+    return h2_frame(1, 4, sid, hdrs) + h2_frame(0, 1, sid, b"\x00" + struct.pack(">I", len(body)) + body)
 
 
 def raw_subscribers(src, host, port, streams, selector, namespace="default"):
@@ -99,17 +119,37 @@ def raw_subscribers(src, host, port, streams, selector, namespace="default"):
     s.bind((src, 0))
     s.settimeout(scaled(5))
     s.connect((host, port))
-    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
-    body = topo_pb2.WatchRequest(view=topo_pb2.VIEW_PODS, namespace=namespace, selector=selector,
-                                 subscriber="stranger").SerializeToString()
+    s.sendall(H2_PREFACE + h2_frame(4, 0, 0, b""))
+    req = topo_pb2.WatchRequest(view=topo_pb2.VIEW_PODS, namespace=namespace, selector=selector,
+                                subscriber="stranger")
     for k in range(streams):
-        sid = 1 + 2 * k
-        hdrs = b"".join(hpack_literal(a, b) for a, b in [
-            (":method", "POST"), (":scheme", "http"), (":path", "/tpumesh.v1.Topology/Watch"),
-            (":authority", "%s:%d" % (host, port)), ("content-type", "application/grpc"), ("te", "trailers")])
-        s.sendall(h2_frame(1, 4, sid, hdrs))
-        s.sendall(h2_frame(0, 1, sid, b"\x00" + struct.pack(">I", len(body)) + body))
+        s.sendall(watch_frames(host, port, 1 + 2 * k, req))
     return s
+
+
+# ---- a test's simulator and sidecars ----
+
+def sim_session(prefix):
+    """(tmp, token file, simulator): a new directory with a token file, and the kube-apiserver
+    simulator accepting that token (bookmarks every 2 s)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
+    from simctl import start_sim
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    tok = os.path.join(tmp, "token")
+    with open(tok, "w") as f:
+        f.write("t0\n")
+    return tmp, tok, start_sim(["--token-file", tok, "--bookmark-interval", "2"])
+
+
+def end_session(sim, tmp, cars):
+    """Stop the sidecars (their lines printed with VERBOSE set), the simulator, remove tmp."""
+    for c in cars:
+        c.stop()
+    if os.environ.get("VERBOSE"):
+        for c in cars:
+            print("\n".join("# %s: %s" % (c.name, line) for line in c.lines))
+    sim.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def snapshot_as_json(s):

@@ -7,21 +7,16 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import (NOT_SERVING, ROOT, SERVING, SERVICE_UNKNOWN, Client, Sidecar,  # noqa: E402
-                      snapshot_as_json, topo_pb2)
+from meshgrpc import (H2_PREFACE, NOT_SERVING, SERVING, SERVICE_UNKNOWN, Client, Sidecar,  # noqa: E402
+                      end_session, h2_frame, sim_session, snapshot_as_json, topo_pb2, watch_frames)
 from tap import check, done, scaled, wait  # noqa: E402
 
 import grpc  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
 
 
 class Collector:
@@ -44,48 +39,23 @@ class Collector:
         self.t.join(5)
 
 
-def hpack_literal(name, value):
-    # Literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2); names
-    # and values here are shorter than 127 bytes.
-    n, v = name.encode(), value.encode()
-    return bytes([0, len(n)]) + n + bytes([len(v)]) + v
-
-
-def frame(ftype, flags, stream, payload):
-    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
-
-
 def hostile_subscriber(host, port):
     """HTTP/2 by hand: a Topology/Watch whose stream window is 0, then silence."""
     s = socket.create_connection((host, port), timeout=scaled(5))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-    s.sendall(frame(4, 0, 0, struct.pack(">HI", 4, 0)))  # SETTINGS_INITIAL_WINDOW_SIZE = 0
-    hdrs = b"".join(hpack_literal(k, v) for k, v in [
-        (":method", "POST"), (":scheme", "http"), (":path", "/tpumesh.v1.Topology/Watch"),
-        (":authority", "%s:%d" % (host, port)), ("content-type", "application/grpc"), ("te", "trailers")])
-    s.sendall(frame(1, 4, 1, hdrs))
-    body = topo_pb2.WatchRequest(subscriber="hostile").SerializeToString()
-    s.sendall(frame(0, 1, 1, b"\x00" + struct.pack(">I", len(body)) + body))
+    s.sendall(H2_PREFACE)
+    s.sendall(h2_frame(4, 0, 0, struct.pack(">HI", 4, 0)))  # SETTINGS_INITIAL_WINDOW_SIZE = 0
+    s.sendall(watch_frames(host, port, 1, topo_pb2.WatchRequest(subscriber="hostile")))
     return s
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="tpumesh-grpc-test.")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "w") as f:
-        f.write("t0\n")
-    sim = start_sim(["--token-file", tok, "--bookmark-interval", "2"])
+    tmp, tok, sim = sim_session("tpumesh-grpc-test.")
     cars = []
     try:
         run(sim, tmp, tok, cars)
     finally:
-        for c in cars:
-            c.stop()
-            if os.environ.get("VERBOSE"):
-                print("\n".join("# %s: %s" % (c.name, l) for l in c.lines))
-        sim.stop()
-        subprocess.run(["rm", "-rf", tmp])
+        end_session(sim, tmp, cars)
     return done()
 
 

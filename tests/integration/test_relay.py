@@ -7,13 +7,11 @@ back to the API and return when it is back), a relay pod replaced under a new IP
 the one-pod LIST), and a relay that sends an invalid pod name (refused, logged, fallback)."""
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, free_port, topo_pb2  # noqa: E402
+from meshgrpc import Sidecar, end_session, free_port, sim_session, topo_pb2  # noqa: E402
 from tap import check, done, scaled, wait  # noqa: E402
 
 # --relay-fallback: seconds without a relay's answer before the API is watched instead; a
@@ -22,9 +20,6 @@ FALLBACK = str(int(scaled(2)))
 
 import grpc  # noqa: E402
 from concurrent import futures  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
 
 N = 7
 FILES = ("dtensor.env", "tf_config.json", "tpu.env", "jax.env")
@@ -63,11 +58,6 @@ class Job:
                              "--address-mode", "ip"] + list(extra))
         self.cars[i] = car
         return car
-
-    def stop_all(self):
-        for c in self.cars.values():
-            c.stop()
-
 
 def same_as_direct(sim, tmp, tok, car, name, tag):
     """(whether car publishes what direct mode publishes for pod `name`, both sets of files).
@@ -122,26 +112,17 @@ class EvilRelay:
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="tpumesh-relay-test.")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "w") as f:
-        f.write("t0\n")
-    sim = start_sim(["--token-file", tok, "--bookmark-interval", "2"])
+    tmp, tok, sim = sim_session("tpumesh-relay-test.")
     port = free_port("127.64.0.1")
     job = Job(sim, tmp, tok, port)
     evil = None
     try:
         evil = run(sim, tmp, tok, job)
     finally:
-        job.stop_all()
         if evil is not None:
             evil[0].stop()
             evil[1].stop()
-        if os.environ.get("VERBOSE"):
-            for c in job.cars.values():
-                print("\n".join("# %s: %s" % (c.name, l) for l in c.lines))
-        sim.stop()
-        subprocess.run(["rm", "-rf", tmp])
+        end_session(sim, tmp, list(job.cars.values()))
     return done()
 
 

@@ -16,16 +16,11 @@ selectors):
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, free_port  # noqa: E402
+from meshgrpc import Sidecar, end_session, free_port, sim_session  # noqa: E402
 from tap import check, done, scaled, wait  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
 
 N = 7
 # Long enough that no subscriber lists its relay again on the timer while pod 1's sidecar starts
@@ -56,22 +51,12 @@ def complete_with(car, ip):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="tpumesh-relay-late.")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "w") as f:
-        f.write("t0\n")
-    sim = start_sim(["--token-file", tok, "--bookmark-interval", "2"])
+    tmp, tok, sim = sim_session("tpumesh-relay-late.")
     cars = {}
     try:
         run(sim, tmp, tok, cars)
     finally:
-        for car in cars.values():
-            car.stop()
-        if os.environ.get("VERBOSE"):
-            for car in cars.values():
-                print("\n".join("# %s: %s" % (car.name, line) for line in car.lines))
-        sim.stop()
-        subprocess.run(["rm", "-rf", tmp])
+        end_session(sim, tmp, list(cars.values()))
     return done()
 
 

@@ -18,20 +18,15 @@ against the kube-apiserver simulator, and hostile relays written with python3-gr
    a pod at rank 0 whose Job belongs to another JobSet is refused."""
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent import futures
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meshgrpc import ROOT, Sidecar, free_port, raw_subscribers, topo_pb2  # noqa: E402
+from meshgrpc import Sidecar, end_session, free_port, raw_subscribers, sim_session, topo_pb2  # noqa: E402
 from tap import check, done, scaled, skip, wait  # noqa: E402
 
 import grpc  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
-from simctl import start_sim  # noqa: E402
 
 FALLBACK = str(int(scaled(2)))
 
@@ -92,11 +87,7 @@ def mem_kib(proc, key):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="tpumesh-relay-trust.")
-    tok = os.path.join(tmp, "token")
-    with open(tok, "w") as f:
-        f.write("t0\n")
-    sim = start_sim(["--token-file", tok, "--bookmark-interval", "2"])
+    tmp, tok, sim = sim_session("tpumesh-relay-trust.")
     cars, evils, socks = [], [], []
     try:
         run(sim, tmp, tok, cars, evils, socks)
@@ -105,12 +96,7 @@ def main():
             s.close()
         for e in evils:
             e.stop()
-        for c in cars:
-            c.stop()
-            if os.environ.get("VERBOSE"):
-                print("\n".join("# %s: %s" % (c.name, l) for l in c.lines))
-        sim.stop()
-        subprocess.run(["rm", "-rf", tmp])
+        end_session(sim, tmp, cars)
     return done()
 
 

@@ -3,9 +3,11 @@ and the node or report the scenario skipped, apply the repository's manifests, r
 published files the way a trainer does (sourcing them with /bin/sh), and wait."""
 import base64
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -123,6 +125,18 @@ def source_env(path):
             out[k.decode()] = v.decode()
     for k in ("PATH", "PWD", "SHLVL", "_", "OLDPWD"):
         out.pop(k, None)
+    return out
+
+
+def sidecar_metrics(ip, port=9431):
+    """A sidecar's /metrics as {name or name{labels}: value}; OSError when it does not answer."""
+    with urllib.request.urlopen("http://%s:%d/metrics" % (ip, port), timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
     return out
 
 

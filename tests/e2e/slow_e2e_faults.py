@@ -12,26 +12,13 @@ of 3 from test_e2e_statefulset.py.
   gets the real 410 Gone, relists once, and converges."""
 import json
 import os
-import re
 import time
 import urllib.request
 
-from e2e import apply_and_wait_ready, check, done, out_dir, setup, wait, wait_pods_ready
+from e2e import apply_and_wait_ready, check, done, out_dir, setup, sidecar_metrics, wait, wait_pods_ready
 from test_e2e_statefulset import manifests, NS, SEL
 
 NAME = "faults of the real API server (restart, compaction, bookmarks)"
-
-
-def metrics(node, pod):
-    pr = node.pods.get("%s/%s" % (NS, pod["metadata"]["name"]))
-    with urllib.request.urlopen("http://%s:9431/metrics" % pr.ip, timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
 
 
 def total(m, prefix):
@@ -39,7 +26,8 @@ def total(m, prefix):
 
 
 def all_metrics(node, ps):
-    return {p["metadata"]["name"]: metrics(node, p) for p in ps}
+    return {p["metadata"]["name"]: sidecar_metrics(node.pods["%s/%s" % (NS, p["metadata"]["name"])].ip)
+            for p in ps}
 
 
 def ips_published(node, ps):

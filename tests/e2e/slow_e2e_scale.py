@@ -10,9 +10,8 @@ apiserver_watch_events_sizes_sum and apiserver_response_sizes_sum for pods, and 
 process's CPU seconds. Relay must cost at most 1/10 of direct in bytes sent to watchers."""
 import re
 import time
-import urllib.request
 
-from e2e import apply_all, check, done, load_manifests, setup, wait, pods
+from e2e import apply_all, check, done, load_manifests, setup, sidecar_metrics, wait, pods
 
 NAME = "relay vs direct at 64 pods (API server metrics)"
 N = int(__import__("os").environ.get("E2E_SCALE_PODS", "64"))
@@ -25,14 +24,11 @@ def sidecar_counts(node, ns):
         if pr.ns != ns or "tpumesh-sidecar" not in pr.procs:
             continue
         try:
-            with urllib.request.urlopen("http://%s:9431/metrics" % pr.ip, timeout=5) as r:
-                text = r.read().decode()
+            m = sidecar_metrics(pr.ip)
         except OSError:
             continue
-        for line in text.splitlines():
-            for key, metric in (("lists", "tpumesh_api_lists_total "), ("watch_starts", "tpumesh_watch_starts_total ")):
-                if line.startswith(metric):
-                    out[key] += float(line.split()[1])
+        out["lists"] += m.get("tpumesh_api_lists_total", 0.0)
+        out["watch_starts"] += m.get("tpumesh_watch_starts_total", 0.0)
     return out
 
 

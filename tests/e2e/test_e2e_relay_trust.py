@@ -23,7 +23,8 @@ import json
 import os
 import urllib.request
 
-from e2e import apply_all, check, done, load_manifests, out_dir, pod_log, pods, setup, wait, is_ready
+from e2e import (apply_all, check, done, is_ready, load_manifests, out_dir, pod_log, pods, setup,
+                 sidecar_metrics, wait)
 from meshgrpc import raw_subscribers
 
 NAME = "relay mode: pods with the job's labels but not of the job are never followed (real API)"
@@ -73,13 +74,9 @@ def readyz(ip):
 
 def metric(ip, name):
     try:
-        with urllib.request.urlopen("http://%s:9431/metrics" % ip, timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith(name + " "):
-                    return float(line.split()[1])
+        return sidecar_metrics(ip).get(name)
     except OSError:
-        pass
-    return None
+        return None
 
 
 def peers_of(ip, port):

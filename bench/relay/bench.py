@@ -2,7 +2,11 @@
 relay mode (issue 15, docs/scale.md).
 
 Every pod gets an IP in 127.64.0.0/16 and its sidecar binds HTTP and gRPC to that IP, so the
-sidecars reach each other on loopback only. The job start: all N pods are created scheduled
+sidecars reach each other on loopback only; each sidecar runs with $BUILD/tests/podbind.so
+preloaded (tests/tools/podbind.c), so its connections leave from its pod IP as a pod's do, and a
+relay admits its subscribers by pod IP as in a cluster (`refused` counts the streams relays
+refused: a subscriber that connects before its relay has seen its pod's IP is refused and tries
+again). The job start: all N pods are created scheduled
 without an IP (Pending); then each pod gets its IP and its sidecar starts; each pod is marked Ready
 once its own sidecar logged a complete topology. The run ends when every sidecar's files show all
 N workers, complete and Ready, with the right DTENSOR_JOBS.
@@ -42,6 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests/sim/kube-apiserver"))
 from simctl import start_sim  # noqa: E402
 
 SIDECAR = os.path.join(BUILD, "bin/tpumesh-sidecar")
+PODBIND = os.path.join(BUILD, "tests/podbind.so")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -70,7 +75,8 @@ class Car:
                "--pod-name", name, "--out-dir", self.out, "--address-mode", "ip",
                "--http-addr", "%s:%d" % (ip_of(i), port), "--grpc-addr", "%s:%d" % (ip_of(i), port + 1),
                "--watch-mode", mode, "--relay-fanout", str(fanout), "--expected-workers", str(args.n)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env = dict(os.environ, LD_PRELOAD=PODBIND, TPUMESH_POD_IP=ip_of(i))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
 
@@ -295,6 +301,7 @@ def run_one(args, mode, n, tmp, kill=None):
     r["readiness_coalesced_mean"] = round(
         sum(m.get("tpumesh_publishes_coalesced_readiness_total", 0) for m in mets) / max(1, len(mets)), 1)
     r["fallbacks"] = int(sum(m.get("tpumesh_relay_fallbacks_total", 0) for m in mets))
+    r["refused"] = int(sum(m.get("tpumesh_grpc_streams_refused_total", 0) for m in mets))
     if kill == "after":
         r.update(kill_after(c, cars, names, n, port))
     for car in cars:
@@ -413,6 +420,9 @@ def main():
     ap.add_argument("--perf-modes", default="direct,relay", help="the modes --perf records")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if not os.path.exists(PODBIND):
+        ap.error("%s is missing (the sidecars connect from their pod IPs through it): run "
+                 "`make %s` first" % (PODBIND, os.path.relpath(PODBIND, ROOT)))
     orders = args.order.split(",")
     for o in orders:
         if o not in ORDERS:
@@ -423,7 +433,7 @@ def main():
     hdr = ("order", "mode", "n", "api_bytes", "events", "requests", "peak_watches", "sidecar_bytes",
            "last_ip_to_last_ready_s", "cpu_s", "publishes_mean", "publishes_max", "files_correct",
            "ip_phase_s", "publishes_incomplete_max", "publishes_complete_max", "readiness_coalesced_mean",
-           "lists", "fallbacks", "load1")
+           "lists", "fallbacks", "refused", "load1")
     print("# orders %s, window %.0f s, seed %d; load average at start %s" % (
         ",".join(orders), args.window, args.seed, " ".join("%.2f" % x for x in os.getloadavg())), flush=True)
     print(" ".join("%14s" % h[:14] for h in hdr), flush=True)
